@@ -1,0 +1,330 @@
+//! How JSON documents are stored: every document carries a schema `version`, payloads over
+//! a threshold are zstd-compressed, and older versions are upgraded on read. Decoding never
+//! panics: undecodable bytes are a [`DecodeError`] that callers count and skip.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{StepBody, StepError, TokenUsage, ToolCall};
+use crate::time::Timestamp;
+
+/// The current version of a stored step payload.
+pub const STEP_VERSION: u32 = 2;
+/// The current version of a stored snapshot payload.
+pub const SNAPSHOT_VERSION: u32 = 1;
+/// Payloads larger than this many bytes are compressed unless configured otherwise.
+pub const DEFAULT_COMPRESS_THRESHOLD: usize = 1024;
+/// A compressed payload may not inflate beyond this (a zstd bomb is corruption, not data).
+pub const MAX_INFLATED_BYTES: usize = 64 * 1024 * 1024;
+
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("compressed payload is damaged: {0}")]
+    Compression(String),
+    #[error("payload is not valid JSON: {0}")]
+    Json(String),
+    #[error("payload has schema version {found}, newer than this build understands ({supported})")]
+    FutureVersion { found: u64, supported: u32 },
+    #[error("payload has no usable schema version")]
+    MissingVersion,
+}
+
+/// Compresses `json` with zstd when it is longer than `threshold`.
+pub fn pack(json: Vec<u8>, threshold: usize) -> Vec<u8> {
+    if json.len() <= threshold {
+        return json;
+    }
+    match zstd::bulk::compress(&json, 3) {
+        Ok(packed) if packed.len() < json.len() => packed,
+        _ => json,
+    }
+}
+
+/// The JSON bytes of a stored payload, inflating it when compressed.
+pub fn unpack(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, DecodeError> {
+    if bytes.starts_with(&ZSTD_MAGIC) {
+        let size = zstd::zstd_safe::get_frame_content_size(bytes)
+            .ok()
+            .flatten()
+            .map_or(MAX_INFLATED_BYTES, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        if size > MAX_INFLATED_BYTES {
+            return Err(DecodeError::Compression(format!(
+                "declares {size} bytes, over the {MAX_INFLATED_BYTES} byte limit"
+            )));
+        }
+        zstd::bulk::decompress(bytes, size.max(1))
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| DecodeError::Compression(e.to_string()))
+    } else {
+        Ok(std::borrow::Cow::Borrowed(bytes))
+    }
+}
+
+/// A step payload as stored, current version.
+#[derive(Serialize, Deserialize)]
+struct StepDoc {
+    version: u32,
+    #[serde(default)]
+    model_output: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ToolCall>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    observations: Option<String>,
+    #[serde(default)]
+    error: Option<StepError>,
+    #[serde(default)]
+    output: Value,
+    #[serde(default)]
+    token_usage: TokenUsage,
+    #[serde(default)]
+    started_at: Option<Timestamp>,
+    #[serde(default)]
+    ended_at: Option<Timestamp>,
+}
+
+/// Version 1 of the step payload, as written by the first (pre-release) format, which
+/// followed the seeds' memory layout: one tool call, a string error, OpenAI token names.
+/// Frozen: only ever read, and upgraded to the current version.
+#[derive(Deserialize)]
+struct StepDocV1 {
+    #[serde(default)]
+    thought: Option<String>,
+    #[serde(default)]
+    tool_call: Option<ToolCall>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    observation: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    final_answer: Value,
+    #[serde(default)]
+    tokens: Option<TokensV1>,
+    #[serde(default)]
+    duration_ms: Option<f64>,
+    #[serde(default)]
+    started_at: Option<Timestamp>,
+}
+
+#[derive(Deserialize)]
+struct TokensV1 {
+    #[serde(default)]
+    prompt: u64,
+    #[serde(default)]
+    completion: u64,
+}
+
+impl From<StepDocV1> for StepBody {
+    fn from(v1: StepDocV1) -> Self {
+        let ended_at = match (v1.started_at, v1.duration_ms) {
+            (Some(start), Some(ms)) if ms.is_finite() && ms >= 0.0 => {
+                Some(Timestamp(start.0.saturating_add((ms * 1000.0) as i64)))
+            }
+            _ => None,
+        };
+        StepBody {
+            model_output: v1.thought,
+            tool_calls: v1.tool_call.into_iter().collect(),
+            code: v1.code,
+            observations: v1.observation,
+            error: v1.error.map(|message| StepError { kind: "error".into(), message }),
+            output: v1.final_answer,
+            token_usage: v1
+                .tokens
+                .map(|t| TokenUsage::new(t.prompt, t.completion))
+                .unwrap_or_default(),
+            started_at: v1.started_at,
+            ended_at,
+        }
+    }
+}
+
+/// Encodes a step body as a current-version payload (compressed over `threshold`).
+pub fn encode_step(body: &StepBody, threshold: usize) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        version: u32,
+        model_output: &'a Option<String>,
+        tool_calls: &'a [ToolCall],
+        code: &'a Option<String>,
+        observations: &'a Option<String>,
+        error: &'a Option<StepError>,
+        output: &'a Value,
+        token_usage: &'a TokenUsage,
+        started_at: &'a Option<Timestamp>,
+        ended_at: &'a Option<Timestamp>,
+    }
+    let out = Out {
+        version: STEP_VERSION,
+        model_output: &body.model_output,
+        tool_calls: &body.tool_calls,
+        code: &body.code,
+        observations: &body.observations,
+        error: &body.error,
+        output: &body.output,
+        token_usage: &body.token_usage,
+        started_at: &body.started_at,
+        ended_at: &body.ended_at,
+    };
+    // Serializing plain data to a Vec cannot fail.
+    pack(serde_json::to_vec(&out).unwrap_or_default(), threshold)
+}
+
+/// Decodes a stored step payload of any known version.
+pub fn decode_step(bytes: &[u8]) -> Result<StepBody, DecodeError> {
+    let json = unpack(bytes)?;
+    // The fast path: a current document decodes straight into its typed form.
+    if let Ok(doc) = serde_json::from_slice::<StepDoc>(&json)
+        && doc.version == STEP_VERSION
+    {
+        return Ok(StepBody {
+            model_output: doc.model_output,
+            tool_calls: doc.tool_calls,
+            code: doc.code,
+            observations: doc.observations,
+            error: doc.error,
+            output: doc.output,
+            token_usage: doc.token_usage,
+            started_at: doc.started_at,
+            ended_at: doc.ended_at,
+        });
+    }
+    match document_version(&json)? {
+        1 => serde_json::from_slice::<StepDocV1>(&json)
+            .map(StepBody::from)
+            .map_err(|e| DecodeError::Json(e.to_string())),
+        v if v > u64::from(STEP_VERSION) => Err(DecodeError::FutureVersion {
+            found: v,
+            supported: STEP_VERSION,
+        }),
+        // The current version that failed typed decoding: report why.
+        _ => serde_json::from_slice::<StepDoc>(&json)
+            .map(|_| StepBody::default())
+            .map_err(|e| DecodeError::Json(e.to_string())),
+    }
+}
+
+/// Encodes a JSON value (a snapshot's state, an execution's documents) with its version.
+pub fn encode_value(value: &Value, threshold: usize) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        version: u32,
+        value: &'a Value,
+    }
+    let out = Out { version: SNAPSHOT_VERSION, value };
+    pack(serde_json::to_vec(&out).unwrap_or_default(), threshold)
+}
+
+pub fn decode_value(bytes: &[u8]) -> Result<Value, DecodeError> {
+    #[derive(Deserialize)]
+    struct In {
+        version: u64,
+        #[serde(default)]
+        value: Value,
+    }
+    let json = unpack(bytes)?;
+    let doc: In = serde_json::from_slice(&json).map_err(|e| DecodeError::Json(e.to_string()))?;
+    if doc.version > u64::from(SNAPSHOT_VERSION) {
+        return Err(DecodeError::FutureVersion { found: doc.version, supported: SNAPSHOT_VERSION });
+    }
+    Ok(doc.value)
+}
+
+fn document_version(json: &[u8]) -> Result<u64, DecodeError> {
+    #[derive(Deserialize)]
+    struct Probe {
+        version: Option<Value>,
+    }
+    let probe: Probe =
+        serde_json::from_slice(json).map_err(|e| DecodeError::Json(e.to_string()))?;
+    probe.version.and_then(|v| v.as_u64()).ok_or(DecodeError::MissingVersion)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> StepBody {
+        StepBody {
+            model_output: Some("I should add the numbers. ".repeat(40)),
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "calculator".into(),
+                arguments: json!({"expression": "2+3"}),
+            }],
+            observations: Some("5".into()),
+            token_usage: TokenUsage::new(10, 5),
+            ..StepBody::default()
+        }
+    }
+
+    #[test]
+    fn large_payloads_are_compressed_and_round_trip() {
+        let body = sample();
+        let bytes = encode_step(&body, 1024);
+        assert!(bytes.starts_with(&ZSTD_MAGIC), "a >1 KiB payload is compressed");
+        assert_eq!(decode_step(&bytes), Ok(body.clone()));
+        let plain = encode_step(&body, usize::MAX);
+        assert_eq!(plain.first(), Some(&b'{'));
+        assert_eq!(decode_step(&plain), Ok(body));
+    }
+
+    #[test]
+    fn version_one_fixture_is_upgraded_on_read() {
+        let fixture = include_bytes!("../tests/fixtures/step-v1.json");
+        let body = decode_step(fixture).expect("the frozen v1 fixture decodes");
+        assert_eq!(body.model_output.as_deref(), Some("I need the sum of the two numbers."));
+        assert_eq!(body.tool_calls.len(), 1);
+        assert_eq!(body.tool_calls[0].name, "calculator");
+        assert_eq!(body.tool_calls[0].arguments, json!({"expression": "19+23"}));
+        assert_eq!(body.observations.as_deref(), Some("42"));
+        assert_eq!(body.error, None);
+        assert_eq!(body.token_usage, TokenUsage { input: 120, output: 30, total: 150 });
+        let start = body.started_at.expect("start kept");
+        assert_eq!(body.ended_at, Some(Timestamp(start.0 + 1_500_000)));
+        // Re-encoding writes the current version.
+        let again = encode_step(&body, usize::MAX);
+        let text = String::from_utf8(again).unwrap_or_default();
+        assert!(text.starts_with("{\"version\":2,"));
+    }
+
+    #[test]
+    fn damaged_payloads_are_errors_not_panics() {
+        assert!(matches!(decode_step(b"{not json"), Err(DecodeError::Json(_))));
+        assert!(matches!(decode_step(b"{\"model_output\":\"x\"}"), Err(DecodeError::MissingVersion)));
+        assert_eq!(
+            decode_step(b"{\"version\":99}"),
+            Err(DecodeError::FutureVersion { found: 99, supported: STEP_VERSION })
+        );
+        let mut packed = encode_step(&sample(), 16);
+        let len = packed.len();
+        packed.truncate(len / 2);
+        assert!(matches!(decode_step(&packed), Err(DecodeError::Compression(_))));
+        assert!(decode_value(&[0x28, 0xB5, 0x2F, 0xFD, 0xFF]).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = decode_step(&bytes);
+            let _ = decode_value(&bytes);
+        }
+
+        #[test]
+        fn step_bodies_round_trip(thought in ".{0,3000}", obs in proptest::option::of(".{0,100}"), i in 0u64..1_000_000) {
+            let body = StepBody {
+                model_output: Some(thought),
+                observations: obs,
+                token_usage: TokenUsage::new(i, i / 2),
+                ..StepBody::default()
+            };
+            proptest::prop_assert_eq!(decode_step(&encode_step(&body, 1024)), Ok(body));
+        }
+    }
+}
