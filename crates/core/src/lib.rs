@@ -22,3 +22,8 @@ pub fn new_id() -> Id {
 pub fn parse_id(text: &str) -> Option<Id> {
     uuid::Uuid::try_parse(text).ok()
 }
+
+pub mod clock;
+pub mod document;
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use document::SessionDocument;

@@ -1,0 +1,41 @@
+use stepwise_core::name::NameError;
+
+/// Every way a storage call can fail. Not-found is not an error: reads answer `Option`.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum StoreError {
+    /// The tenant was empty or malformed; never treated as "all tenants".
+    #[error("a tenant id is required")]
+    InvalidTenant,
+    /// The input breaks a rule of the data model.
+    #[error("{message}")]
+    Invalid { field: Option<&'static str>, message: String },
+    /// A uniqueness rule (a session name, a step number with another body).
+    #[error("{0}")]
+    Conflict(String),
+    /// The row exists but is in a state that does not allow this (a finished execution).
+    #[error("{0}")]
+    InvalidState(String),
+    /// A row the call refers to does not exist for this tenant.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// The database cannot be reached or written (down, disk full, writer stopped).
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else the backend reports; a bug or an unexpected database error.
+    #[error("storage error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        StoreError::Invalid { field: Some(field), message: message.into() }
+    }
+}
+
+impl From<NameError> for StoreError {
+    fn from(e: NameError) -> Self {
+        StoreError::invalid("name", e.to_string())
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

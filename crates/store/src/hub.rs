@@ -1,0 +1,53 @@
+//! In-process fan-out of a session's events to its live subscribers. Backends publish an
+//! event here once it is committed (so a subscriber never sees an event that a replay
+//! would not also return); `message.delta` events are published directly and never stored.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use stepwise_core::{Event, Id};
+use tokio::sync::broadcast;
+
+/// How many events a subscriber may fall behind before it is dropped (it then reconnects
+/// with `Last-Event-ID`, and the replay fills the gap from the store).
+pub const SUBSCRIBER_BUFFER: usize = 1024;
+
+#[derive(Clone, Default)]
+pub struct EventHub {
+    channels: Arc<Mutex<HashMap<Id, broadcast::Sender<Arc<Event>>>>>,
+}
+
+impl EventHub {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A receiver of the session's events from now on.
+    pub fn subscribe(&self, session_id: Id) -> broadcast::Receiver<Arc<Event>> {
+        let mut channels = self.lock();
+        channels
+            .entry(session_id)
+            .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
+            .subscribe()
+    }
+
+    /// Sends to the session's subscribers, if any; never waits.
+    pub fn publish(&self, event: Arc<Event>) {
+        let mut channels = self.lock();
+        if let Some(tx) = channels.get(&event.session_id) {
+            if tx.send(event.clone()).is_err() {
+                // Nobody listens any more: forget the channel.
+                channels.remove(&event.session_id);
+            }
+        }
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.lock().values().map(|tx| tx.receiver_count()).sum()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Id, broadcast::Sender<Arc<Event>>>> {
+        // A panic while holding this lock cannot leave the map inconsistent.
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,295 @@
+//! Inputs and outputs of the storage calls.
+
+use serde_json::Value;
+use stepwise_core::{
+    ExecutionStatus, Id, Role, SessionStatus, Step, StepBody, StepKind, Timestamp,
+};
+
+use crate::error::{Result, StoreError};
+
+/// The tenant every storage call is scoped to. Never empty: there is no wildcard tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tenant(String);
+
+pub const MAX_TENANT_LEN: usize = 128;
+
+impl Tenant {
+    pub fn new(id: impl Into<String>) -> Result<Self> {
+        let id = id.into();
+        if id.trim().is_empty() || id.len() > MAX_TENANT_LEN || id.chars().any(char::is_control) {
+            return Err(StoreError::InvalidTenant);
+        }
+        Ok(Tenant(id))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    pub user_id: String,
+    pub name: Option<String>,
+    pub title: Option<String>,
+    pub related_type: Option<String>,
+    pub related_id: Option<String>,
+    pub initial_context_url: Option<String>,
+    pub metadata: Value,
+}
+
+/// A partial update; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct SessionPatch {
+    pub title: Option<String>,
+    pub name: Option<String>,
+    pub status: Option<SessionStatus>,
+    pub metadata: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SessionFilter {
+    /// `None`: every status but `deleted`.
+    pub statuses: Option<Vec<SessionStatus>>,
+    pub related_type: Option<String>,
+    pub related_id: Option<String>,
+    pub user_id: Option<String>,
+}
+
+pub const DEFAULT_PAGE_LIMIT: u32 = 50;
+pub const MAX_PAGE_LIMIT: u32 = 500;
+
+#[derive(Debug, Clone)]
+pub struct PageRequest {
+    pub limit: u32,
+    pub cursor: Option<String>,
+}
+
+impl Default for PageRequest {
+    fn default() -> Self {
+        PageRequest { limit: DEFAULT_PAGE_LIMIT, cursor: None }
+    }
+}
+
+impl PageRequest {
+    pub fn first(limit: u32) -> Self {
+        PageRequest { limit, cursor: None }
+    }
+
+    /// The limit clamped to 1..=500 (the HTTP layer rejects values outside it first).
+    pub fn limit(&self) -> u32 {
+        self.limit.clamp(1, MAX_PAGE_LIMIT)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// A keyset position `(time, id)` encoded as an opaque string.
+pub mod cursor {
+    use super::*;
+
+    pub fn encode(at: Timestamp, id: Id) -> String {
+        let raw = format!("{}:{}", at.as_micros(), id.simple());
+        raw.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn decode(cursor: &str) -> Result<(Timestamp, Id)> {
+        let bad = || StoreError::invalid("cursor", "the cursor is not one this server issued");
+        if cursor.len() % 2 != 0 || cursor.len() > 200 {
+            return Err(bad());
+        }
+        let bytes: Option<Vec<u8>> = (0..cursor.len())
+            .step_by(2)
+            .map(|i| cursor.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect();
+        let text = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
+        let (at, id) = text.split_once(':').ok_or_else(bad)?;
+        let at = at.parse::<i64>().map_err(|_| bad())?;
+        let id = stepwise_core::parse_id(id).ok_or_else(bad)?;
+        Ok((Timestamp(at), id))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub session_id: Id,
+    pub role: Role,
+    pub content: String,
+    pub execution_id: Option<Id>,
+    pub related_type: Option<String>,
+    pub related_id: Option<String>,
+    pub context_url: Option<String>,
+    pub metadata: Value,
+}
+
+impl NewMessage {
+    pub fn new(session_id: Id, role: Role, content: impl Into<String>) -> Self {
+        NewMessage {
+            session_id,
+            role,
+            content: content.into(),
+            execution_id: None,
+            related_type: None,
+            related_id: None,
+            context_url: None,
+            metadata: Value::Null,
+        }
+    }
+
+    pub fn for_execution(mut self, execution_id: Id) -> Self {
+        self.execution_id = Some(execution_id);
+        self
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MessageQuery {
+    /// Only messages after this one (by server time, then id).
+    pub after: Option<Id>,
+    pub roles: Option<Vec<Role>>,
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewExecution {
+    pub session_id: Option<Id>,
+    pub parent_execution_id: Option<Id>,
+    pub user_id: String,
+    pub agent_type: String,
+    pub agent_config: Value,
+    pub input: Value,
+    pub metadata: Value,
+    /// `pending` for the queue; `running` for external agents and inline subagents.
+    pub status: ExecutionStatus,
+}
+
+/// A change of an execution's status and the fields that go with it.
+#[derive(Debug, Clone)]
+pub enum Transition {
+    Pause { question: String },
+    /// A paused execution gets the user's answer and goes back to the queue.
+    Resume { answer: Value },
+    Complete { output: Value },
+    Fail { error_message: String },
+    Cancel,
+}
+
+impl Transition {
+    pub fn target(&self) -> ExecutionStatus {
+        match self {
+            Transition::Pause { .. } => ExecutionStatus::Paused,
+            Transition::Resume { .. } => ExecutionStatus::Pending,
+            Transition::Complete { .. } => ExecutionStatus::Completed,
+            Transition::Fail { .. } => ExecutionStatus::Failed,
+            Transition::Cancel => ExecutionStatus::Cancelled,
+        }
+    }
+}
+
+/// An execution handed to a worker, with what it needs to continue.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub execution: stepwise_core::Execution,
+    pub tenant: Tenant,
+    /// The user's answer when this claim resumes a paused execution.
+    pub resume_answer: Option<Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewStep {
+    pub execution_id: Id,
+    pub step_number: u32,
+    pub kind: StepKind,
+    pub body: StepBody,
+}
+
+/// What an append did: `created` is false when the same step was already stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepAppend {
+    pub step: Step,
+    pub created: bool,
+}
+
+/// Rows read back, with the number of stored records that could not be decoded and
+/// were skipped (logged and counted, never an error).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded<T> {
+    pub items: Vec<T>,
+    pub skipped: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NewSnapshot {
+    pub execution_id: Id,
+    pub parent_snapshot_id: Option<Id>,
+    pub agent_id: Option<String>,
+    pub agent_name: Option<String>,
+    pub step_number: u32,
+    pub is_final: bool,
+    pub debug_mode: bool,
+    pub state: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub session_id: Id,
+    pub message_id: Option<Id>,
+    pub execution_id: Option<Id>,
+    pub event_type: stepwise_core::EventType,
+    pub content: String,
+    pub metadata: Value,
+}
+
+/// Seed 003's retention rules; every number configurable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    pub abandon_after_days: u32,
+    pub completed_days: u32,
+    pub abandoned_days: u32,
+    pub deleted_days: u32,
+}
+
+impl Default for RetentionPolicy {
+    fn default() -> Self {
+        RetentionPolicy { abandon_after_days: 30, completed_days: 90, abandoned_days: 30, deleted_days: 30 }
+    }
+}
+
+/// What one cleanup pass deleted (or, dry, would delete).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CleanupReport {
+    pub sessions: u64,
+    pub messages: u64,
+    pub executions: u64,
+    pub steps: u64,
+    pub snapshots: u64,
+    pub events: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ApiKeyRecord {
+    pub id: Id,
+    pub name: Option<String>,
+    pub tenant_id: String,
+    pub user_id: String,
+    pub created_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StoreStats {
+    pub bytes: u64,
+    pub queue_depth: u64,
+    pub decode_errors: u64,
+    pub save_errors: u64,
+}
