@@ -27,3 +27,4 @@ pub mod clock;
 pub mod document;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use document::SessionDocument;
+pub mod apikey;
