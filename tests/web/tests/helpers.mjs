@@ -1,0 +1,89 @@
+// Shared helpers of the browser tests: the browser, the server's URL, API calls, polling.
+import { chromium } from 'playwright-core';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const BASE = (process.env.STEPWISE_URL || '').replace(/\/$/, '');
+if (!BASE) throw new Error('STEPWISE_URL is not set: run the tests with tests/web/run.sh');
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const ARTIFACTS = path.resolve(here, '..', 'artifacts');
+fs.mkdirSync(ARTIFACTS, { recursive: true });
+
+export const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+export function launch() {
+  return chromium.launch({ executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium', args: CHROMIUM_ARGS });
+}
+
+// A fresh page in its own context, with page errors collected so a test can assert none happened.
+export async function openPage(browser, options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1200, height: 820 }, ...options });
+  const page = await context.newPage();
+  page.errors = [];
+  page.on('pageerror', (err) => page.errors.push(err.message));
+  page.setDefaultTimeout(20000);
+  return { context, page };
+}
+
+export async function screenshot(page, name) {
+  await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: false });
+}
+
+export async function api(method, urlPath, body, key) {
+  const headers = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (key) headers.Authorization = `Bearer ${key}`;
+  const res = await fetch(`${BASE}${urlPath}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+// Polls `check` until it returns a truthy value or the deadline passes.
+export async function waitFor(check, what, timeoutMs = 20000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      last = await check();
+      if (last) return last;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${last instanceof Error ? last.message : JSON.stringify(last)})`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+// Sends a message through the composer the way a user does: type, then Enter.
+export async function send(page, text) {
+  await page.locator('#input').fill(text);
+  await page.locator('#input').press('Enter');
+}
+
+export function sessionIdOf(page) {
+  return new URL(page.url()).searchParams.get('session');
+}
+
+// Texts of the step lines the chat shows for the agent's steps ("Step 3: ..." lines), in order.
+export async function stepLineTexts(page) {
+  return page.locator('#stream .step-line .step-text').allTextContents();
+}
+
+export function countStepLines(texts) {
+  return texts.filter((t) => /\bstep\s+\d+/i.test(t)).length;
+}
+
+export async function assistantTexts(page) {
+  return page.locator('#stream .msg-assistant:not(.streaming) .bubble-body').allTextContents();
+}
