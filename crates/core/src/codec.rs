@@ -48,7 +48,9 @@ pub fn unpack(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, DecodeError> {
         let size = zstd::zstd_safe::get_frame_content_size(bytes)
             .ok()
             .flatten()
-            .map_or(MAX_INFLATED_BYTES, |n| usize::try_from(n).unwrap_or(usize::MAX));
+            .map_or(MAX_INFLATED_BYTES, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            });
         if size > MAX_INFLATED_BYTES {
             return Err(DecodeError::Compression(format!(
                 "declares {size} bytes, over the {MAX_INFLATED_BYTES} byte limit"
@@ -132,7 +134,10 @@ impl From<StepDocV1> for StepBody {
             tool_calls: v1.tool_call.into_iter().collect(),
             code: v1.code,
             observations: v1.observation,
-            error: v1.error.map(|message| StepError { kind: "error".into(), message }),
+            error: v1.error.map(|message| StepError {
+                kind: "error".into(),
+                message,
+            }),
             output: v1.final_answer,
             token_usage: v1
                 .tokens
@@ -216,7 +221,10 @@ pub fn encode_value(value: &Value, threshold: usize) -> Vec<u8> {
         version: u32,
         value: &'a Value,
     }
-    let out = Out { version: SNAPSHOT_VERSION, value };
+    let out = Out {
+        version: SNAPSHOT_VERSION,
+        value,
+    };
     pack(serde_json::to_vec(&out).unwrap_or_default(), threshold)
 }
 
@@ -230,7 +238,10 @@ pub fn decode_value(bytes: &[u8]) -> Result<Value, DecodeError> {
     let json = unpack(bytes)?;
     let doc: In = serde_json::from_slice(&json).map_err(|e| DecodeError::Json(e.to_string()))?;
     if doc.version > u64::from(SNAPSHOT_VERSION) {
-        return Err(DecodeError::FutureVersion { found: doc.version, supported: SNAPSHOT_VERSION });
+        return Err(DecodeError::FutureVersion {
+            found: doc.version,
+            supported: SNAPSHOT_VERSION,
+        });
     }
     Ok(doc.value)
 }
@@ -242,7 +253,10 @@ fn document_version(json: &[u8]) -> Result<u64, DecodeError> {
     }
     let probe: Probe =
         serde_json::from_slice(json).map_err(|e| DecodeError::Json(e.to_string()))?;
-    probe.version.and_then(|v| v.as_u64()).ok_or(DecodeError::MissingVersion)
+    probe
+        .version
+        .and_then(|v| v.as_u64())
+        .ok_or(DecodeError::MissingVersion)
 }
 
 #[cfg(test)]
@@ -268,7 +282,10 @@ mod tests {
     fn large_payloads_are_compressed_and_round_trip() {
         let body = sample();
         let bytes = encode_step(&body, 1024);
-        assert!(bytes.starts_with(&ZSTD_MAGIC), "a >1 KiB payload is compressed");
+        assert!(
+            bytes.starts_with(&ZSTD_MAGIC),
+            "a >1 KiB payload is compressed"
+        );
         assert_eq!(decode_step(&bytes), Ok(body.clone()));
         let plain = encode_step(&body, usize::MAX);
         assert_eq!(plain.first(), Some(&b'{'));
@@ -279,13 +296,23 @@ mod tests {
     fn version_one_fixture_is_upgraded_on_read() {
         let fixture = include_bytes!("../tests/fixtures/step-v1.json");
         let body = decode_step(fixture).expect("the frozen v1 fixture decodes");
-        assert_eq!(body.model_output.as_deref(), Some("I need the sum of the two numbers."));
+        assert_eq!(
+            body.model_output.as_deref(),
+            Some("I need the sum of the two numbers.")
+        );
         assert_eq!(body.tool_calls.len(), 1);
         assert_eq!(body.tool_calls[0].name, "calculator");
         assert_eq!(body.tool_calls[0].arguments, json!({"expression": "19+23"}));
         assert_eq!(body.observations.as_deref(), Some("42"));
         assert_eq!(body.error, None);
-        assert_eq!(body.token_usage, TokenUsage { input: 120, output: 30, total: 150 });
+        assert_eq!(
+            body.token_usage,
+            TokenUsage {
+                input: 120,
+                output: 30,
+                total: 150
+            }
+        );
         let start = body.started_at.expect("start kept");
         assert_eq!(body.ended_at, Some(Timestamp(start.0 + 1_500_000)));
         // Re-encoding writes the current version.
@@ -296,16 +323,28 @@ mod tests {
 
     #[test]
     fn damaged_payloads_are_errors_not_panics() {
-        assert!(matches!(decode_step(b"{not json"), Err(DecodeError::Json(_))));
-        assert!(matches!(decode_step(b"{\"model_output\":\"x\"}"), Err(DecodeError::MissingVersion)));
+        assert!(matches!(
+            decode_step(b"{not json"),
+            Err(DecodeError::Json(_))
+        ));
+        assert!(matches!(
+            decode_step(b"{\"model_output\":\"x\"}"),
+            Err(DecodeError::MissingVersion)
+        ));
         assert_eq!(
             decode_step(b"{\"version\":99}"),
-            Err(DecodeError::FutureVersion { found: 99, supported: STEP_VERSION })
+            Err(DecodeError::FutureVersion {
+                found: 99,
+                supported: STEP_VERSION
+            })
         );
         let mut packed = encode_step(&sample(), 16);
         let len = packed.len();
         packed.truncate(len / 2);
-        assert!(matches!(decode_step(&packed), Err(DecodeError::Compression(_))));
+        assert!(matches!(
+            decode_step(&packed),
+            Err(DecodeError::Compression(_))
+        ));
         assert!(decode_value(&[0x28, 0xB5, 0x2F, 0xFD, 0xFF]).is_err());
     }
 

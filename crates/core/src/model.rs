@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use uuid::Uuid;
 use crate::time::Timestamp;
+use uuid::Uuid;
 
 macro_rules! string_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
@@ -144,7 +144,11 @@ pub struct TokenUsage {
 
 impl TokenUsage {
     pub fn new(input: u64, output: u64) -> Self {
-        TokenUsage { input, output, total: input + output }
+        TokenUsage {
+            input,
+            output,
+            total: input + output,
+        }
     }
 
     pub fn add(&mut self, other: &TokenUsage) {

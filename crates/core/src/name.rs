@@ -20,7 +20,10 @@ pub fn validate_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(NameError::Length);
     }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
         return Err(NameError::Characters);
     }
     if name.contains("..") {
@@ -36,7 +39,7 @@ fn is_reserved(name: &str) -> bool {
     // Windows reserves device names with any extension too (`CON.txt`).
     let stem = name.split('.').next().unwrap_or(name).to_ascii_uppercase();
     let lower = name.to_ascii_lowercase();
-    if matches!(lower.as_str(), "index" | "metadata" | "." ) {
+    if matches!(lower.as_str(), "index" | "metadata" | ".") {
         return true;
     }
     if matches!(stem.as_str(), "CON" | "PRN" | "AUX" | "NUL") {
@@ -60,18 +63,41 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_names() {
-        for ok in ["alpha", "a", "session-1", "my_notes.v2", &"x".repeat(64), "COM10", "console"] {
+        for ok in [
+            "alpha",
+            "a",
+            "session-1",
+            "my_notes.v2",
+            &"x".repeat(64),
+            "COM10",
+            "console",
+        ] {
             assert_eq!(validate_name(ok), Ok(()), "{ok}");
         }
     }
 
     #[test]
     fn refuses_unsafe_names() {
-        for bad in ["", &"x".repeat(65), "../etc", "a/b", "a\\b", "a..b", "..", "sp ace", "é"] {
+        for bad in [
+            "",
+            &"x".repeat(65),
+            "../etc",
+            "a/b",
+            "a\\b",
+            "a..b",
+            "..",
+            "sp ace",
+            "é",
+        ] {
             assert!(validate_name(bad).is_err(), "{bad:?}");
         }
-        for reserved in ["index", "INDEX", "metadata", "con", "CON", "nul.txt", "Com1", "lpt9", "aux", "PRN"] {
-            assert!(matches!(validate_name(reserved), Err(NameError::Reserved(_))), "{reserved}");
+        for reserved in [
+            "index", "INDEX", "metadata", "con", "CON", "nul.txt", "Com1", "lpt9", "aux", "PRN",
+        ] {
+            assert!(
+                matches!(validate_name(reserved), Err(NameError::Reserved(_))),
+                "{reserved}"
+            );
         }
     }
 }

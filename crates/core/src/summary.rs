@@ -24,7 +24,9 @@ pub fn build_summary(messages: &[Message], steps: &[Step], message_count: u64) -
         }
     }
 
-    let mut text = String::from("Previous conversation summary (the full agent memory could not be restored).\n");
+    let mut text = String::from(
+        "Previous conversation summary (the full agent memory could not be restored).\n",
+    );
     if user_requests.is_empty() {
         text.push_str("The user has made no requests yet.\n");
     } else {
@@ -39,7 +41,12 @@ pub fn build_summary(messages: &[Message], steps: &[Step], message_count: u64) -
     text.push_str(&format!("Messages in this session: {message_count}\n"));
     text.push_str("Continue the conversation from here, using this context.");
 
-    ContextSummary { user_requests, tools_used, message_count, text }
+    ContextSummary {
+        user_requests,
+        tools_used,
+        message_count,
+        text,
+    }
 }
 
 /// The first `max` characters of `text` (characters, not bytes, so no UTF-8 is split).
@@ -77,7 +84,10 @@ mod tests {
     fn keeps_last_five_user_requests_cut_to_200_chars() {
         let mut messages = Vec::new();
         for i in 0..7 {
-            messages.push(message(Role::User, &format!("request {i} {}", "é".repeat(300))));
+            messages.push(message(
+                Role::User,
+                &format!("request {i} {}", "é".repeat(300)),
+            ));
             messages.push(message(Role::Assistant, "answer"));
         }
         let step = Step::from_body(
@@ -88,9 +98,21 @@ mod tests {
             StepKind::Action,
             StepBody {
                 tool_calls: vec![
-                    ToolCall { id: "1".into(), name: "calculator".into(), arguments: Value::Null },
-                    ToolCall { id: "2".into(), name: "calculator".into(), arguments: Value::Null },
-                    ToolCall { id: "3".into(), name: "clock".into(), arguments: Value::Null },
+                    ToolCall {
+                        id: "1".into(),
+                        name: "calculator".into(),
+                        arguments: Value::Null,
+                    },
+                    ToolCall {
+                        id: "2".into(),
+                        name: "calculator".into(),
+                        arguments: Value::Null,
+                    },
+                    ToolCall {
+                        id: "3".into(),
+                        name: "clock".into(),
+                        arguments: Value::Null,
+                    },
                 ],
                 ..StepBody::default()
             },
@@ -99,7 +121,12 @@ mod tests {
         let summary = build_summary(&messages, &[step], 14);
         assert_eq!(summary.user_requests.len(), 5);
         assert!(summary.user_requests[0].starts_with("request 2 "));
-        assert!(summary.user_requests.iter().all(|r| r.chars().count() == 200));
+        assert!(
+            summary
+                .user_requests
+                .iter()
+                .all(|r| r.chars().count() == 200)
+        );
         assert_eq!(summary.tools_used, vec!["calculator", "clock"]);
         assert_eq!(summary.message_count, 14);
         assert!(summary.text.contains("Continue the conversation"));

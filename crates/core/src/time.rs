@@ -50,7 +50,9 @@ impl Timestamp {
     /// Parses RFC 3339 (any offset, any fraction); the result is truncated to microseconds.
     pub fn parse(text: &str) -> Option<Self> {
         let dt = OffsetDateTime::parse(text, &Rfc3339).ok()?;
-        i64::try_from(dt.unix_timestamp_nanos() / 1_000).ok().map(Timestamp)
+        i64::try_from(dt.unix_timestamp_nanos() / 1_000)
+            .ok()
+            .map(Timestamp)
     }
 
     pub fn to_rfc3339(self) -> String {

@@ -39,7 +39,9 @@ impl<T: Send + 'static> IntoFuture for Ack<T> {
             match self.0 {
                 AckInner::Ready(result) => result,
                 AckInner::Pending(rx) => rx.await.unwrap_or_else(|_| {
-                    Err(StoreError::Unavailable("the writer stopped before the write was committed".into()))
+                    Err(StoreError::Unavailable(
+                        "the writer stopped before the write was committed".into(),
+                    ))
                 }),
             }
         })

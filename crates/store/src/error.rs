@@ -8,7 +8,10 @@ pub enum StoreError {
     InvalidTenant,
     /// The input breaks a rule of the data model.
     #[error("{message}")]
-    Invalid { field: Option<&'static str>, message: String },
+    Invalid {
+        field: Option<&'static str>,
+        message: String,
+    },
     /// A uniqueness rule (a session name, a step number with another body).
     #[error("{0}")]
     Conflict(String),
@@ -28,7 +31,10 @@ pub enum StoreError {
 
 impl StoreError {
     pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
-        StoreError::Invalid { field: Some(field), message: message.into() }
+        StoreError::Invalid {
+            field: Some(field),
+            message: message.into(),
+        }
     }
 }
 

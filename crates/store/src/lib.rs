@@ -40,41 +40,99 @@ pub trait Store: Clone + Send + Sync + 'static {
     // --- sessions -------------------------------------------------------------------
 
     /// Creates an `active` session. A name already used in the tenant is a conflict.
-    fn create_session(&self, tenant: &Tenant, new: NewSession) -> impl Future<Output = Result<Session>> + Send;
-    fn get_session(&self, tenant: &Tenant, id: Id) -> impl Future<Output = Result<Option<Session>>> + Send;
-    fn find_session_by_name(&self, tenant: &Tenant, name: &str) -> impl Future<Output = Result<Option<Session>>> + Send;
+    fn create_session(
+        &self,
+        tenant: &Tenant,
+        new: NewSession,
+    ) -> impl Future<Output = Result<Session>> + Send;
+    fn get_session(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+    ) -> impl Future<Output = Result<Option<Session>>> + Send;
+    fn find_session_by_name(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Session>>> + Send;
     /// Newest `updated_at` first, keyset-paginated.
-    fn list_sessions(&self, tenant: &Tenant, filter: SessionFilter, page: PageRequest) -> impl Future<Output = Result<Page<Session>>> + Send;
-    fn update_session(&self, tenant: &Tenant, id: Id, patch: SessionPatch) -> impl Future<Output = Result<Option<Session>>> + Send;
+    fn list_sessions(
+        &self,
+        tenant: &Tenant,
+        filter: SessionFilter,
+        page: PageRequest,
+    ) -> impl Future<Output = Result<Page<Session>>> + Send;
+    fn update_session(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        patch: SessionPatch,
+    ) -> impl Future<Output = Result<Option<Session>>> + Send;
     /// Soft delete: the status becomes `deleted`. `false` when there is no such session.
     fn delete_session(&self, tenant: &Tenant, id: Id) -> impl Future<Output = Result<bool>> + Send;
 
     // --- messages -------------------------------------------------------------------
 
     /// Appends a message and bumps the session's `message_count` and `updated_at`.
-    fn append_message(&self, tenant: &Tenant, new: NewMessage) -> impl Future<Output = Result<Message>> + Send;
+    fn append_message(
+        &self,
+        tenant: &Tenant,
+        new: NewMessage,
+    ) -> impl Future<Output = Result<Message>> + Send;
     /// Oldest first (server time in microseconds, id as tie-break).
-    fn list_messages(&self, tenant: &Tenant, session_id: Id, query: MessageQuery) -> impl Future<Output = Result<Vec<Message>>> + Send;
+    fn list_messages(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        query: MessageQuery,
+    ) -> impl Future<Output = Result<Vec<Message>>> + Send;
 
     // --- executions -----------------------------------------------------------------
 
-    fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> impl Future<Output = Result<Execution>> + Send;
-    fn get_execution(&self, tenant: &Tenant, id: Id) -> impl Future<Output = Result<Option<Execution>>> + Send;
+    fn create_execution(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+    ) -> impl Future<Output = Result<Execution>> + Send;
+    fn get_execution(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+    ) -> impl Future<Output = Result<Option<Execution>>> + Send;
     /// A session's executions (subagents' too), oldest first.
-    fn list_executions(&self, tenant: &Tenant, session_id: Id) -> impl Future<Output = Result<Vec<Execution>>> + Send;
+    fn list_executions(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> impl Future<Output = Result<Vec<Execution>>> + Send;
     /// Moves an execution to another status; a move the lifecycle does not allow is
     /// `InvalidState`, an unknown execution `NotFound`.
-    fn transition_execution(&self, tenant: &Tenant, id: Id, transition: Transition) -> impl Future<Output = Result<Execution>> + Send;
+    fn transition_execution(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        transition: Transition,
+    ) -> impl Future<Output = Result<Execution>> + Send;
 
     // --- the execution queue (all tenants: workers serve every tenant) ------------------
 
     /// Claims the next runnable execution: the oldest `pending` one of a session with no
     /// other execution running, or a `running` one whose worker's lease expired. Returns
     /// `None` when there is nothing to do. Attempts over `max_attempts` fail the execution.
-    fn claim_next(&self, worker: &str, lease: Duration, max_attempts: u32) -> impl Future<Output = Result<Option<Claim>>> + Send;
+    fn claim_next(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Option<Claim>>> + Send;
     /// Extends the leases this worker holds on these executions; returns the ids it no
     /// longer holds (cancelled, finished, or taken over).
-    fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> impl Future<Output = Result<Vec<Id>>> + Send;
+    fn renew_leases(
+        &self,
+        worker: &str,
+        ids: Vec<Id>,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<Id>>> + Send;
     /// Gives a claimed execution back to the queue at once (graceful shutdown).
     fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
     /// Executions waiting to run.
@@ -85,28 +143,62 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Queues a step. The same `(execution, step_number)` with the same body again
     /// resolves to the stored step with `created: false`; another body is a `Conflict`.
     /// Also advances the execution's `step_count` and `token_usage`.
-    fn append_step(&self, tenant: &Tenant, new: NewStep) -> impl Future<Output = Result<Ack<StepAppend>>> + Send;
+    fn append_step(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+    ) -> impl Future<Output = Result<Ack<StepAppend>>> + Send;
     /// An execution's steps by step number.
-    fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> impl Future<Output = Result<Loaded<Step>>> + Send;
+    fn list_steps(
+        &self,
+        tenant: &Tenant,
+        execution_id: Id,
+    ) -> impl Future<Output = Result<Loaded<Step>>> + Send;
     /// A session's agent memory: the steps of its executions, in execution order.
-    fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> impl Future<Output = Result<Loaded<Step>>> + Send;
+    fn list_session_steps(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> impl Future<Output = Result<Loaded<Step>>> + Send;
 
     // --- snapshots ------------------------------------------------------------------
 
     /// Queues a snapshot; it becomes the execution's and the session's last snapshot.
-    fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> impl Future<Output = Result<Ack<Snapshot>>> + Send;
+    fn save_snapshot(
+        &self,
+        tenant: &Tenant,
+        new: NewSnapshot,
+    ) -> impl Future<Output = Result<Ack<Snapshot>>> + Send;
     /// An execution's snapshots, oldest first, with `state` left `null`.
-    fn list_snapshots(&self, tenant: &Tenant, execution_id: Id) -> impl Future<Output = Result<Vec<Snapshot>>> + Send;
+    fn list_snapshots(
+        &self,
+        tenant: &Tenant,
+        execution_id: Id,
+    ) -> impl Future<Output = Result<Vec<Snapshot>>> + Send;
     /// One snapshot with its state; `Ok(None)` also when its state cannot be decoded.
-    fn get_snapshot(&self, tenant: &Tenant, id: Id) -> impl Future<Output = Result<Option<Snapshot>>> + Send;
+    fn get_snapshot(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+    ) -> impl Future<Output = Result<Option<Snapshot>>> + Send;
 
     // --- events ---------------------------------------------------------------------
 
     /// Queues an event; its id (strictly increasing per session, from 1) is assigned when
     /// it commits, and subscribers get it then.
-    fn append_event(&self, tenant: &Tenant, new: NewEvent) -> impl Future<Output = Result<Ack<Event>>> + Send;
+    fn append_event(
+        &self,
+        tenant: &Tenant,
+        new: NewEvent,
+    ) -> impl Future<Output = Result<Ack<Event>>> + Send;
     /// Stored events with id greater than `after`, in order, at most `limit`.
-    fn list_events(&self, tenant: &Tenant, session_id: Id, after: i64, limit: u32) -> impl Future<Output = Result<Vec<Event>>> + Send;
+    fn list_events(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<Event>>> + Send;
     /// Live events of a session from now on. Subscribe first, then replay from the store,
     /// then skip live events already replayed: that is gap-free and duplicate-free.
     fn subscribe(&self, tenant: &Tenant, session_id: Id) -> broadcast::Receiver<Arc<Event>>;
@@ -117,21 +209,44 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Writes a whole session document in one transaction, with fresh ids throughout
     /// (references inside the document are rewritten). All or nothing.
-    fn import_document(&self, tenant: &Tenant, user_id: &str, doc: SessionDocument) -> impl Future<Output = Result<Session>> + Send;
+    fn import_document(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        doc: SessionDocument,
+    ) -> impl Future<Output = Result<Session>> + Send;
 
     // --- retention (all tenants: the cleaner is the one cross-tenant writer) ------------
 
     /// Marks `active` sessions not updated since `cutoff` as `abandoned` and cancels their
     /// paused executions. Returns how many sessions were marked (or would be, when `dry`).
-    fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> impl Future<Output = Result<u64>> + Send;
+    fn mark_abandoned(
+        &self,
+        cutoff: Timestamp,
+        dry: bool,
+    ) -> impl Future<Output = Result<u64>> + Send;
     /// Deletes sessions past retention with every child row, in small batches.
-    fn cleanup_old_sessions(&self, now: Timestamp, policy: RetentionPolicy, dry: bool) -> impl Future<Output = Result<CleanupReport>> + Send;
+    fn cleanup_old_sessions(
+        &self,
+        now: Timestamp,
+        policy: RetentionPolicy,
+        dry: bool,
+    ) -> impl Future<Output = Result<CleanupReport>> + Send;
 
     // --- API keys -------------------------------------------------------------------
 
-    fn create_api_key(&self, tenant: &Tenant, user_id: &str, name: Option<String>, key_hash: &str) -> impl Future<Output = Result<ApiKeyRecord>> + Send;
+    fn create_api_key(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        name: Option<String>,
+        key_hash: &str,
+    ) -> impl Future<Output = Result<ApiKeyRecord>> + Send;
     /// The active (not revoked) key with this hash.
-    fn find_api_key(&self, key_hash: &str) -> impl Future<Output = Result<Option<ApiKeyRecord>>> + Send;
+    fn find_api_key(
+        &self,
+        key_hash: &str,
+    ) -> impl Future<Output = Result<Option<ApiKeyRecord>>> + Send;
     fn list_api_keys(&self) -> impl Future<Output = Result<Vec<ApiKeyRecord>>> + Send;
     /// `false` when there is no such key.
     fn revoke_api_key(&self, id: Id) -> impl Future<Output = Result<bool>> + Send;

@@ -73,13 +73,19 @@ pub struct PageRequest {
 
 impl Default for PageRequest {
     fn default() -> Self {
-        PageRequest { limit: DEFAULT_PAGE_LIMIT, cursor: None }
+        PageRequest {
+            limit: DEFAULT_PAGE_LIMIT,
+            cursor: None,
+        }
     }
 }
 
 impl PageRequest {
     pub fn first(limit: u32) -> Self {
-        PageRequest { limit, cursor: None }
+        PageRequest {
+            limit,
+            cursor: None,
+        }
     }
 
     /// The limit clamped to 1..=500 (the HTTP layer rejects values outside it first).
@@ -110,7 +116,11 @@ pub mod cursor {
         }
         let bytes: Option<Vec<u8>> = (0..cursor.len())
             .step_by(2)
-            .map(|i| cursor.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .map(|i| {
+                cursor
+                    .get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
             .collect();
         let text = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
         let (at, id) = text.split_once(':').ok_or_else(bad)?;
@@ -176,11 +186,19 @@ pub struct NewExecution {
 /// A change of an execution's status and the fields that go with it.
 #[derive(Debug, Clone)]
 pub enum Transition {
-    Pause { question: String },
+    Pause {
+        question: String,
+    },
     /// A paused execution gets the user's answer and goes back to the queue.
-    Resume { answer: Value },
-    Complete { output: Value },
-    Fail { error_message: String },
+    Resume {
+        answer: Value,
+    },
+    Complete {
+        output: Value,
+    },
+    Fail {
+        error_message: String,
+    },
     Cancel,
 }
 
@@ -261,7 +279,12 @@ pub struct RetentionPolicy {
 
 impl Default for RetentionPolicy {
     fn default() -> Self {
-        RetentionPolicy { abandon_after_days: 30, completed_days: 90, abandoned_days: 30, deleted_days: 30 }
+        RetentionPolicy {
+            abandon_after_days: 30,
+            completed_days: 90,
+            abandoned_days: 30,
+            deleted_days: 30,
+        }
     }
 }
 
