@@ -1,1 +1,194 @@
-fn main() {}
+//! The `stepwise` binary: the server, session tools, API keys, retention, migrations and the
+//! storage benchmark. Reads like the architecture: settings → database → command.
+
+mod bench;
+mod cleanup;
+mod config;
+mod db;
+mod keys;
+mod serve;
+mod sessions;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use stepwise_store::Store;
+
+use crate::db::{DatabaseUrl, with_store};
+
+const AFTER_HELP: &str = "\
+Settings come from flags, then environment variables, then a stepwise.toml in the working
+directory (or the file STEPWISE_CONFIG names), whose keys are the flags' long names
+(`database = \"sqlite://stepwise.db\"`, `listen = \"127.0.0.1:7777\"`, `completed_days = 90`).";
+
+#[derive(Parser, Debug)]
+#[command(name = "stepwise", version, about = "Stepwise: durable sessions for AI agents", after_help = AFTER_HELP)]
+struct Cli {
+    /// The database: `sqlite://PATH` (a bare path is SQLite too), `postgres://...` or
+    /// `files://DIR`. Default: `stepwise.db` in the data directory.
+    #[arg(long, global = true, env = "STEPWISE_DATABASE_URL", value_name = "URL")]
+    database: Option<String>,
+    /// Where the default database lives. Default: $XDG_DATA_HOME/stepwise, else
+    /// ~/.local/share/stepwise.
+    #[arg(long, global = true, env = "STEPWISE_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs the HTTP server (API, event streams, web UI) and the execution workers.
+    Serve(serve::ServeArgs),
+    /// Applies the database's schema migrations and exits.
+    Migrate,
+    /// Lists, shows, exports, imports and deletes sessions.
+    Sessions(sessions::SessionsArgs),
+    /// Creates, lists and revokes API keys.
+    Keys {
+        #[command(subcommand)]
+        command: keys::KeysCommand,
+    },
+    /// Runs one retention pass: marks idle sessions abandoned, deletes expired ones.
+    Cleanup(cleanup::CleanupArgs),
+    /// Measures the storage (see shared/bench/workload.md); JSON on stdout, a table on stderr.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let (config_path, named) = config::config_path();
+    let settings = config::read_settings(&config_path, named)?;
+    let command = config::apply_settings(Cli::command(), &settings)?;
+    let matches = command.get_matches();
+    // The benchmark never touches the user's database unless one is named on its command line.
+    let database_on_command_line = database_source(&matches) == Some(ValueSource::CommandLine);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+
+    let is_serve = matches!(cli.command, Command::Serve(_));
+    init_tracing(if is_serve { "info" } else { "warn" });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(dispatch(cli, database_on_command_line))
+}
+
+/// Where the `--database` value came from, looking through the subcommands it propagates to.
+fn database_source(matches: &clap::ArgMatches) -> Option<ValueSource> {
+    let mut current = matches;
+    let mut source = current.value_source("database");
+    while let Some((_, sub)) = current.subcommand() {
+        if let Some(found) = sub.value_source("database") {
+            source = Some(match (source, found) {
+                (Some(ValueSource::CommandLine), _) => ValueSource::CommandLine,
+                (_, found) => found,
+            });
+        }
+        current = sub;
+    }
+    source
+}
+
+fn init_tracing(default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("STEPWISE_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new(default_level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()> {
+    if let Command::Bench(args) = cli.command {
+        let database = if database_on_command_line {
+            cli.database.as_deref()
+        } else {
+            None
+        };
+        return bench::run(args, database).await;
+    }
+    let url = DatabaseUrl::resolve(cli.database.as_deref(), cli.data_dir.as_deref())?;
+    let opened = db::open(&url)
+        .await
+        .with_context(|| format!("database {url}"))?;
+    match cli.command {
+        Command::Serve(args) => with_store!(opened, |store| serve::run(store, args)),
+        Command::Migrate => {
+            let applied = opened.applied_migrations();
+            with_store!(opened, |store| async move {
+                store.ping().await?;
+                if applied.is_empty() {
+                    println!("{url}: the schema was already up to date; nothing to apply");
+                } else {
+                    println!("{url}: applied {} migration(s):", applied.len());
+                    for migration in &applied {
+                        println!("  {migration}");
+                    }
+                }
+                Ok(())
+            })
+        }
+        Command::Sessions(args) => with_store!(opened, |store| sessions::run(&store, args)),
+        Command::Keys { command } => with_store!(opened, |store| keys::run(&store, command)),
+        Command::Cleanup(args) => with_store!(opened, |store| cleanup::run(&store, args)),
+        Command::Bench(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn settings_file_values_are_defaults_below_flags() {
+        let mut settings = std::collections::BTreeMap::new();
+        settings.insert("database".to_string(), "sqlite://from-file.db".to_string());
+        settings.insert("completed_days".to_string(), "7".to_string());
+        let command = config::apply_settings(Cli::command(), &settings).unwrap();
+        let matches = command
+            .clone()
+            .try_get_matches_from(["stepwise", "cleanup"])
+            .unwrap();
+        let cli = Cli::from_arg_matches(&matches).unwrap();
+        assert_eq!(cli.database.as_deref(), Some("sqlite://from-file.db"));
+        let Command::Cleanup(args) = cli.command else {
+            panic!("cleanup")
+        };
+        assert_eq!(args.retention.completed_days, 7);
+
+        let matches = command
+            .try_get_matches_from(["stepwise", "cleanup", "--database", "x.db"])
+            .unwrap();
+        let cli = Cli::from_arg_matches(&matches).unwrap();
+        assert_eq!(cli.database.as_deref(), Some("x.db"));
+    }
+
+    #[test]
+    fn unknown_settings_are_rejected() {
+        let mut settings = std::collections::BTreeMap::new();
+        settings.insert("databse".to_string(), "x".to_string());
+        assert!(config::apply_settings(Cli::command(), &settings).is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! Picks the storage backend once, from the database URL's scheme.
+//!
+//! `Store` has async methods, so it is not dyn-compatible: commands are generic over
+//! `S: Store`, and [`with_store!`] opens the backend the URL names and runs the command
+//! body with it, then closes the store so queued writes are drained before exit.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use stepwise_store_sqlite::{SqliteOptions, SqliteStore};
+
+use crate::config;
+
+/// The file name of the default SQLite database inside the data directory.
+pub const DEFAULT_DB_FILE: &str = "stepwise.db";
+
+/// A parsed `--database` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    Sqlite(PathBuf),
+    Postgres(String),
+    Files(PathBuf),
+}
+
+impl DatabaseUrl {
+    /// `sqlite://PATH` (also `sqlite:PATH`), `postgres://...` / `postgresql://...`,
+    /// `files://DIR`; anything without a scheme is a SQLite file path.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let text = text.trim();
+        if text.is_empty() {
+            bail!("the database URL is empty");
+        }
+        if let Some(path) = text
+            .strip_prefix("sqlite://")
+            .or_else(|| text.strip_prefix("sqlite:"))
+        {
+            if path.is_empty() {
+                bail!("`{text}` names no file: use sqlite://PATH");
+            }
+            return Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(DatabaseUrl::Postgres(text.to_string()));
+        }
+        if let Some(dir) = text.strip_prefix("files://") {
+            if dir.is_empty() {
+                bail!("`{text}` names no directory: use files://DIR");
+            }
+            return Ok(DatabaseUrl::Files(PathBuf::from(dir)));
+        }
+        if let Some((scheme, _)) = text.split_once("://") {
+            bail!(
+                "unknown database scheme `{scheme}://`: use sqlite://PATH, postgres://... or files://DIR"
+            );
+        }
+        Ok(DatabaseUrl::Sqlite(PathBuf::from(text)))
+    }
+
+    /// The URL from the settings, or `stepwise.db` in the data directory (created if missing).
+    pub fn resolve(setting: Option<&str>, data_dir: Option<&Path>) -> anyhow::Result<Self> {
+        match setting.filter(|s| !s.trim().is_empty()) {
+            Some(text) => Self::parse(text),
+            None => {
+                let dir = config::data_dir(data_dir)?;
+                std::fs::create_dir_all(&dir).with_context(|| {
+                    format!("cannot create the data directory {}", dir.display())
+                })?;
+                Ok(DatabaseUrl::Sqlite(dir.join(DEFAULT_DB_FILE)))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+            // Never print a password from the URL.
+            DatabaseUrl::Postgres(url) => f.write_str(&redact_password(url)),
+            DatabaseUrl::Files(dir) => write!(f, "files://{}", dir.display()),
+        }
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// An opened backend. Each variant holds a concrete [`stepwise_store::Store`].
+pub enum OpenedStore {
+    Sqlite(SqliteStore),
+}
+
+/// Opens (and so migrates) the store the URL names.
+pub async fn open(url: &DatabaseUrl) -> anyhow::Result<OpenedStore> {
+    match url {
+        DatabaseUrl::Sqlite(path) => Ok(OpenedStore::Sqlite(open_sqlite(path).await?)),
+        DatabaseUrl::Postgres(_) => {
+            bail!("PostgreSQL support is not built yet: use a SQLite database (sqlite://PATH)")
+        }
+        DatabaseUrl::Files(_) => {
+            bail!("the JSON files backend is not built yet: use a SQLite database (sqlite://PATH)")
+        }
+    }
+}
+
+pub async fn open_sqlite(path: &Path) -> anyhow::Result<SqliteStore> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the directory {}", parent.display()))?;
+    }
+    let path = path.to_path_buf();
+    // Opening runs the migrations on this thread; keep it off the async workers.
+    let store = tokio::task::spawn_blocking(move || {
+        SqliteStore::open_with(&path, SqliteOptions::default())
+    })
+    .await
+    .context("the database open task failed")?
+    .context("cannot open the SQLite database")?;
+    Ok(store)
+}
+
+impl OpenedStore {
+    /// The migrations opening the database applied (empty when it was up to date).
+    pub fn applied_migrations(&self) -> Vec<String> {
+        match self {
+            OpenedStore::Sqlite(store) => store.applied_migrations().to_vec(),
+        }
+    }
+
+    /// Drains the save queue and stops the backend's background work.
+    pub async fn close(self) -> anyhow::Result<()> {
+        match self {
+            OpenedStore::Sqlite(store) => close_sqlite(store).await?,
+        }
+        Ok(())
+    }
+}
+
+/// Waits for every queued write to be durable, then lets the writer thread stop: dropping
+/// the last handle joins it, so that happens off the async workers.
+pub async fn close_sqlite(store: SqliteStore) -> anyhow::Result<()> {
+    stepwise_store::Store::flush(&store)
+        .await
+        .context("flushing the SQLite database")?;
+    tokio::task::spawn_blocking(move || drop(store))
+        .await
+        .context("closing the SQLite database")?;
+    Ok(())
+}
+
+/// Runs `$body` with `$store` bound to the concrete store the opened backend holds, then
+/// closes the store whatever the body returned. Evaluates to the body's `anyhow::Result`.
+macro_rules! with_store {
+    ($opened:expr, |$store:ident| $body:expr) => {{
+        match $opened {
+            $crate::db::OpenedStore::Sqlite(handle) => {
+                let result: anyhow::Result<_> = {
+                    let $store = handle.clone();
+                    $body.await
+                };
+                let closed = $crate::db::OpenedStore::Sqlite(handle).close().await;
+                match (result, closed) {
+                    (Ok(value), Ok(())) => Ok(value),
+                    (Err(e), _) => Err(e),
+                    (Ok(_), Err(e)) => Err(e),
+                }
+            }
+        }
+    }};
+}
+pub(crate) use with_store;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_pick_the_backend() {
+        assert_eq!(
+            DatabaseUrl::parse("sqlite:///tmp/a.db").unwrap(),
+            DatabaseUrl::Sqlite("/tmp/a.db".into())
+        );
+        assert_eq!(
+            DatabaseUrl::parse("sqlite://rel.db").unwrap(),
+            DatabaseUrl::Sqlite("rel.db".into())
+        );
+        assert_eq!(
+            DatabaseUrl::parse("data/x.db").unwrap(),
+            DatabaseUrl::Sqlite("data/x.db".into())
+        );
+        assert!(matches!(
+            DatabaseUrl::parse("postgres://u:p@h/db").unwrap(),
+            DatabaseUrl::Postgres(_)
+        ));
+        assert_eq!(
+            DatabaseUrl::parse("files://d").unwrap(),
+            DatabaseUrl::Files("d".into())
+        );
+        assert!(DatabaseUrl::parse("mysql://x").is_err());
+        assert!(DatabaseUrl::parse("sqlite://").is_err());
+        assert!(DatabaseUrl::parse("  ").is_err());
+    }
+
+    #[test]
+    fn passwords_are_not_printed() {
+        let url = DatabaseUrl::parse("postgres://me:secret@host/db").unwrap();
+        assert_eq!(url.to_string(), "postgres://me:***@host/db");
+    }
+}
