@@ -392,8 +392,8 @@
       this.execs = new Map();
       this.optimistic = [];
       this.userCount = 0;
-      this.syncing = false;
-      this.syncAgain = false;
+      this.queue = [];
+      this.draining = false;
       this.connected = false;
       this.lastUserContext = '';
     }
@@ -530,6 +530,7 @@
           exec.question.messageId = msg.id;
           return;
         }
+        exec.answered = true;
         if (exec.streamNode) {
           exec.streamNode.replaceWith(node);
           exec.streamNode = null;
@@ -557,26 +558,19 @@
     fillMessageMeta(pending.node, msg, false);
   }
 
-  async function syncMessages() {
-    const current = view;
-    if (!current.sessionId) return;
-    if (current.syncing) {
-      current.syncAgain = true;
-      return;
-    }
-    current.syncing = true;
-    try {
-      do {
-        current.syncAgain = false;
+  // Fetches the messages after the last one shown. Retries a little: a failed fetch usually
+  // means the connection dropped, and the stream's reconnect will bring the events back.
+  async function syncMessages(current) {
+    for (let attempt = 0; attempt < 4 && !current.closed; attempt += 1) {
+      try {
         const after = current.lastMessageId ? `?after=${encodeURIComponent(current.lastMessageId)}` : '';
         const items = await listAll(`/v1/sessions/${current.sessionId}/messages${after}`);
-        if (current.closed) return;
-        items.forEach(addMessage);
-      } while (current.syncAgain && !current.closed);
-    } catch (err) {
-      if (!current.closed) showError(`Could not load messages: ${err.message}`);
-    } finally {
-      current.syncing = false;
+        if (!current.closed) items.forEach(addMessage);
+        return;
+      } catch (err) {
+        if (attempt === 3 && !current.closed) showError(`Could not load messages: ${err.message}`);
+        await sleep(300 * 2 ** attempt);
+      }
     }
   }
 
@@ -792,17 +786,17 @@
 
   function setExecStatus(exec, status, content) {
     exec.status = status;
+    if (status === 'running') exec.answered = false;
+    if (FINISHED_STATUSES.has(status) && exec.streamNode) {
+      exec.streamNode.remove();
+      exec.streamNode = null;
+    }
     if (status === 'paused') {
       showQuestion(exec, content || (exec.data && exec.data.output && exec.data.output.question) || 'The agent needs your input.');
     } else {
       retireQuestion(exec);
     }
-    if (FINISHED_STATUSES.has(status) || status === 'paused') {
-      exec.activity = '';
-      if (exec.streamNode && status !== 'completed') {
-        exec.streamNode.classList.remove('streaming');
-      }
-    }
+    if (FINISHED_STATUSES.has(status) || status === 'paused') exec.activity = '';
     if (status === 'failed') showFailure(exec, content || (exec.data && exec.data.error_message) || 'the execution failed');
     if (status === 'cancelled' && !exec.cancelShown) {
       exec.cancelShown = true;
@@ -815,6 +809,8 @@
   }
 
   function handleDelta(exec, text) {
+    // Deltas are live only; once the finished message is on screen they are stale.
+    if (exec.answered || FINISHED_STATUSES.has(exec.status)) return;
     if (!exec.streamNode) {
       const body = el('div', { class: 'bubble-body stream-text' });
       exec.streamNode = el('article', { class: 'msg msg-assistant streaming', 'data-role': 'assistant', 'data-execution-id': exec.id, 'aria-label': 'Assistant is writing', 'aria-busy': 'true' },
@@ -825,6 +821,8 @@
     scrollToBottom(false);
   }
 
+  // Events are applied strictly in order: one that names a message not loaded yet waits for
+  // that message, so lines, questions and answers land in the order they happened.
   function handleEvent(current, ev) {
     if (current.closed) return;
     let data;
@@ -842,12 +840,31 @@
         current.lastEventId = n;
       }
     }
-    const type = data.event_type || ev.event;
+    current.queue.push({ type: data.event_type || ev.event, data });
+    drainEvents(current);
+  }
+
+  async function drainEvents(current) {
+    if (current.draining) return;
+    current.draining = true;
+    try {
+      while (current.queue.length && !current.closed) {
+        const item = current.queue.shift();
+        if (item.type === 'message.created' && (!item.data.message_id || !current.messages.has(item.data.message_id))) {
+          await syncMessages(current);
+        }
+        if (!current.closed) applyEvent(item.type, item.data);
+      }
+    } finally {
+      current.draining = false;
+    }
+  }
+
+  function applyEvent(type, data) {
     const exec = data.execution_id ? execState(data.execution_id) : null;
     const meta = data.metadata || {};
     switch (type) {
       case 'message.created':
-        if (!data.message_id || !current.messages.has(data.message_id)) syncMessages();
         break;
       case 'message.delta':
         if (exec) handleDelta(exec, data.content || '');

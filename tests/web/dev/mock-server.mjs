@@ -199,7 +199,7 @@ const server = http.createServer(async (req, res) => {
   const p = url.pathname;
   const files = { '/': ['index.html', 'text/html; charset=utf-8'], '/app.js': ['app.js', 'text/javascript; charset=utf-8'], '/app.css': ['app.css', 'text/css; charset=utf-8'] };
   if (files[p]) {
-    res.writeHead(200, { 'Content-Type': files[p][1], 'Cache-Control': 'no-cache' });
+    res.writeHead(200, { 'Content-Type': files[p][1], 'Cache-Control': 'no-cache', 'Content-Security-Policy': "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'" });
     res.end(fs.readFileSync(path.join(uiDir, files[p][0])));
     return;
   }
