@@ -917,6 +917,7 @@
     let dropped = false;
     while (!current.closed) {
       const conn = new AbortController();
+      current.conn = conn;
       const onAbort = () => conn.abort();
       current.abort.signal.addEventListener('abort', onAbort);
       let idleTimer = null;
@@ -1545,7 +1546,12 @@
     else input.focus();
   }
 
-  // Exposed for the browser tests of the Markdown renderer.
-  window.stepwiseUi = { renderMarkdown, escapeHtml };
+  // For the browser tests: the Markdown renderer, and a way to cut the live connection as a
+  // network failure would.
+  window.stepwiseUi = {
+    renderMarkdown,
+    escapeHtml,
+    dropConnection: () => { if (view.conn) view.conn.abort(); },
+  };
   init();
 })();

@@ -143,6 +143,14 @@ async function run(e) {
     await run(child);
     return finish(e, 'completed', child.output ? child.output.answer : 'no answer');
   }
+  if (/^[\d\s+\-*/%().]+$/.test(text.trim()) && /\d/.test(text)) {
+    await sleep(stepMs);
+    // eslint-disable-next-line no-new-func
+    const value = String(Function(`return (${text})`)());
+    addStep(e, 'action', { tool_calls: [{ id: 'call_c', name: 'calculator', arguments: { expression: text } }], observations: value });
+    addMessage(sid, 'info', 'Step 1: called calculator', e.id, { metadata: { step_number: 1, tool: 'calculator' } });
+    return finish(e, 'completed', value);
+  }
   if (/\bfail\b/i.test(text)) {
     await sleep(stepMs);
     addStep(e, 'action', { tool_calls: [{ id: 'call_f', name: 'calculator', arguments: { expression: '1/0' } }], error: { kind: 'tool_error', message: 'division by zero' } });
