@@ -666,6 +666,9 @@
     exec.group = group;
     exec.groupUserCount = view.userCount;
     exec.lineCount = 0;
+    // A run resumed after a question gets a new group below the answer; counts are per group.
+    exec.segmentSteps = new Set();
+    exec.segments = (exec.segments || 0) + 1;
     const parentId = exec.data && exec.data.parent_execution_id;
     if (parentId && view.execs.has(parentId)) {
       nestUnderParent(exec);
@@ -680,8 +683,11 @@
 
   function addStepLine(exec, msg) {
     const group = ensureGroup(exec, true);
-    const stepNumber = msg.metadata && Number.isInteger(msg.metadata.step_number) ? msg.metadata.step_number : null;
-    if (stepNumber != null) exec.stepNumbers.add(stepNumber);
+    const numbered = /^(?:subagent )?step (\d+):/i.exec(msg.content);
+    const stepNumber = msg.metadata && Number.isInteger(msg.metadata.step_number)
+      ? msg.metadata.step_number
+      : (numbered ? Number(numbered[1]) : null);
+    if (stepNumber != null) addStepNumber(exec, stepNumber);
     const line = el('li', { class: `step-line line-${msg.role}`, 'data-message-id': msg.id },
       el('span', { class: 'step-text' }, msg.content),
       el('time', { datetime: msg.created_at || '', class: 'step-time' }, clockTime(msg.created_at)));
@@ -689,6 +695,11 @@
     exec.lineCount = (exec.lineCount || 0) + 1;
     refreshExec(exec);
     scrollToBottom(false);
+  }
+
+  function addStepNumber(exec, n) {
+    exec.stepNumbers.add(n);
+    if (exec.segmentSteps) exec.segmentSteps.add(n);
   }
 
   function statusText(status) {
@@ -705,7 +716,8 @@
 
   function refreshExec(exec) {
     if (!exec.group) return;
-    const stepCount = Math.max(exec.stepNumbers.size, exec.data && exec.data.status === exec.status ? exec.data.step_count || 0 : 0);
+    const own = exec.segmentSteps ? exec.segmentSteps.size : 0;
+    const stepCount = exec.segments > 1 ? own : Math.max(own, exec.data && exec.data.status === exec.status ? exec.data.step_count || 0 : 0);
     const lines = exec.lineCount || 0;
     const label = stepCount > 0 ? plural(stepCount, 'step') : plural(lines, 'update');
     const group = exec.group;
@@ -875,7 +887,7 @@
       case 'step.completed':
         if (exec) {
           if (Number.isInteger(meta.step_number)) {
-            if (type === 'step.completed') exec.stepNumbers.add(meta.step_number);
+            if (type === 'step.completed') addStepNumber(exec, meta.step_number);
             exec.currentStep = meta.step_number;
           }
           if (type === 'step.completed') exec.activity = '';

@@ -80,6 +80,11 @@ function snapshot(e, isFinal) {
 }
 
 function finish(e, status, answer, error) {
+  if (status === 'completed') {
+    const step = addStep(e, 'final_answer', { output: answer });
+    if (e.session_id) addMessage(e.session_id, 'info', `${e.parent_execution_id ? 'Subagent step' : 'Step'} ${step.step_number}: final answer`, e.id);
+    publish(e.session_id, 'step.completed', { execution_id: e.id, content: `Completed step ${step.step_number}`, metadata: { step_number: step.step_number } });
+  }
   e.status = status;
   e.completed_at = now();
   e.updated_at = now();
@@ -123,7 +128,7 @@ async function run(e) {
       if (cancelled.has(e.id)) return finish(e, 'cancelled');
       publish(sid, 'step.started', { execution_id: e.id, content: `Step ${i}`, metadata: { step_number: i } });
       addStep(e, 'action', { model_output: `Step ${i} of ${n}: computing ${i}.`, tool_calls: [{ id: `call_${i}`, name: 'calculator', arguments: { expression: String(i) } }], observations: String(i), token_usage: { input: 10, output: 5, total: 15 } });
-      addMessage(sid, 'info', `Step ${i}: called calculator`, e.id, { metadata: { step_number: i, tool: 'calculator' } });
+      addMessage(sid, 'info', `Step ${i}: called calculator`, e.id);
       publish(sid, 'step.completed', { execution_id: e.id, content: `Completed step ${i}`, metadata: { step_number: i, tool: 'calculator' } });
     }
     return finish(e, 'completed', `Done: ${n} steps`);
@@ -148,13 +153,13 @@ async function run(e) {
     // eslint-disable-next-line no-new-func
     const value = String(Function(`return (${text})`)());
     addStep(e, 'action', { tool_calls: [{ id: 'call_c', name: 'calculator', arguments: { expression: text } }], observations: value });
-    addMessage(sid, 'info', 'Step 1: called calculator', e.id, { metadata: { step_number: 1, tool: 'calculator' } });
+    addMessage(sid, 'info', 'Step 1: called calculator', e.id);
     return finish(e, 'completed', value);
   }
   if (/\bfail\b/i.test(text)) {
     await sleep(stepMs);
     addStep(e, 'action', { tool_calls: [{ id: 'call_f', name: 'calculator', arguments: { expression: '1/0' } }], error: { kind: 'tool_error', message: 'division by zero' } });
-    addMessage(sid, 'info', 'Step 1: called calculator', e.id, { metadata: { step_number: 1, tool: 'calculator' } });
+    addMessage(sid, 'info', 'Step 1: called calculator', e.id);
     return finish(e, 'failed', null, 'division by zero');
   }
   await sleep(stepMs);
@@ -170,6 +175,8 @@ function postMessage(sessionId, body) {
     latest.resumeAnswer = body.content;
     latest.status = 'pending';
     msg.execution_id = latest.id;
+    addMessage(sessionId, 'info', 'Execution resumed', latest.id);
+    publish(sessionId, 'execution.queued', { execution_id: latest.id, content: 'Execution resumed' });
     setTimeout(() => run(latest), 10);
     return { session_id: sessionId, message: msg, execution: latest };
   }

@@ -34,7 +34,8 @@ describe('chat panel', () => {
       // Folded by default into one "N steps" group; opening it shows the lines.
       const group = page.locator('#stream .exec').first();
       assert.equal(await group.locator('details').getAttribute('open'), null);
-      assert.match(await group.locator('.exec-count').textContent(), /^5 steps$/);
+      // Five calculator steps and the final answer's step.
+      assert.match(await group.locator('.exec-count').textContent(), /^6 steps$/);
       assert.equal(await page.locator('#runbar').isVisible(), false);
 
       // The demo agent says it is the demo agent.
@@ -149,7 +150,7 @@ describe('chat panel', () => {
       for (const id of shownExecIds) assert.ok(execIdsB.has(id), `execution ${id} shown in B is not B's`);
       const text = await page.locator('#stream').textContent();
       assert.ok(!text.includes('steps: 200'), "A's message leaked into B");
-      assert.equal(countStepLines(await stepLineTexts(page)) <= 1, true, "A's steps leaked into B");
+      assert.equal(countStepLines(await stepLineTexts(page)), 0, "A's steps leaked into B");
       assert.match(await page.locator('#session-title').textContent(), /hello from B/);
 
       // Back to A through History: its history is there and B's is not.
@@ -182,7 +183,7 @@ describe('chat panel', () => {
       await page.locator('#runbar[data-state="running"]').waitFor();
       await page.locator('#stream .msg-assistant', { hasText: 'Done: 60 steps' }).waitFor({ timeout: 30000 });
 
-      const texts = (await stepLineTexts(page)).filter((t) => /\bstep\s+\d+/i.test(t));
+      const texts = (await stepLineTexts(page)).filter((t) => /^step \d+: called calculator/i.test(t));
       assert.equal(texts.length, 60, 'every step line exactly once');
       assert.equal(new Set(texts).size, 60, 'no step line twice');
       assert.equal(await page.locator('#stream .msg-user').count(), 1);

@@ -80,8 +80,9 @@ export async function stepLineTexts(page) {
   return page.locator('#stream .step-line .step-text').allTextContents();
 }
 
+// The demo agent's `steps: N` makes N calculator steps, each shown as "Step K: called calculator".
 export function countStepLines(texts) {
-  return texts.filter((t) => /\bstep\s+\d+/i.test(t)).length;
+  return texts.filter((t) => /^step \d+: called calculator/i.test(t.trim())).length;
 }
 
 export async function assistantTexts(page) {

@@ -186,7 +186,7 @@ describe('resilience and layout', () => {
       await screenshot(page, 'reconnecting');
       await context.setOffline(false);
       await page.locator('#stream .msg-assistant', { hasText: 'Done: 80 steps' }).waitFor({ timeout: 40000 });
-      const texts = (await stepLineTexts(page)).filter((t) => /\bstep\s+\d+/i.test(t));
+      const texts = (await stepLineTexts(page)).filter((t) => /^step \d+: called calculator/i.test(t));
       assert.equal(texts.length, 80);
       assert.equal(new Set(texts).size, 80);
     } finally {
