@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs the web UI's browser tests: headless Debian Chromium driven by playwright-core, against a
-# real `stepwise serve` on a free loopback port with a fresh SQLite file.
-#   bash tests/web/run.sh            builds the binary with cargo
-#   STEPWISE_BIN=path bash run.sh    uses that binary
-#   STEPWISE_URL=http://... bash run.sh   tests an already running server (no build, no start)
+# Runs the web UI's browser tests: headless Debian Chromium driven by playwright-core, against
+# real `stepwise serve` processes on free loopback ports with fresh SQLite files: one open (no
+# API key), one that requires a key (for the auth prompt).
+#   bash tests/web/run.sh                 builds the binary with cargo
+#   STEPWISE_BIN=path bash run.sh         uses that binary
+#   STEPWISE_URL=http://... bash run.sh   tests an already running open server (no build, no
+#                                         start; the auth test is skipped)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,17 +25,52 @@ if [ ! -f node_modules/playwright-core/package.json ]; then
 fi
 mkdir -p artifacts
 
-server_pid=""
+pids=()
 tmp="$(mktemp -d)"
 cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  if [ -f "$tmp/server.log" ]; then cp "$tmp/server.log" artifacts/server.log; fi
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  for log in "$tmp"/*.log; do
+    if [ -f "$log" ]; then cp "$log" "artifacts/$(basename "$log")"; fi
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+free_port() {
+  node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+
+# Polls /healthz until it answers, with a deadline.
+wait_healthy() {
+  URL="$1" node -e '
+    const url = process.env.URL + "/healthz";
+    const deadline = Date.now() + 60000;
+    (async () => {
+      for (;;) {
+        try { const r = await fetch(url); if (r.ok) return; } catch (_) {}
+        if (Date.now() > deadline) { console.error("no answer from " + url + " within 60 s"); process.exit(1); }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();
+  '
+}
+
+# start_server NAME: serves sqlite://$tmp/NAME.db on a free port; sets $server_url.
+start_server() {
+  local name="$1" port
+  port="$(free_port)"
+  env -u STEPWISE_LLM_BASE_URL -u STEPWISE_LLM_MODEL -u STEPWISE_LLM_API_KEY -u STEPWISE_CONFIG \
+    STEPWISE_DEMO_STEP_MS=50 "$bin" serve --listen "127.0.0.1:$port" --database "sqlite://$tmp/$name.db" \
+    >"$tmp/server-$name.log" 2>&1 &
+  pids+=("$!")
+  server_url="http://127.0.0.1:$port"
+  wait_healthy "$server_url" || { cat "$tmp/server-$name.log" >&2; exit 1; }
+}
 
 if [ -z "${STEPWISE_URL:-}" ]; then
   bin="${STEPWISE_BIN:-}"
@@ -41,26 +78,13 @@ if [ -z "${STEPWISE_URL:-}" ]; then
     (cd "$root" && cargo build -q -p stepwise)
     bin="$root/target/debug/stepwise"
   fi
-  port="$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
-  env -u STEPWISE_LLM_BASE_URL -u STEPWISE_LLM_MODEL -u STEPWISE_LLM_API_KEY \
-    STEPWISE_DEMO_STEP_MS=50 "$bin" serve --listen "127.0.0.1:$port" --database "sqlite://$tmp/stepwise.db" \
-    >"$tmp/server.log" 2>&1 &
-  server_pid=$!
-  export STEPWISE_URL="http://127.0.0.1:$port"
-  export STEPWISE_BIN_USED="$bin"
-  export STEPWISE_TEST_TMP="$tmp"
-  # Wait for /healthz, with a deadline.
-  node -e '
-    const url = process.env.STEPWISE_URL + "/healthz";
-    const deadline = Date.now() + 60000;
-    (async () => {
-      for (;;) {
-        try { const r = await fetch(url); if (r.ok) return; } catch (_) {}
-        if (Date.now() > deadline) { console.error("server did not answer " + url + " within 60 s"); process.exit(1); }
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    })();
-  ' || { cat "$tmp/server.log" >&2; exit 1; }
+  start_server open
+  export STEPWISE_URL="$server_url"
+  # A server with an API key: keys are required as soon as one exists.
+  STEPWISE_AUTH_KEY="$("$bin" keys create --tenant webtest --user tester --name web-ui --database "sqlite://$tmp/keyed.db" | tail -n 1)"
+  export STEPWISE_AUTH_KEY
+  start_server keyed
+  export STEPWISE_AUTH_URL="$server_url"
 fi
 
 echo "web tests against $STEPWISE_URL" >&2

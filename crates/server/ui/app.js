@@ -1554,8 +1554,13 @@
     updateEmpty();
     renderHeader();
     const sessionId = params.get('session');
-    if (sessionId) openSession(sessionId);
-    else input.focus();
+    if (sessionId) {
+      openSession(sessionId);
+    } else {
+      input.focus();
+      // Asks for an API key up front when the server wants one (the 401 path prompts).
+      api('GET', '/v1/sessions?limit=1').catch(() => {});
+    }
   }
 
   // For the browser tests: the Markdown renderer, and a way to cut the live connection as a
