@@ -1,0 +1,103 @@
+use stepwise_core::ExecutionStatus;
+use stepwise_store::{Store, StoreStats};
+
+use crate::Harness;
+use crate::support::*;
+
+/// Create, find by hash, list, revoke, count.
+pub async fn api_keys<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let globex = tenant("globex");
+    assert_eq!(ok(store.count_active_api_keys().await, "count"), 0);
+    assert!(ok(store.list_api_keys().await, "list").is_empty());
+
+    let laptop = ok(
+        store
+            .create_api_key(&acme, "user-1", Some("laptop".into()), "hash-laptop")
+            .await,
+        "create",
+    );
+    assert_eq!(laptop.tenant_id, "acme");
+    assert_eq!(laptop.user_id, "user-1");
+    assert_eq!(laptop.name.as_deref(), Some("laptop"));
+    assert_eq!(laptop.revoked_at, None);
+    let ci = ok(
+        store.create_api_key(&globex, "bot", None, "hash-ci").await,
+        "create unnamed",
+    );
+    assert_eq!(ci.name, None);
+    assert_ne!(ci.id, laptop.id);
+
+    assert_eq!(
+        some(store.find_api_key("hash-laptop").await, "find"),
+        laptop
+    );
+    assert_eq!(some(store.find_api_key("hash-ci").await, "find"), ci);
+    assert_eq!(
+        ok(store.find_api_key("hash-unknown").await, "find unknown"),
+        None
+    );
+    assert_eq!(ok(store.find_api_key("").await, "find empty"), None);
+    assert_eq!(ok(store.count_active_api_keys().await, "count"), 2);
+    let listed = ok(store.list_api_keys().await, "list");
+    assert_eq!(listed.len(), 2);
+    assert!(listed.contains(&laptop) && listed.contains(&ci));
+
+    assert!(ok(store.revoke_api_key(laptop.id).await, "revoke"));
+    assert_eq!(
+        ok(store.find_api_key("hash-laptop").await, "find revoked"),
+        None,
+        "a revoked key no longer authenticates"
+    );
+    assert_eq!(ok(store.count_active_api_keys().await, "count"), 1);
+    let listed = ok(store.list_api_keys().await, "list");
+    let revoked = listed
+        .iter()
+        .find(|k| k.id == laptop.id)
+        .expect("a revoked key is still listed");
+    assert!(
+        revoked.revoked_at.is_some(),
+        "a listed revoked key says when"
+    );
+    assert_eq!(
+        some(store.find_api_key("hash-ci").await, "others unaffected"),
+        ci
+    );
+    assert!(
+        !ok(
+            store.revoke_api_key(stepwise_core::new_id()).await,
+            "revoke unknown"
+        ),
+        "unknown key: false"
+    );
+    let _ = store.revoke_api_key(laptop.id).await;
+    assert_eq!(
+        ok(store.count_active_api_keys().await, "count"),
+        1,
+        "revoking twice counts once"
+    );
+}
+
+/// ping, flush, stats and the backend's name.
+pub async fn operations<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    ok(store.ping().await, "ping");
+    ok(store.flush().await, "flush on an idle store");
+    assert!(!store.backend_name().is_empty(), "a backend has a name");
+    let stats: StoreStats = ok(store.stats().await, "stats");
+    assert_eq!(stats.queue_depth, 0);
+    assert_eq!(stats.decode_errors, 0);
+    assert_eq!(stats.save_errors, 0);
+
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, Some("ops")).await;
+    create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
+    create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
+    assert_eq!(ok(store.queue_depth().await, "queue_depth"), 2);
+    assert_eq!(
+        ok(store.stats().await, "stats").queue_depth,
+        2,
+        "stats report the execution queue"
+    );
+}

@@ -1,0 +1,278 @@
+use serde_json::{Value, json};
+use stepwise_core::{Execution, ExecutionStatus, TokenUsage};
+use stepwise_store::{NewExecution, Store, StoreError, Tenant, Transition};
+
+use crate::Harness;
+use crate::assert_err;
+use crate::support::*;
+
+/// Create, read, list per session (subagents included), the fields a new one starts with.
+pub async fn executions<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, Some("work")).await;
+    let other = create_session(&store, &acme, Some("elsewhere")).await;
+
+    let new = NewExecution {
+        session_id: Some(session.id),
+        parent_execution_id: None,
+        user_id: "user-7".into(),
+        agent_type: "tool-calling".into(),
+        agent_config: json!({"model": "m", "max_steps": 5}),
+        input: json!({"message": "add 2 and 3"}),
+        metadata: json!({"source": "test"}),
+        status: ExecutionStatus::Pending,
+    };
+    let first = ok(store.create_execution(&acme, new).await, "create_execution");
+    assert_eq!(first.session_id, Some(session.id));
+    assert_eq!(first.tenant_id, "acme");
+    assert_eq!(first.user_id, "user-7");
+    assert_eq!(first.agent_type, "tool-calling");
+    assert_eq!(first.agent_config, json!({"model": "m", "max_steps": 5}));
+    assert_eq!(first.input, json!({"message": "add 2 and 3"}));
+    assert_eq!(first.metadata, json!({"source": "test"}));
+    assert_eq!(first.status, ExecutionStatus::Pending);
+    assert_eq!(first.output, Value::Null, "no output before completion");
+    assert_eq!(first.step_count, 0);
+    assert_eq!(first.token_usage, TokenUsage::default());
+    assert_eq!(first.attempts, 0, "never claimed yet");
+    assert_eq!(first.error_message, None);
+    assert_eq!(first.last_snapshot_id, None);
+    assert_eq!(first.completed_at, None);
+    assert_eq!(first.parent_execution_id, None);
+    assert_eq!(
+        some(store.get_execution(&acme, first.id).await, "get_execution"),
+        first
+    );
+    assert_eq!(
+        some(store.get_session(&acme, session.id).await, "session").last_execution_id,
+        Some(first.id),
+        "the session points at its newest execution"
+    );
+
+    // An external agent's execution starts running.
+    let external =
+        create_execution(&store, &acme, Some(session.id), ExecutionStatus::Running).await;
+    assert_eq!(external.status, ExecutionStatus::Running);
+    // A subagent carries the parent's session.
+    let mut sub = new_execution(Some(session.id), ExecutionStatus::Running);
+    sub.parent_execution_id = Some(external.id);
+    let subagent = ok(
+        store.create_execution(&acme, sub).await,
+        "create subagent execution",
+    );
+    assert_eq!(subagent.parent_execution_id, Some(external.id));
+    // A background run has no session.
+    let background = create_execution(&store, &acme, None, ExecutionStatus::Pending).await;
+    assert_eq!(background.session_id, None);
+    assert_eq!(
+        some(
+            store.get_execution(&acme, background.id).await,
+            "get background"
+        ),
+        background
+    );
+    let elsewhere = create_execution(&store, &acme, Some(other.id), ExecutionStatus::Pending).await;
+
+    let listed = ok(
+        store.list_executions(&acme, session.id).await,
+        "list_executions",
+    );
+    let listed_ids: Vec<_> = listed.iter().map(|e| e.id).collect();
+    assert_eq!(
+        listed_ids,
+        vec![first.id, external.id, subagent.id],
+        "a session's executions, oldest first"
+    );
+    assert_eq!(listed[0], first);
+    let listed_other: Vec<_> = ok(store.list_executions(&acme, other.id).await, "list other")
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(listed_other, vec![elsewhere.id]);
+    assert!(
+        ok(
+            store.list_executions(&acme, stepwise_core::new_id()).await,
+            "list unknown"
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        ok(
+            store.get_execution(&acme, stepwise_core::new_id()).await,
+            "get unknown"
+        ),
+        None
+    );
+
+    assert_err!(
+        store
+            .create_execution(
+                &acme,
+                new_execution(Some(stepwise_core::new_id()), ExecutionStatus::Pending)
+            )
+            .await,
+        StoreError::NotFound(_),
+        "an execution in an unknown session"
+    );
+    for finished in [
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::Cancelled,
+        ExecutionStatus::Paused,
+    ] {
+        let result = store
+            .create_execution(&acme, new_execution(Some(other.id), finished))
+            .await;
+        assert!(
+            result.is_err(),
+            "an execution cannot start {finished}: got {result:?}"
+        );
+    }
+    assert_eq!(
+        ok(store.list_executions(&acme, other.id).await, "list other").len(),
+        1,
+        "refused creates wrote nothing"
+    );
+}
+
+/// Every (status, transition) pair: allowed exactly when `ExecutionStatus::can_become`
+/// says so; a refused one is `InvalidState` and changes nothing.
+pub async fn execution_transitions<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let transitions = || {
+        vec![
+            Transition::Pause {
+                question: "Which colour?".into(),
+            },
+            Transition::Resume {
+                answer: json!("blue"),
+            },
+            Transition::Complete {
+                output: json!({"answer": 42}),
+            },
+            Transition::Fail {
+                error_message: "the tool broke".into(),
+            },
+            Transition::Cancel,
+        ]
+    };
+    for from in ExecutionStatus::ALL.iter().copied() {
+        for transition in transitions() {
+            let session = create_session(&store, &acme, None).await;
+            let execution = reach(&store, &acme, session.id, from).await;
+            assert_eq!(execution.status, from);
+            let target = transition.target();
+            let label = format!("{from} --{transition:?}--> {target}");
+            let result = store
+                .transition_execution(&acme, execution.id, transition.clone())
+                .await;
+            if from.can_become(target) {
+                let moved = ok(result, &label);
+                assert_eq!(moved.status, target, "{label}");
+                assert_eq!(moved.id, execution.id);
+                assert!(
+                    moved.updated_at > execution.updated_at,
+                    "{label}: updated_at moves on"
+                );
+                let read = some(
+                    store.get_execution(&acme, execution.id).await,
+                    "get after transition",
+                );
+                assert_eq!(read, moved, "{label}: get_execution agrees with the answer");
+                match &transition {
+                    Transition::Complete { output } => {
+                        assert_eq!(&moved.output, output, "{label}: Complete stores the output");
+                        assert!(
+                            moved.completed_at.is_some(),
+                            "{label}: Complete sets completed_at"
+                        );
+                        assert_eq!(moved.error_message, None);
+                    }
+                    Transition::Fail { error_message } => {
+                        assert_eq!(
+                            moved.error_message.as_ref(),
+                            Some(error_message),
+                            "{label}: Fail stores the error"
+                        );
+                    }
+                    _ => {}
+                }
+            } else {
+                assert_err!(
+                    result,
+                    StoreError::InvalidState(_),
+                    "{label} is not allowed"
+                );
+                let read = some(
+                    store.get_execution(&acme, execution.id).await,
+                    "get after refusal",
+                );
+                assert_eq!(
+                    read, execution,
+                    "{label}: a refused transition changes nothing"
+                );
+            }
+        }
+    }
+    assert_err!(
+        store
+            .transition_execution(&acme, stepwise_core::new_id(), Transition::Cancel)
+            .await,
+        StoreError::NotFound(_),
+        "transition of an unknown execution"
+    );
+
+    // Finished executions stay finished, whatever is tried after.
+    let session = create_session(&store, &acme, None).await;
+    let done = reach(&store, &acme, session.id, ExecutionStatus::Completed).await;
+    for transition in transitions() {
+        assert_err!(
+            store
+                .transition_execution(&acme, done.id, transition.clone())
+                .await,
+            StoreError::InvalidState(_),
+            "{transition:?} of a completed execution"
+        );
+    }
+    assert_eq!(
+        some(store.get_execution(&acme, done.id).await, "done"),
+        done
+    );
+}
+
+/// A new execution driven to `status` through the public calls only.
+async fn reach<S: Store>(
+    store: &S,
+    tenant: &Tenant,
+    session_id: stepwise_core::Id,
+    status: ExecutionStatus,
+) -> Execution {
+    use ExecutionStatus::*;
+    let start = if status == Pending || status == Cancelled {
+        Pending
+    } else {
+        Running
+    };
+    let execution = create_execution(store, tenant, Some(session_id), start).await;
+    let transition = match status {
+        Pending | Running => return execution,
+        Paused => Transition::Pause {
+            question: "?".into(),
+        },
+        Completed => Transition::Complete {
+            output: json!("done"),
+        },
+        Failed => Transition::Fail {
+            error_message: "broken".into(),
+        },
+        Cancelled => Transition::Cancel,
+    };
+    ok(
+        store
+            .transition_execution(tenant, execution.id, transition)
+            .await,
+        &format!("drive an execution to {status}"),
+    )
+}

@@ -1,0 +1,246 @@
+use serde_json::json;
+use stepwise_core::{ExecutionStatus, Id, Message, Role};
+use stepwise_store::{MessageQuery, NewMessage, Store, StoreError};
+
+use crate::Harness;
+use crate::assert_err;
+use crate::support::*;
+
+/// Append bumps the session; list is oldest first; `after`, `roles` and `limit` filter.
+pub async fn messages<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, Some("chat")).await;
+    let other = create_session(&store, &acme, Some("other")).await;
+    let execution =
+        create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
+
+    let mut before = session.clone();
+    let mut appended: Vec<Message> = Vec::new();
+    let script = [
+        (Role::User, "What is 2+3?"),
+        (Role::Info, "Execution queued"),
+        (Role::Notification, "Step 1: called calculator"),
+        (Role::Assistant, "5"),
+        (Role::User, "And 4*4? ✓ ünïcödé"),
+        (Role::Assistant, "16"),
+    ];
+    for (i, (role, content)) in script.into_iter().enumerate() {
+        let mut new = NewMessage::new(session.id, role, content);
+        if role == Role::Assistant {
+            new = new.for_execution(execution.id);
+        }
+        if i == 0 {
+            new.related_type = Some("ticket".into());
+            new.related_id = Some("T-9".into());
+            new.context_url = Some("https://example.com/page".into());
+            new.metadata = json!({"client": "cli", "n": 1});
+        }
+        let message = ok(store.append_message(&acme, new).await, "append_message");
+        assert_eq!(message.session_id, session.id);
+        assert_eq!(message.role, role);
+        assert_eq!(message.content, content);
+        if role == Role::Assistant {
+            assert_eq!(message.execution_id, Some(execution.id));
+        } else {
+            assert_eq!(message.execution_id, None);
+        }
+        if let Some(last) = appended.last() {
+            assert!(
+                message.created_at > last.created_at,
+                "messages get increasing server times"
+            );
+        }
+        let after = some(store.get_session(&acme, session.id).await, "get_session");
+        assert_eq!(
+            after.message_count,
+            before.message_count + 1,
+            "append bumps message_count"
+        );
+        assert!(
+            after.updated_at > before.updated_at,
+            "append bumps updated_at"
+        );
+        before = after;
+        appended.push(message);
+    }
+    assert_eq!(appended[0].related_type.as_deref(), Some("ticket"));
+    assert_eq!(appended[0].related_id.as_deref(), Some("T-9"));
+    assert_eq!(
+        appended[0].context_url.as_deref(),
+        Some("https://example.com/page")
+    );
+    assert_eq!(appended[0].metadata, json!({"client": "cli", "n": 1}));
+
+    let listed = ok(
+        store
+            .list_messages(&acme, session.id, MessageQuery::default())
+            .await,
+        "list_messages",
+    );
+    assert_eq!(
+        listed, appended,
+        "list returns every message as appended, oldest first"
+    );
+
+    let after_second = ok(
+        store
+            .list_messages(
+                &acme,
+                session.id,
+                MessageQuery {
+                    after: Some(appended[1].id),
+                    ..MessageQuery::default()
+                },
+            )
+            .await,
+        "list after",
+    );
+    assert_eq!(
+        after_second,
+        appended[2..].to_vec(),
+        "`after` returns only later messages"
+    );
+    let after_last = ok(
+        store
+            .list_messages(
+                &acme,
+                session.id,
+                MessageQuery {
+                    after: Some(appended[5].id),
+                    ..MessageQuery::default()
+                },
+            )
+            .await,
+        "list after the last",
+    );
+    assert!(after_last.is_empty());
+
+    let users = ok(
+        store
+            .list_messages(
+                &acme,
+                session.id,
+                MessageQuery {
+                    roles: Some(vec![Role::User]),
+                    ..MessageQuery::default()
+                },
+            )
+            .await,
+        "list users",
+    );
+    assert_eq!(ids(&users), vec![appended[0].id, appended[4].id]);
+    let chat = ok(
+        store
+            .list_messages(
+                &acme,
+                session.id,
+                MessageQuery {
+                    roles: Some(vec![Role::User, Role::Assistant]),
+                    ..MessageQuery::default()
+                },
+            )
+            .await,
+        "list users and assistants",
+    );
+    assert_eq!(
+        ids(&chat),
+        vec![
+            appended[0].id,
+            appended[3].id,
+            appended[4].id,
+            appended[5].id
+        ]
+    );
+    let combined = ok(
+        store
+            .list_messages(
+                &acme,
+                session.id,
+                MessageQuery {
+                    after: Some(appended[0].id),
+                    roles: Some(vec![Role::User]),
+                    limit: None,
+                },
+            )
+            .await,
+        "after and roles",
+    );
+    assert_eq!(ids(&combined), vec![appended[4].id]);
+
+    let first_two = ok(
+        store
+            .list_messages(
+                &acme,
+                session.id,
+                MessageQuery {
+                    limit: Some(2),
+                    ..MessageQuery::default()
+                },
+            )
+            .await,
+        "limit",
+    );
+    assert_eq!(
+        ids(&first_two),
+        vec![appended[0].id, appended[1].id],
+        "a limit keeps the oldest, so `after` pages forward"
+    );
+    let next_two = ok(
+        store
+            .list_messages(
+                &acme,
+                session.id,
+                MessageQuery {
+                    after: Some(appended[1].id),
+                    limit: Some(2),
+                    roles: None,
+                },
+            )
+            .await,
+        "after and limit",
+    );
+    assert_eq!(ids(&next_two), vec![appended[2].id, appended[3].id]);
+
+    // Messages belong to their session only.
+    assert!(
+        ok(
+            store
+                .list_messages(&acme, other.id, MessageQuery::default())
+                .await,
+            "other session"
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        some(store.get_session(&acme, other.id).await, "other").message_count,
+        0
+    );
+    assert!(
+        ok(
+            store
+                .list_messages(&acme, stepwise_core::new_id(), MessageQuery::default())
+                .await,
+            "unknown"
+        )
+        .is_empty()
+    );
+    assert_err!(
+        store
+            .append_message(
+                &acme,
+                NewMessage::new(stepwise_core::new_id(), Role::User, "hi")
+            )
+            .await,
+        StoreError::NotFound(_),
+        "append_message to an unknown session"
+    );
+    assert_eq!(
+        some(store.get_session(&acme, session.id).await, "session").message_count,
+        6
+    );
+}
+
+fn ids(messages: &[Message]) -> Vec<Id> {
+    messages.iter().map(|m| m.id).collect()
+}

@@ -1,0 +1,30 @@
+//! The cases. Each takes a [`Harness`](crate::Harness), makes its own fresh stores, and
+//! panics with what it expected when the store disagrees.
+
+mod api_keys;
+mod corruption;
+mod events;
+mod executions;
+mod import;
+mod isolation;
+mod messages;
+mod queue;
+mod reopen;
+mod retention;
+pub(crate) mod sessions;
+mod snapshots;
+mod steps;
+
+pub use api_keys::{api_keys, operations};
+pub use corruption::corruption_recovery;
+pub use events::{events, events_live};
+pub use executions::{execution_transitions, executions};
+pub use import::import_document;
+pub use isolation::tenant_isolation;
+pub use messages::messages;
+pub use queue::{queue_claims, queue_concurrent_claims, queue_leases, queue_resume};
+pub use reopen::restore_after_reopen;
+pub use retention::{retention_cleanup, retention_mark_abandoned};
+pub use sessions::{list_sessions, list_sessions_pagination, session_names, sessions};
+pub use snapshots::snapshots;
+pub use steps::{concurrent_step_writers, fire_and_forget, steps};
