@@ -776,14 +776,18 @@
         form.requestSubmit();
       }
     });
-    exec.question = { node, text, answered: false };
-    const bubble = [...streamEl.querySelectorAll(`.msg-assistant[data-execution-id="${exec.id}"]`)].pop();
-    if (bubble && bubble.querySelector('.bubble-body').textContent.trim() === text.trim() && !bubble.classList.contains('streaming')) {
+    // The engine posts the question as an assistant message too: the card takes its place.
+    const bubble = [...streamEl.querySelectorAll(`.msg-assistant[data-execution-id="${exec.id}"]:not(.streaming)`)]
+      .find((b) => b.querySelector('.bubble-body').textContent.trim() === text.trim());
+    if (bubble) {
       bubble.replaceWith(node);
-      updateEmpty();
+    } else if (exec.data && FINISHED_STATUSES.has(exec.data.status)) {
+      // Replaying the history of a run that is long over: nothing to ask any more.
+      return;
     } else {
       appendToStream(node);
     }
+    exec.question = { node, text, answered: false };
     scrollToBottom(true);
     setTimeout(() => { if (node.isConnected && !view.closed) input.focus(); }, 0);
   }
@@ -1380,6 +1384,14 @@
     return el('div', { class: 'kv' }, el('dt', {}, label), el('dd', {}, value));
   }
 
+  function stamp(text) {
+    const t = parseTime(text);
+    if (t == null) return null;
+    const micros = /\.(\d{6})/.exec(text);
+    const local = new Date(t).toLocaleString([], { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    return el('time', { datetime: text, title: text }, micros ? `${local} (.${micros[1]})` : local);
+  }
+
   function tokenText(usage) {
     if (!usage || !usage.total) return null;
     return `${usage.total} (in ${usage.input}, out ${usage.output})`;
@@ -1450,9 +1462,9 @@
         field('Execution id', el('span', { class: 'mono' }, exec.id)),
         field('Steps', String(exec.step_count)),
         field('Tokens', usage.total ? `${usage.total} (in ${usage.input}, out ${usage.output})` : '0'),
-        field('Created', exec.created_at),
-        field('Started', exec.started_at),
-        field('Finished', exec.completed_at),
+        field('Created', stamp(exec.created_at)),
+        field('Started', stamp(exec.started_at)),
+        field('Finished', stamp(exec.completed_at)),
         field('Duration', exec.started_at && exec.completed_at ? duration(exec.started_at, exec.completed_at) : null),
         field('Attempts', exec.attempts != null ? String(exec.attempts) : null),
         exec.error_message ? el('div', { class: 'kv kv-error' }, el('dt', {}, 'Error'), el('dd', {}, exec.error_message)) : null),

@@ -80,6 +80,16 @@ describe('chat panel', () => {
       const execs = await executionsOf(sessionIdOf(page));
       assert.equal(execs.length, 1);
       assert.equal(execs[0].status, 'completed');
+
+      // Restored from history: the question once, no input box any more, the answer once.
+      await page.reload();
+      await page.locator('#stream .msg-assistant', { hasText: 'You said: the blue one' }).waitFor();
+      await page.locator('#stream .msg-user', { hasText: 'the blue one' }).waitFor();
+      assert.equal(await page.locator('#stream', { hasText: 'What should I use?' }).count(), 1);
+      const questionTexts = await page.locator('#stream .question-text, #stream .msg-assistant .bubble-body').allTextContents();
+      assert.equal(questionTexts.filter((t) => t.includes('What should I use?')).length, 1);
+      assert.equal(await page.locator('#stream .question textarea').count(), 0);
+      assert.equal(await page.locator('#runbar').isVisible(), false);
       assert.deepEqual(page.errors, []);
     } finally {
       await context.close();
