@@ -1,1 +1,188 @@
-//! Placeholder.
+//! The Stepwise HTTP server: the JSON API and Server-Sent Events of api.md over an
+//! [`Engine`], the OpenAPI document, health and metrics, and the web UI.
+//!
+//! [`app`] builds the router; [`launch`] serves it on a listener until a shutdown future
+//! resolves, so tests run the real server on port 0.
+
+mod auth;
+pub mod bench;
+mod error;
+mod events;
+mod executions;
+mod openapi;
+mod ops;
+mod sessions;
+mod ui_assets;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::routing::{get, post};
+use serde::Serialize;
+use stepwise_engine::Engine;
+use stepwise_store::Store;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{AUTH_CACHE_TTL, Caller, LOCAL_TENANT, LOCAL_USER};
+pub use error::{ApiError, ApiResult};
+pub use openapi::openapi_json;
+
+/// The default request body limit (api.md: 4 MiB).
+pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Serve `/v1` without a key (as tenant `local`) while no API key exists. True on a
+    /// loopback address (or with `--insecure-no-auth`).
+    pub open_when_no_keys: bool,
+    pub body_limit: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            open_when_no_keys: true,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct AppState<S: Store> {
+    pub engine: Engine<S>,
+    pub config: Arc<ServerConfig>,
+    auth: Arc<auth::AuthCache>,
+    /// Cancelled when the server shuts down: live event streams end so connections close.
+    shutdown: CancellationToken,
+}
+
+impl<S: Store> Clone for AppState<S> {
+    fn clone(&self) -> Self {
+        AppState {
+            engine: self.engine.clone(),
+            config: self.config.clone(),
+            auth: self.auth.clone(),
+            shutdown: self.shutdown.clone(),
+        }
+    }
+}
+
+impl<S: Store> AppState<S> {
+    pub fn new(engine: Engine<S>, config: ServerConfig) -> Self {
+        AppState {
+            engine,
+            config: Arc::new(config),
+            auth: Arc::default(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        self.engine.store()
+    }
+
+    /// Ends live event streams (done by [`launch`] when its shutdown future resolves).
+    pub fn close_streams(&self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A page of a list: `{items, next_cursor}`.
+#[derive(Debug, Serialize)]
+pub struct List<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// The whole router: `/v1` (behind auth), health, metrics, OpenAPI and the UI.
+pub fn app<S: Store>(state: AppState<S>) -> Router {
+    let v1 = Router::new()
+        .route(
+            "/sessions",
+            post(sessions::create::<S>).get(sessions::list::<S>),
+        )
+        .route("/sessions/import", post(sessions::import::<S>))
+        .route(
+            "/sessions/{id}",
+            get(sessions::get::<S>)
+                .patch(sessions::update::<S>)
+                .delete(sessions::delete::<S>),
+        )
+        .route(
+            "/sessions/{id}/messages",
+            get(sessions::list_messages::<S>).post(sessions::post_message::<S>),
+        )
+        .route("/messages", post(sessions::post_message_new_session::<S>))
+        .route("/sessions/{id}/memory", get(sessions::memory::<S>))
+        .route(
+            "/sessions/{id}/executions",
+            get(executions::list_for_session::<S>).post(executions::open_external::<S>),
+        )
+        .route("/sessions/{id}/events", get(events::stream::<S>))
+        .route("/sessions/{id}/export", get(sessions::export::<S>))
+        .route("/executions/{id}", get(executions::get::<S>))
+        .route("/executions/{id}/cancel", post(executions::cancel::<S>))
+        .route(
+            "/executions/{id}/steps",
+            get(executions::list_steps::<S>).post(executions::append_step::<S>),
+        )
+        .route(
+            "/executions/{id}/snapshots",
+            get(executions::list_snapshots::<S>).post(executions::save_snapshot::<S>),
+        )
+        .route("/executions/{id}/complete", post(executions::complete::<S>))
+        .route("/executions/{id}/fail", post(executions::fail::<S>))
+        .route("/executions/{id}/pause", post(executions::pause::<S>))
+        .route("/snapshots/{id}", get(executions::get_snapshot::<S>))
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_caller::<S>,
+        ));
+
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz::<S>))
+        .route("/metrics", get(ops::metrics::<S>))
+        .route("/openapi.json", get(ops::openapi))
+        .merge(ui_assets::router())
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(state.config.body_limit))
+        .with_state(state)
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this method is not allowed on this path",
+    )
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+/// Serves the app on `listener` until `shutdown` resolves; then live streams end and
+/// in-flight requests finish. Starting and stopping the engine's workers is the caller's.
+pub async fn launch<S: Store>(
+    listener: TcpListener,
+    state: AppState<S>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = app(state.clone());
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            state.close_streams();
+        })
+        .await
+}

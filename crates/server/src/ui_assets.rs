@@ -111,3 +111,92 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/app.js", get(script))
         .route("/app.css", get(style))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    async fn serve_ui() -> Result<String, Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        tokio::spawn(async move { axum::serve(listener, router::<()>()).await });
+        Ok(format!("http://{address}"))
+    }
+
+    #[tokio::test]
+    async fn serves_the_three_files_with_their_types() -> TestResult {
+        let base = serve_ui().await?;
+        let client = reqwest::Client::new();
+        for (path, content_type, needle) in [
+            ("/", "text/html; charset=utf-8", "<script src=\"app.js\""),
+            (
+                "/app.js",
+                "text/javascript; charset=utf-8",
+                "renderMarkdown",
+            ),
+            (
+                "/app.css",
+                "text/css; charset=utf-8",
+                "prefers-color-scheme: dark",
+            ),
+        ] {
+            let response = client.get(format!("{base}{path}")).send().await?;
+            assert_eq!(response.status(), 200, "{path}");
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                content_type,
+                "{path}"
+            );
+            assert_eq!(
+                response.headers()[header::CACHE_CONTROL],
+                "no-cache",
+                "{path}"
+            );
+            assert!(response.text().await?.contains(needle), "{path}");
+        }
+        let index = client.get(format!("{base}/")).send().await?;
+        let csp = index.headers()[header::CONTENT_SECURITY_POLICY].to_str()?;
+        assert!(
+            csp.contains("script-src 'self'"),
+            "inline script must not run: {csp}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_file_revalidates_to_not_modified() -> TestResult {
+        let base = serve_ui().await?;
+        let client = reqwest::Client::new();
+        let first = client.get(format!("{base}/app.js")).send().await?;
+        let etag = first.headers()[header::ETAG].clone();
+        let again = client
+            .get(format!("{base}/app.js"))
+            .header(header::IF_NONE_MATCH, etag.clone())
+            .send()
+            .await?;
+        assert_eq!(again.status(), 304);
+        assert_eq!(again.headers()[header::ETAG], etag);
+        let stale = client
+            .get(format!("{base}/app.js"))
+            .header(header::IF_NONE_MATCH, "\"0\"")
+            .send()
+            .await?;
+        assert_eq!(stale.status(), 200);
+        Ok(())
+    }
+
+    /// Model output reaches the page only through the Markdown renderer, which escapes first:
+    /// one `innerHTML` assignment in the whole script, fed by `renderMarkdown`.
+    #[test]
+    fn model_text_reaches_the_page_only_through_the_escaping_renderer() {
+        assert_eq!(APP_JS.matches("innerHTML").count(), 1);
+        assert!(APP_JS.contains("body.innerHTML = renderMarkdown(msg.content);"));
+        assert!(
+            !APP_JS.contains("insertAdjacentHTML")
+                && !APP_JS.contains("outerHTML")
+                && !APP_JS.contains("document.write")
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! `stepwise bench http`: figures of the HTTP server (filled in below).

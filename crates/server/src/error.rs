@@ -1,0 +1,238 @@
+//! The one API error type: every status code of an error answer is chosen here, and every
+//! rejection of axum's extractors is turned into the error shape of api.md:
+//! `{"error": {"code", "message", "field"}}`.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use stepwise_core::Id;
+use stepwise_store::StoreError;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message).with_field(field)
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        )
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    pub fn invalid_state(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_state", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+                field: self.field,
+            },
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::InvalidTenant => ApiError::unauthorized("the API key has no valid tenant"),
+            StoreError::Invalid { field, message } => {
+                let error = ApiError::bad_request(message);
+                match field {
+                    Some(field) => error.with_field(field),
+                    None => error,
+                }
+            }
+            StoreError::Conflict(message) => ApiError::conflict(message),
+            StoreError::InvalidState(message) => ApiError::invalid_state(message),
+            StoreError::NotFound(what) => ApiError::not_found(what),
+            StoreError::Unavailable(message) => {
+                tracing::error!(%message, "storage unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the database is not available; try again",
+                )
+            }
+            StoreError::Backend(message) => {
+                tracing::error!(%message, "storage error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "an internal error occurred",
+                )
+            }
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// A JSON body whose rejections use the error shape: 415 without a JSON content type,
+/// 413 over the size limit, 400 for malformed JSON or a body of the wrong shape.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    match rejection.status() {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be JSON with Content-Type: application/json",
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the body is larger than this server accepts",
+        ),
+        _ => {
+            let text = rejection.body_text();
+            let detail = text
+                .split_once(": ")
+                .map_or(text.as_str(), |(_, rest)| rest)
+                .to_string();
+            let mut error = ApiError::bad_request(format!("the body is not valid: {detail}"));
+            if let Some(field) = field_of(&detail) {
+                error = error.with_field(field);
+            }
+            error
+        }
+    }
+}
+
+/// The field a serde error names: `missing field `content`` or a path like `agent.type: ...`.
+fn field_of(detail: &str) -> Option<String> {
+    if let Some(start) = detail.find("missing field `") {
+        let rest = &detail[start + "missing field `".len()..];
+        return rest.split('`').next().map(str::to_string);
+    }
+    let (path, _) = detail.split_once(": ")?;
+    let path = path.trim();
+    (!path.is_empty() && !path.contains(' ') && path != ".").then(|| path.to_string())
+}
+
+/// Query parameters whose rejections use the error shape (400).
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => Err(query_rejection(rejection)),
+        }
+    }
+}
+
+fn query_rejection(rejection: QueryRejection) -> ApiError {
+    let text = rejection.body_text();
+    let detail = text
+        .split_once(": ")
+        .map_or(text.as_str(), |(_, rest)| rest);
+    ApiError::bad_request(format!("the query string is not valid: {detail}"))
+}
+
+/// A path id: not a UUID is a 400 naming the parameter.
+pub fn path_id(text: &str, field: &str) -> ApiResult<Id> {
+    stepwise_core::parse_id(text)
+        .ok_or_else(|| ApiError::invalid(field, format!("'{}' is not a valid id", cut(text, 64))))
+}
+
+pub fn cut(text: &str, max: usize) -> String {
+    stepwise_core::summary::cut_chars(text, max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_field_of_serde_errors() {
+        assert_eq!(
+            field_of("missing field `content` at line 1 column 2"),
+            Some("content".into())
+        );
+        assert_eq!(
+            field_of(
+                "agent.type: invalid type: integer `3`, expected a string at line 1 column 20"
+            ),
+            Some("agent.type".into())
+        );
+        assert_eq!(field_of("expected value at line 1 column 1"), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! `GET /v1/sessions/{id}/events`: Server-Sent Events. Subscribe first, then replay the
+//! stored events after the client's position, then forward live ones, skipping any that
+//! the replay already sent: no gap and no duplicate, even while events are being produced.
+//! A subscriber that falls more than the hub's buffer behind is disconnected (it comes back
+//! with `Last-Event-ID`); the server never buffers without bound.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Deserialize;
+use stepwise_core::{Event, Id};
+use stepwise_store::{Store, Tenant};
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiQuery, ApiResult, path_id};
+
+/// Keep-alive comments on idle streams (api.md: at least every 15 s).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
+const REPLAY_PAGE: u32 = 500;
+
+static OPEN_STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// Event streams open now (for `/metrics`).
+pub fn subscriber_count() -> usize {
+    OPEN_STREAMS.load(Ordering::Relaxed)
+}
+
+/// Counts a stream while it lives.
+struct OpenStream;
+
+impl OpenStream {
+    fn new() -> Self {
+        OPEN_STREAMS.fetch_add(1, Ordering::Relaxed);
+        OpenStream
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        OPEN_STREAMS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct EventsQuery {
+    pub after: Option<String>,
+}
+
+pub async fn stream<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    let session_id = path_id(&id, "id")?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => parse_position(value.to_str().unwrap_or("x"), "Last-Event-ID")?,
+        None => match &query.after {
+            Some(text) => parse_position(text, "after")?,
+            None => 0,
+        },
+    };
+    let store = state.store().clone();
+    store
+        .get_session(&caller.tenant, session_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    // Subscribe before reading the store: anything committed after this point reaches
+    // the receiver, anything before it is in the replay.
+    let live = store.subscribe(&caller.tenant, session_id);
+    let cursor = EventCursor {
+        store,
+        tenant: caller.tenant,
+        session_id,
+        last_sent: after,
+        replaying: true,
+        backlog: VecDeque::new(),
+        live,
+        shutdown: state.shutdown.clone(),
+        _open: OpenStream::new(),
+    };
+    let events = futures_util::stream::unfold(cursor, |mut cursor| async move {
+        let event = cursor.next().await?;
+        Some((Ok(to_sse(&event)), cursor))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+fn parse_position(text: &str, field: &str) -> ApiResult<i64> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(0);
+    }
+    text.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+        ApiError::invalid(
+            field,
+            format!("{field} must be an event id (a non-negative integer)"),
+        )
+    })
+}
+
+struct EventCursor<S: Store> {
+    store: S,
+    tenant: Tenant,
+    session_id: Id,
+    last_sent: i64,
+    replaying: bool,
+    backlog: VecDeque<Event>,
+    live: broadcast::Receiver<Arc<Event>>,
+    shutdown: CancellationToken,
+    _open: OpenStream,
+}
+
+impl<S: Store> EventCursor<S> {
+    /// The next event to send; `None` ends the stream.
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.backlog.pop_front() {
+                self.last_sent = event.id;
+                return Some(event);
+            }
+            if self.replaying {
+                match self
+                    .store
+                    .list_events(&self.tenant, self.session_id, self.last_sent, REPLAY_PAGE)
+                    .await
+                {
+                    Ok(page) if page.is_empty() => self.replaying = false,
+                    Ok(page) => self.backlog.extend(page),
+                    Err(e) => {
+                        tracing::warn!(session = %self.session_id, error = %e, "event replay failed; closing the stream");
+                        return None;
+                    }
+                }
+                continue;
+            }
+            let received = tokio::select! {
+                _ = self.shutdown.cancelled() => return None,
+                received = self.live.recv() => received,
+            };
+            match received {
+                Ok(event) if event.id == 0 => return Some((*event).clone()),
+                Ok(event) if event.id <= self.last_sent => continue,
+                Ok(event) => {
+                    if event.id > self.last_sent + 1 {
+                        // Committed events arrive in order; a hole means some were
+                        // committed before we subscribed and after the replay read.
+                        // Read them from the store (they are there).
+                        self.replaying = true;
+                        self.backlog.clear();
+                        continue;
+                    }
+                    self.last_sent = event.id;
+                    return Some((*event).clone());
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::info!(session = %self.session_id, missed, "a slow event subscriber was disconnected");
+                    return None;
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+fn to_sse(event: &Event) -> SseEvent {
+    let data = serde_json::to_string(event).unwrap_or_else(|_| "{}".to_string());
+    let sse = SseEvent::default()
+        .event(event.event_type.as_str())
+        .data(data);
+    if event.id == 0 {
+        sse
+    } else {
+        sse.id(event.id.to_string())
+    }
+}
