@@ -1,10 +1,142 @@
+//! `stepwise serve`: the HTTP server and the execution workers over one store, until
+//! SIGTERM/SIGINT; then a graceful stop: no new requests or claims, running executions
+//! stop at a step boundary and go back to the queue (resumable), the save queue drains.
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::Context;
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
+use stepwise_server::{AppState, ServerConfig};
+use stepwise_store::Store;
+use tokio::sync::watch;
+
+/// Exit status when a non-loopback server would run without API keys.
+pub const EXIT_NO_KEYS: i32 = 2;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
-    #[arg(long, env = "STEPWISE_LISTEN", default_value = "127.0.0.1:7777")]
+    /// Address to listen on. A non-loopback address needs an API key (`stepwise keys create`).
+    #[arg(long, env = "STEPWISE_LISTEN", default_value = "127.0.0.1:7777", value_name = "ADDR")]
     pub listen: String,
+    /// Serve without API keys on a non-loopback address (anyone who can reach it is tenant `local`).
+    #[arg(long, env = "STEPWISE_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+    /// Worker tasks running executions (each runs one at a time).
+    #[arg(long, env = "STEPWISE_WORKERS", default_value_t = 8, value_name = "N")]
+    pub workers: usize,
+    /// Seconds an execution's claim lasts without a heartbeat (a crashed server's executions
+    /// resume after this).
+    #[arg(long, env = "STEPWISE_LEASE_SECS", default_value_t = 15, value_name = "SECS")]
+    pub lease_secs: u64,
+    /// Claims after which an execution whose workers keep dying fails.
+    #[arg(long, env = "STEPWISE_MAX_ATTEMPTS", default_value_t = 5, value_name = "N")]
+    pub max_attempts: u32,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "STEPWISE_MAX_BODY_BYTES", default_value_t = stepwise_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
+    pub max_body_bytes: usize,
 }
 
-pub async fn run<S: stepwise_store::Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
-    let _ = (store, args);
-    anyhow::bail!("the server is not built yet")
+fn resolve(listen: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(addr) = listen.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    listen
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve the listen address '{listen}'"))?
+        .next()
+        .with_context(|| format!("the listen address '{listen}' resolves to nothing"))
+}
+
+pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
+    let addr = resolve(&args.listen)?;
+    let loopback = addr.ip().is_loopback();
+    let keys = store.count_active_api_keys().await.context("cannot count API keys")?;
+    if !loopback && keys == 0 && !args.insecure_no_auth {
+        eprintln!(
+            "error: refusing to listen on {addr} without API keys: no active API key exists. \
+             Create one with `stepwise keys create --tenant TENANT --user USER`, listen on 127.0.0.1, \
+             or pass --insecure-no-auth."
+        );
+        let _ = std::io::stderr().flush();
+        std::process::exit(EXIT_NO_KEYS);
+    }
+
+    let mut agents = AgentRegistry::new();
+    agents.register(DEMO_AGENT, DemoAgent::from_env());
+    let config = EngineConfig {
+        workers: args.workers.max(1),
+        lease: Duration::from_secs(args.lease_secs.max(1)),
+        max_attempts: args.max_attempts.max(1),
+        default_agent: DEMO_AGENT.to_string(),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(store.clone(), agents, config);
+    let state = AppState::new(
+        engine.clone(),
+        ServerConfig { open_when_no_keys: loopback || args.insecure_no_auth, body_limit: args.max_body_bytes },
+    );
+
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr().context("cannot read the listen address")?;
+    engine.spawn_workers();
+
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let mut server_stop = stop_rx.clone();
+    let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
+        let _ = server_stop.wait_for(|stop| *stop).await;
+    }));
+    println!("Stepwise listening on http://{local}");
+    if keys == 0 {
+        println!("No API keys exist: the API is open as tenant 'local' (create one with `stepwise keys create`).");
+    }
+    let _ = std::io::stdout().flush();
+
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let _ = stop_rx.wait_for(|stop| *stop).await;
+    tracing::info!("shutting down: finishing steps in flight, draining the save queue");
+
+    // Workers stop at their next step boundary and give their executions back.
+    if !engine.shutdown(Duration::from_secs(6)).await {
+        tracing::warn!("some executions did not reach a step boundary in time; their leases will expire and they resume on the next start");
+    }
+    match tokio::time::timeout(Duration::from_secs(2), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the HTTP server stopped with an error"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "the HTTP server task failed"),
+        Err(_) => tracing::warn!("open connections did not close in time"),
+    }
+    match tokio::time::timeout(Duration::from_secs(1), store.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "draining the save queue failed"),
+        Err(_) => tracing::warn!("draining the save queue took too long"),
+    }
+    println!("Stepwise stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
