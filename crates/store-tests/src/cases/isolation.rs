@@ -323,7 +323,7 @@ async fn run_seed<H: Harness>(harness: &H, seed: u64) {
                 };
                 owner_model.events += 1;
                 let event = add_event(&store, &them, theirs.id, "owner's").await;
-                let got = receive_until_stored(&mut owner_rx, &what).await;
+                let got = receive_until(&mut owner_rx, event.id, &what).await;
                 assert_eq!(
                     got, event,
                     "{what}: the owner's subscriber gets the owner's event, not the intruder's delta"
@@ -450,14 +450,21 @@ fn delta(session_id: Id, content: &str) -> Event {
     }
 }
 
-/// The next event on `rx`; a live-only event here means another tenant's delta leaked in.
-async fn receive_until_stored(
+/// The stored event `id` from `rx`, skipping the owner's earlier stored events (they may
+/// still be in flight from before the subscription). A live-only event here means another
+/// tenant's delta leaked in.
+async fn receive_until(
     rx: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<Event>>,
+    id: i64,
     what: &str,
 ) -> Event {
-    match tokio::time::timeout(DEADLINE, rx.recv()).await {
-        Ok(Ok(event)) => (*event).clone(),
-        Ok(Err(e)) => panic!("{what}: the live receiver failed: {e}"),
-        Err(_) => panic!("{what}: no live event arrived within {DEADLINE:?}"),
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(event)) if event.id != 0 && event.id < id => continue,
+            Ok(Ok(event)) => return (*event).clone(),
+            Ok(Err(e)) => panic!("{what}: the live receiver failed: {e}"),
+            Err(_) => panic!("{what}: no live event arrived within {DEADLINE:?}"),
+        }
     }
 }
