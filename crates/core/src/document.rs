@@ -16,3 +16,7 @@ pub struct SessionDocument {
     pub steps: Vec<Step>,
     pub snapshots: Vec<Snapshot>,
 }
+
+pub use crate::document_check::{
+    DocumentError, DocumentLimits, check_structure, parse_document, validate_document,
+};

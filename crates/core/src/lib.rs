@@ -25,6 +25,7 @@ pub fn parse_id(text: &str) -> Option<Id> {
 
 pub mod clock;
 pub mod document;
+pub mod document_check;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, system_clock};
 pub use document::SessionDocument;
 pub mod apikey;
