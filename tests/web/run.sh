@@ -10,6 +10,10 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+# A relative STEPWISE_BIN means relative to where the script was started from.
+if [ -n "${STEPWISE_BIN:-}" ] && [ -e "$STEPWISE_BIN" ]; then
+  STEPWISE_BIN="$(cd "$(dirname "$STEPWISE_BIN")" && pwd)/$(basename "$STEPWISE_BIN")"
+fi
 
 if [ ! -x /usr/bin/chromium ]; then
   echo "web tests: installing Debian's chromium" >&2
@@ -73,8 +77,8 @@ start_server() {
 }
 
 if [ -z "${STEPWISE_URL:-}" ]; then
-  bin="${STEPWISE_BIN:-}"
-  if [ -z "$bin" ]; then
+  bin="${STEPWISE_BIN:-$root/target/debug/stepwise}"
+  if [ -z "${STEPWISE_BIN:-}" ] || [ ! -x "$bin" ]; then
     (cd "$root" && cargo build -q -p stepwise)
     bin="$root/target/debug/stepwise"
   fi

@@ -183,7 +183,7 @@ describe('chat panel', () => {
     const { context, page } = await openPage(browser);
     try {
       await page.goto(`${BASE}/`);
-      await send(page, 'steps: 60');
+      await send(page, 'steps: 100');
       await waitFor(async () => countStepLines(await stepLineTexts(page)) >= 3, 'the run to make progress');
       const sessionId = sessionIdOf(page);
       await page.reload();
@@ -191,13 +191,13 @@ describe('chat panel', () => {
       const [execBefore] = await executionsOf(sessionId);
       assert.ok(['pending', 'running'].includes(execBefore.status), `expected a live run, got ${execBefore.status}`);
       await page.locator('#runbar[data-state="running"]').waitFor();
-      await page.locator('#stream .msg-assistant', { hasText: 'Done: 60 steps' }).waitFor({ timeout: 30000 });
+      await page.locator('#stream .msg-assistant', { hasText: 'Done: 100 steps' }).waitFor({ timeout: 30000 });
 
       const texts = (await stepLineTexts(page)).filter((t) => /^step \d+: called calculator/i.test(t));
-      assert.equal(texts.length, 60, 'every step line exactly once');
-      assert.equal(new Set(texts).size, 60, 'no step line twice');
+      assert.equal(texts.length, 100, 'every step line exactly once');
+      assert.equal(new Set(texts).size, 100, 'no step line twice');
       assert.equal(await page.locator('#stream .msg-user').count(), 1);
-      assert.equal((await assistantTexts(page)).filter((t) => t.includes('Done: 60 steps')).length, 1);
+      assert.equal((await assistantTexts(page)).filter((t) => t.includes('Done: 100 steps')).length, 1);
       const ids = await page.locator('#stream [data-message-id]').evaluateAll((els) => els.map((e) => e.dataset.messageId));
       assert.equal(new Set(ids).size, ids.length, 'no message rendered twice');
       assert.deepEqual(page.errors, []);
