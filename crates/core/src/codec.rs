@@ -19,6 +19,12 @@ pub const MAX_INFLATED_BYTES: usize = 64 * 1024 * 1024;
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
+// zstd contexts are costly to create (tens of microseconds each): keep one per thread.
+thread_local! {
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
     #[error("compressed payload is damaged: {0}")]
@@ -36,8 +42,15 @@ pub fn pack(json: Vec<u8>, threshold: usize) -> Vec<u8> {
     if json.len() <= threshold {
         return json;
     }
-    match zstd::bulk::compress(&json, 3) {
-        Ok(packed) if packed.len() < json.len() => packed,
+    let packed = COMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = zstd::bulk::Compressor::new(3).ok();
+        }
+        slot.as_mut().and_then(|c| c.compress(&json).ok())
+    });
+    match packed {
+        Some(packed) if packed.len() < json.len() => packed,
         _ => json,
     }
 }
@@ -56,7 +69,17 @@ pub fn unpack(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, DecodeError> {
                 "declares {size} bytes, over the {MAX_INFLATED_BYTES} byte limit"
             )));
         }
-        zstd::bulk::decompress(bytes, size.max(1))
+        DECOMPRESSOR
+            .with(|cell| {
+                let mut slot = cell.borrow_mut();
+                if slot.is_none() {
+                    *slot = Some(zstd::bulk::Decompressor::new()?);
+                }
+                match slot.as_mut() {
+                    Some(d) => d.decompress(bytes, size.max(1)),
+                    None => Err(std::io::Error::other("no decompressor")),
+                }
+            })
             .map(std::borrow::Cow::Owned)
             .map_err(|e| DecodeError::Compression(e.to_string()))
     } else {
