@@ -18,7 +18,12 @@ pub const EXIT_NO_KEYS: i32 = 2;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Address to listen on. A non-loopback address needs an API key (`stepwise keys create`).
-    #[arg(long, env = "STEPWISE_LISTEN", default_value = "127.0.0.1:7777", value_name = "ADDR")]
+    #[arg(
+        long,
+        env = "STEPWISE_LISTEN",
+        default_value = "127.0.0.1:7777",
+        value_name = "ADDR"
+    )]
     pub listen: String,
     /// Serve without API keys on a non-loopback address (anyone who can reach it is tenant `local`).
     #[arg(long, env = "STEPWISE_INSECURE_NO_AUTH")]
@@ -28,10 +33,20 @@ pub struct ServeArgs {
     pub workers: usize,
     /// Seconds an execution's claim lasts without a heartbeat (a crashed server's executions
     /// resume after this).
-    #[arg(long, env = "STEPWISE_LEASE_SECS", default_value_t = 15, value_name = "SECS")]
+    #[arg(
+        long,
+        env = "STEPWISE_LEASE_SECS",
+        default_value_t = 15,
+        value_name = "SECS"
+    )]
     pub lease_secs: u64,
     /// Claims after which an execution whose workers keep dying fails.
-    #[arg(long, env = "STEPWISE_MAX_ATTEMPTS", default_value_t = 5, value_name = "N")]
+    #[arg(
+        long,
+        env = "STEPWISE_MAX_ATTEMPTS",
+        default_value_t = 5,
+        value_name = "N"
+    )]
     pub max_attempts: u32,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "STEPWISE_MAX_BODY_BYTES", default_value_t = stepwise_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
@@ -52,7 +67,10 @@ fn resolve(listen: &str) -> anyhow::Result<SocketAddr> {
 pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     let addr = resolve(&args.listen)?;
     let loopback = addr.ip().is_loopback();
-    let keys = store.count_active_api_keys().await.context("cannot count API keys")?;
+    let keys = store
+        .count_active_api_keys()
+        .await
+        .context("cannot count API keys")?;
     if !loopback && keys == 0 && !args.insecure_no_auth {
         eprintln!(
             "error: refusing to listen on {addr} without API keys: no active API key exists. \
@@ -75,11 +93,18 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     let engine = Engine::new(store.clone(), agents, config);
     let state = AppState::new(
         engine.clone(),
-        ServerConfig { open_when_no_keys: loopback || args.insecure_no_auth, body_limit: args.max_body_bytes },
+        ServerConfig {
+            open_when_no_keys: loopback || args.insecure_no_auth,
+            body_limit: args.max_body_bytes,
+        },
     );
 
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener.local_addr().context("cannot read the listen address")?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the listen address")?;
     engine.spawn_workers();
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -89,7 +114,9 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     }));
     println!("Stepwise listening on http://{local}");
     if keys == 0 {
-        println!("No API keys exist: the API is open as tenant 'local' (create one with `stepwise keys create`).");
+        println!(
+            "No API keys exist: the API is open as tenant 'local' (create one with `stepwise keys create`)."
+        );
     }
     let _ = std::io::stdout().flush();
 
@@ -102,7 +129,9 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
 
     // Workers stop at their next step boundary and give their executions back.
     if !engine.shutdown(Duration::from_secs(6)).await {
-        tracing::warn!("some executions did not reach a step boundary in time; their leases will expire and they resume on the next start");
+        tracing::warn!(
+            "some executions did not reach a step boundary in time; their leases will expire and they resume on the next start"
+        );
     }
     match tokio::time::timeout(Duration::from_secs(2), server).await {
         Ok(Ok(Ok(()))) => {}

@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use stepwise_core::{
-    EventType, Execution, ExecutionStatus, Id, Role, Snapshot, Step, StepBody, StepKind,
+    EventType, Execution, ExecutionStatus, Role, Snapshot, Step, StepBody, StepKind,
 };
 use stepwise_engine::EXTERNAL_AGENT;
 use stepwise_store::{NewExecution, NewSnapshot, NewStep, Store, Transition};

@@ -1,0 +1,284 @@
+//! The real `stepwise serve` binary: kill -9 in the middle of a 50-step run and restart on
+//! the same database (the run completes with steps 1..50 exactly once); SIGTERM exits 0
+//! and loses nothing; a non-loopback address without API keys refuses to start.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(db: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stepwise"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--lease-secs",
+                "2",
+                "--workers",
+                "2",
+            ])
+            .arg("--database")
+            .arg(format!("sqlite://{}", db.display()))
+            .env("STEPWISE_DEMO_STEP_MS", "40")
+            .env("STEPWISE_LOG", "warn")
+            .env_remove("STEPWISE_LISTEN")
+            .env_remove("STEPWISE_DATABASE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start stepwise serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("serve printed its address")
+                .expect("a line");
+            if let Some(url) = line.strip_prefix("Stepwise listening on http://") {
+                break url.trim().to_string();
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, addr }
+    }
+
+    fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        request(&self.addr, method, path, body)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "the server did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A one-shot HTTP/1.1 request (Connection: close), answering the status and JSON body.
+fn request(addr: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    stream.write_all(body.as_bytes()).expect("write");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let payload = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (
+        status,
+        serde_json::from_str(&payload).unwrap_or(Value::Null),
+    )
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn wait_for<T>(mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "condition not met within {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn steps(server: &Server, execution: &str) -> Vec<u64> {
+    let (status, body) = server.request(
+        "GET",
+        &format!("/v1/executions/{execution}/steps?limit=500"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    body["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s["step_number"].as_u64().unwrap_or(0))
+        .collect()
+}
+
+#[test]
+fn kill_9_mid_run_then_restart_completes_with_every_step_exactly_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+    let server = Server::start(&db);
+    let (status, accepted) = server.request(
+        "POST",
+        "/v1/messages",
+        Some(json!({"content": "steps: 50"})),
+    );
+    assert_eq!(status, 202, "{accepted}");
+    let execution = accepted["execution"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    wait_for(|| (steps(&server, &execution).len() >= 10).then_some(()));
+    server.signal("-KILL");
+    drop(server);
+
+    let server = Server::start(&db);
+    let done = wait_for(|| {
+        let (_, e) = server.request("GET", &format!("/v1/executions/{execution}"), None);
+        matches!(e["status"].as_str(), Some("completed" | "failed")).then_some(e)
+    });
+    assert_eq!(done["status"], json!("completed"), "{done}");
+    assert_eq!(done["output"], json!("Done: 50 steps"));
+    let numbers = steps(&server, &execution);
+    assert_eq!(
+        numbers,
+        (1..=51).collect::<Vec<u64>>(),
+        "50 action steps and the final answer, each once"
+    );
+    assert!(done["attempts"].as_u64().unwrap_or(0) >= 2, "{done}");
+}
+
+#[test]
+fn sigterm_exits_zero_and_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+    let mut server = Server::start(&db);
+    let (_, accepted) = server.request(
+        "POST",
+        "/v1/messages",
+        Some(json!({"content": "steps: 40"})),
+    );
+    let execution = accepted["execution"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let session = accepted["session_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (_, queued) = server.request(
+        "POST",
+        &format!("/v1/sessions/{session}/messages"),
+        Some(json!({"content": "hello"})),
+    );
+    let queued = queued["execution"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let seen = wait_for(|| {
+        let numbers = steps(&server, &execution);
+        (numbers.len() >= 5).then_some(numbers.len())
+    });
+    server.signal("-TERM");
+    let status = server.wait_exit();
+    assert!(status.success(), "exit status {status:?}");
+    drop(server);
+
+    let server = Server::start(&db);
+    let numbers = steps(&server, &execution);
+    assert!(numbers.len() >= seen, "no acknowledged step is lost");
+    for id in [&execution, &queued] {
+        let done = wait_for(|| {
+            let (_, e) = server.request("GET", &format!("/v1/executions/{id}"), None);
+            matches!(e["status"].as_str(), Some("completed" | "failed")).then_some(e)
+        });
+        assert_eq!(done["status"], json!("completed"), "{done}");
+    }
+    assert_eq!(steps(&server, &execution), (1..=41).collect::<Vec<u64>>());
+    let (_, messages) = server.request(
+        "GET",
+        &format!("/v1/sessions/{session}/messages?roles=assistant"),
+        None,
+    );
+    let answers: Vec<Value> = messages["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(answers, vec![json!("Done: 40 steps"), json!("Echo: hello")]);
+}
+
+#[test]
+fn a_public_address_without_api_keys_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_stepwise"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .arg("--database")
+        .arg(format!(
+            "sqlite://{}",
+            dir.path().join("stepwise.db").display()
+        ))
+        .env_remove("STEPWISE_INSECURE_NO_AUTH")
+        .output()
+        .expect("run stepwise serve");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("API key"), "{stderr}");
+}

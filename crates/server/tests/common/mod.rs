@@ -1,0 +1,305 @@
+//! A real server on a loopback port over a SQLite file in a tempdir, and a small SSE reader.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
+use stepwise_server::{AppState, ServerConfig};
+use stepwise_store_sqlite::SqliteStore;
+use tokio::sync::oneshot;
+
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub struct TestServer {
+    pub base: String,
+    pub store: SqliteStore,
+    pub engine: Engine<SqliteStore>,
+    pub client: reqwest::Client,
+    pub token: Option<String>,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+pub struct Options {
+    pub step_ms: u64,
+    pub server: ServerConfig,
+    pub register: Option<Box<dyn FnOnce(&mut AgentRegistry)>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            step_ms: 5,
+            server: ServerConfig::default(),
+            register: None,
+        }
+    }
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> TestServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("stepwise.db")).expect("open store");
+        let mut agents = AgentRegistry::new();
+        agents.register(
+            DEMO_AGENT,
+            DemoAgent::with_step_delay(Duration::from_millis(options.step_ms)),
+        );
+        if let Some(register) = options.register {
+            register(&mut agents);
+        }
+        let config = EngineConfig {
+            workers: 4,
+            lease: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(100),
+            ..EngineConfig::default()
+        };
+        let engine = Engine::new(store.clone(), agents, config);
+        engine.spawn_workers();
+        let state = AppState::new(engine.clone(), options.server);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            base,
+            store,
+            engine,
+            client: reqwest::Client::new(),
+            token: None,
+            stop: Some(stop),
+            server: Some(server),
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    fn auth(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .auth(self.client.get(self.url(path)))
+            .send()
+            .await
+            .expect("request");
+        read(response).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .auth(self.client.post(self.url(path)).json(&body))
+            .send()
+            .await
+            .expect("request");
+        read(response).await
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        read(self.auth(request).send().await.expect("request")).await
+    }
+
+    /// Posts a message to a new session; answers (session id, execution id).
+    pub async fn message(&self, content: &str) -> (String, String) {
+        let (status, body) = self
+            .post("/v1/messages", serde_json::json!({"content": content}))
+            .await;
+        assert_eq!(status, 202, "{body}");
+        (
+            body["session_id"].as_str().unwrap_or_default().to_string(),
+            body["execution"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    }
+
+    pub async fn message_to(&self, session: &str, content: &str) -> Value {
+        let (status, body) = self
+            .post(
+                &format!("/v1/sessions/{session}/messages"),
+                serde_json::json!({"content": content}),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        body
+    }
+
+    pub async fn execution(&self, id: &str) -> Value {
+        let (status, body) = self.get(&format!("/v1/executions/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Polls the execution until its status is one of `statuses`.
+    pub async fn wait_status(&self, id: &str, statuses: &[&str]) -> Value {
+        wait_for(|| async {
+            let execution = self.execution(id).await;
+            statuses
+                .contains(&execution["status"].as_str().unwrap_or_default())
+                .then_some(execution)
+        })
+        .await
+    }
+
+    pub async fn messages(&self, session: &str) -> Vec<Value> {
+        let (status, body) = self
+            .get(&format!("/v1/sessions/{session}/messages?limit=500"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub async fn events(&self, session: &str, last_event_id: Option<i64>) -> SseReader {
+        let mut request = self
+            .client
+            .get(self.url(&format!("/v1/sessions/{session}/events")));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id.to_string());
+        }
+        let response = self.auth(request).send().await.expect("events request");
+        assert_eq!(response.status().as_u16(), 200);
+        SseReader::new(response)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.engine.shutdown(Duration::from_secs(5)).await;
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+pub async fn read(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    (status, body)
+}
+
+/// Polls `check` until it answers `Some`, failing the test after the deadline.
+pub async fn wait_for<T, F, Fut>(mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "condition not met within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<i64>,
+    pub event: String,
+    pub data: Value,
+}
+
+pub struct SseReader {
+    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Vec<u8>>> + Send>>,
+    buffer: String,
+    pub comments: usize,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> Self {
+        SseReader {
+            stream: Box::pin(
+                response
+                    .bytes_stream()
+                    .map(|chunk| chunk.map(|b| b.to_vec())),
+            ),
+            buffer: String::new(),
+            comments: 0,
+        }
+    }
+
+    /// The next event, or `None` when the stream ends.
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer[..end].to_string();
+                self.buffer.drain(..end + 2);
+                let mut event = SseEvent {
+                    id: None,
+                    event: "message".into(),
+                    data: Value::Null,
+                };
+                let mut data = String::new();
+                let mut any = false;
+                for line in frame.lines() {
+                    if line.starts_with(':') {
+                        self.comments += 1;
+                        continue;
+                    }
+                    let (field, value) = line
+                        .split_once(':')
+                        .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+                    any = true;
+                    match field {
+                        "id" => event.id = value.parse().ok(),
+                        "event" => event.event = value.to_string(),
+                        "data" => data.push_str(value),
+                        _ => {}
+                    }
+                }
+                if !any {
+                    continue;
+                }
+                event.data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                return Some(event);
+            }
+            match tokio::time::timeout(DEADLINE, self.stream.next()).await {
+                Ok(Some(Ok(bytes))) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Events up to and including the first of type `until` (for `execution_id` if given).
+    pub async fn until(&mut self, until: &str) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            let done = event.event == until;
+            events.push(event);
+            if done {
+                return events;
+            }
+        }
+        panic!("the stream ended before {until}: {events:?}");
+    }
+}
