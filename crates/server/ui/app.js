@@ -169,9 +169,12 @@
     const t = Date.parse(text);
     return Number.isNaN(t) ? null : t;
   }
+  // One formatter for all lines: toLocaleTimeString builds a new one per call, slow over
+  // thousands of step lines.
+  const clockFormat = new Intl.DateTimeFormat([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
   function clockTime(text) {
     const t = parseTime(text);
-    return t == null ? '' : new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    return t == null ? '' : clockFormat.format(t);
   }
   function relativeTime(text) {
     const t = parseTime(text);
@@ -407,10 +410,29 @@
   let view = new SessionView(null);
   const streamEl = $('stream');
 
-  function scrollToBottom(force) {
+  // Follows new content while the reader is at the bottom; leaves them alone when they scrolled
+  // up. Batched per frame: measuring after every appended line would force a layout each time.
+  let stickToBottom = true;
+  let scrollQueued = false;
+  let scrollForced = false;
+  $('chat').addEventListener('scroll', () => {
     const chat = $('chat');
-    const nearBottom = chat.scrollHeight - chat.scrollTop - chat.clientHeight < 160;
-    if (force || nearBottom) chat.scrollTop = chat.scrollHeight;
+    stickToBottom = chat.scrollHeight - chat.scrollTop - chat.clientHeight < 160;
+  }, { passive: true });
+
+  function scrollToBottom(force) {
+    if (force) scrollForced = true;
+    if (scrollQueued) return;
+    scrollQueued = true;
+    requestAnimationFrame(() => {
+      scrollQueued = false;
+      if (scrollForced || stickToBottom) {
+        const chat = $('chat');
+        chat.scrollTop = chat.scrollHeight;
+        stickToBottom = true;
+      }
+      scrollForced = false;
+    });
   }
 
   function updateEmpty() {
@@ -721,15 +743,21 @@
     const lines = exec.lineCount || 0;
     const label = stepCount > 0 ? plural(stepCount, 'step') : plural(lines, 'update');
     const group = exec.group;
-    group.querySelector('.exec-count').textContent = label;
     const status = exec.status || '';
+    const activity = ACTIVE_STATUSES.has(status) ? exec.activity : '';
+    const agent = exec.data && exec.data.agent_type;
+    // Replays apply thousands of events: skip the DOM when nothing it shows changed.
+    const shown = `${label}\u0001${status}\u0001${activity}\u0001${agent}`;
+    if (exec.shownKey === shown && exec.shownGroup === group) return;
+    exec.shownKey = shown;
+    exec.shownGroup = group;
+    group.querySelector('.exec-count').textContent = label;
     const statusEl = group.querySelector('.exec-status');
     statusEl.textContent = statusText(status);
     statusEl.className = `exec-status status-${status}`;
     group.dataset.status = status;
-    group.querySelector('.exec-activity').textContent = ACTIVE_STATUSES.has(status) ? exec.activity : '';
+    group.querySelector('.exec-activity').textContent = activity;
     const badge = group.querySelector('.badge-agent');
-    const agent = exec.data && exec.data.agent_type;
     if (agent) {
       badge.hidden = false;
       badge.textContent = agent === 'demo' ? 'demo agent' : agent;

@@ -3,6 +3,8 @@
 // steps, snapshots, SSE with replay) and runs the demo agent's rules. The browser tests run
 // against the real server (run.sh); this is only a development aid:
 //   node tests/web/dev/mock-server.mjs [port]   (MOCK_API_KEY=secret to require a key)
+// With UPSTREAM=http://127.0.0.1:7777 it serves the UI files from disk and forwards everything
+// else to that real server: edit the UI without rebuilding the binary.
 import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -218,6 +220,17 @@ const server = http.createServer(async (req, res) => {
     res.end(fs.readFileSync(path.join(uiDir, files[p][0])));
     return;
   }
+  if (process.env.UPSTREAM) {
+    const upstream = new URL(req.url, process.env.UPSTREAM);
+    const forward = http.request(upstream, { method: req.method, headers: { ...req.headers, host: upstream.host } }, (answer) => {
+      res.writeHead(answer.statusCode, answer.headers);
+      answer.pipe(res);
+    });
+    forward.on('error', (err) => error(res, 502, 'bad_gateway', String(err.message)));
+    res.on('close', () => forward.destroy());
+    req.pipe(forward);
+    return undefined;
+  }
   if (p === '/healthz') return send(res, 200, { status: 'ok' });
   if (!p.startsWith('/v1/')) return error(res, 404, 'not_found', 'no such path');
   if (apiKey && req.headers.authorization !== `Bearer ${apiKey}`) return error(res, 401, 'unauthorized', 'API key required');
@@ -268,7 +281,7 @@ const server = http.createServer(async (req, res) => {
         subscribers.set(s.id, subs);
         subs.add(write);
         const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), 15000);
-        req.on('close', () => { subs.delete(write); clearInterval(keepAlive); });
+        res.on('close', () => { subs.delete(write); clearInterval(keepAlive); });
         return undefined;
       }
     }
