@@ -129,7 +129,11 @@ pub async fn append_message<S: Store>(
 
 /// A step body that is a pure function of its number, so equal numbers give equal bodies.
 pub fn step_body(n: u32) -> StepBody {
-    let tool = if n % 2 == 0 { "calculator" } else { "clock" };
+    let tool = if n.is_multiple_of(2) {
+        "calculator"
+    } else {
+        "clock"
+    };
     StepBody {
         model_output: Some(format!("Thinking about step {n}: ünïcödé ✓")),
         tool_calls: vec![ToolCall {
@@ -137,13 +141,13 @@ pub fn step_body(n: u32) -> StepBody {
             name: tool.to_string(),
             arguments: json!({"expression": format!("{n}+{n}"), "nested": {"n": n}}),
         }],
-        code: (n % 3 == 0).then(|| format!("print({n})")),
+        code: n.is_multiple_of(3).then(|| format!("print({n})")),
         observations: Some(format!("{}", 2 * n)),
-        error: (n % 5 == 0).then(|| StepError {
+        error: n.is_multiple_of(5).then(|| StepError {
             kind: "tool_error".into(),
             message: format!("failed at {n}"),
         }),
-        output: if n % 4 == 0 {
+        output: if n.is_multiple_of(4) {
             json!({"answer": n})
         } else {
             Value::Null

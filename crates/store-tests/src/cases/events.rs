@@ -228,6 +228,37 @@ pub async fn events_live<H: Harness>(harness: &H) {
     let next = add_event(&store, &acme, session.id, "late").await;
     assert_eq!(*receive_after(&mut late, 7).await, next);
     assert_eq!(next.id, 8);
+
+    // Subscribe, replay, then follow live while a writer keeps appending: skipping live
+    // events already replayed gives every event exactly once, in order.
+    let busy = create_session(&store, &acme, Some("busy")).await;
+    let writer = {
+        let store = store.clone();
+        let acme = acme.clone();
+        tokio::spawn(async move {
+            for i in 0..60 {
+                add_event(&store, &acme, busy.id, &format!("busy {i}")).await;
+            }
+        })
+    };
+    // Join while the writer is under way (or already done: the protocol holds either way).
+    tokio::task::yield_now().await;
+    let mut follower = store.subscribe(&acme, busy.id);
+    let replayed = ok(store.list_events(&acme, busy.id, 0, 1000).await, "replay");
+    let mut seen: Vec<i64> = replayed.iter().map(|e| e.id).collect();
+    let mut last = seen.last().copied().unwrap_or(0);
+    while last < 60 {
+        let event = receive_after(&mut follower, last).await;
+        assert_eq!(event.session_id, busy.id);
+        seen.push(event.id);
+        last = event.id;
+    }
+    assert_eq!(
+        seen,
+        (1..=60).collect::<Vec<i64>>(),
+        "replay then live: no gap, no duplicate"
+    );
+    ok(writer.await, "writer task");
 }
 
 /// The next live event, skipping stored events with ids up to `replayed`: the documented

@@ -224,6 +224,59 @@ pub async fn execution_transitions<H: Harness>(harness: &H) {
         "transition of an unknown execution"
     );
 
+    // Racing transitions on one execution: exactly one finishes it.
+    let session = create_session(&store, &acme, None).await;
+    let contested = reach(&store, &acme, session.id, ExecutionStatus::Running).await;
+    let mut racers = Vec::new();
+    for (i, transition) in [
+        Transition::Complete {
+            output: json!("first"),
+        },
+        Transition::Cancel,
+        Transition::Fail {
+            error_message: "late".into(),
+        },
+        Transition::Complete {
+            output: json!("second"),
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let store = store.clone();
+        let acme = acme.clone();
+        racers.push(tokio::spawn(async move {
+            (
+                i,
+                store
+                    .transition_execution(&acme, contested.id, transition)
+                    .await,
+            )
+        }));
+    }
+    let mut winner = None;
+    for racer in racers {
+        match ok(racer.await, "racing transition") {
+            (_, Ok(execution)) => {
+                assert!(
+                    winner.is_none(),
+                    "two transitions finished the same execution"
+                );
+                winner = Some(execution);
+            }
+            (_, Err(StoreError::InvalidState(_))) => {}
+            (i, Err(other)) => {
+                panic!("racing transition {i}: expected InvalidState, got {other:?}")
+            }
+        }
+    }
+    let winner = winner.expect("one racing transition wins");
+    assert_eq!(
+        some(store.get_execution(&acme, contested.id).await, "contested"),
+        winner,
+        "the winner's result is stored"
+    );
+
     // Finished executions stay finished, whatever is tried after.
     let session = create_session(&store, &acme, None).await;
     let done = reach(&store, &acme, session.id, ExecutionStatus::Completed).await;

@@ -202,6 +202,46 @@ pub async fn messages<H: Harness>(harness: &H) {
     );
     assert_eq!(ids(&next_two), vec![appended[2].id, appended[3].id]);
 
+    // Concurrent appends: no lost update of message_count.
+    let busy = create_session(&store, &acme, Some("busy")).await;
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let store = store.clone();
+        let acme = acme.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0..25 {
+                let content = format!("writer {w} message {i}");
+                ok(
+                    store
+                        .append_message(&acme, NewMessage::new(busy.id, Role::User, content))
+                        .await,
+                    "append",
+                );
+            }
+        }));
+    }
+    for writer in writers {
+        ok(writer.await, "writer task");
+    }
+    assert_eq!(
+        some(store.get_session(&acme, busy.id).await, "busy").message_count,
+        100,
+        "no append is lost"
+    );
+    let listed = ok(
+        store
+            .list_messages(&acme, busy.id, MessageQuery::default())
+            .await,
+        "list busy",
+    );
+    assert_eq!(listed.len(), 100);
+    for pair in listed.windows(2) {
+        assert!(
+            (pair[0].created_at, pair[0].id) < (pair[1].created_at, pair[1].id),
+            "oldest first, id breaking ties"
+        );
+    }
+
     // Messages belong to their session only.
     assert!(
         ok(

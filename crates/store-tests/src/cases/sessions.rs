@@ -294,6 +294,35 @@ pub async fn session_names<H: Harness>(harness: &H) {
         "a 64-character name is valid",
     );
 
+    // Two creates racing for one name: exactly one wins.
+    let mut racers = Vec::new();
+    for user in 0..4 {
+        let store = store.clone();
+        let acme = acme.clone();
+        racers.push(tokio::spawn(async move {
+            store
+                .create_session(
+                    &acme,
+                    new_session(&format!("racer-{user}"), Some("contested")),
+                )
+                .await
+        }));
+    }
+    let mut winners = 0;
+    for racer in racers {
+        match ok(racer.await, "racing create") {
+            Ok(_) => winners += 1,
+            Err(StoreError::Conflict(_)) => {}
+            Err(other) => {
+                panic!("a create that lost the race for a name is a Conflict, got {other:?}")
+            }
+        }
+    }
+    assert_eq!(
+        winners, 1,
+        "exactly one of four racing creates gets the name"
+    );
+
     // Renames keep the uniqueness rule.
     let second = create_session(&store, &acme, Some("second")).await;
     assert_err!(

@@ -94,7 +94,7 @@ pub async fn snapshots<H: Harness>(harness: &H) {
         "lists leave the state out"
     );
     assert_eq!(listed[0].agent_id, root.agent_id);
-    assert_eq!(listed[2].is_final, true);
+    assert!(listed[2].is_final);
     assert_eq!(listed[1].step_number, 2);
 
     let full = some(store.get_snapshot(&acme, root.id).await, "get_snapshot");

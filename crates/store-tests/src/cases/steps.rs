@@ -1,7 +1,7 @@
 use std::collections::HashSet;
 
-use stepwise_core::{EventType, ExecutionStatus, Id, Step, StepKind, TokenUsage};
-use stepwise_store::{NewStep, Store, StoreError};
+use stepwise_core::{EventType, ExecutionStatus, Id, Restored, Step, StepKind, TokenUsage};
+use stepwise_store::{NewStep, Store, StoreError, restore_memory};
 
 use crate::Harness;
 use crate::assert_err;
@@ -150,6 +150,33 @@ pub async fn steps<H: Harness>(harness: &H) {
             .items
             .iter()
             .all(|s| s.session_id == Some(other_session.id))
+    );
+
+    // A session without any damaged step restores in full.
+    let memory = some(
+        restore_memory(&store, &acme, session.id).await,
+        "restore_memory",
+    );
+    assert_eq!(memory.restored, Restored::Full);
+    assert_eq!(memory.steps, expected);
+    assert_eq!(memory.summary, None);
+    let empty_session = create_session(&store, &acme, Some("nothing-yet")).await;
+    let memory = some(
+        restore_memory(&store, &acme, empty_session.id).await,
+        "restore an empty session",
+    );
+    assert_eq!(
+        memory.restored,
+        Restored::Full,
+        "no steps and nothing damaged is a full (empty) memory"
+    );
+    assert!(memory.steps.is_empty());
+    assert_eq!(
+        ok(
+            restore_memory(&store, &acme, stepwise_core::new_id()).await,
+            "restore unknown"
+        ),
+        None
     );
 
     // A step of a background execution has no session.
