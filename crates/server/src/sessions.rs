@@ -3,12 +3,16 @@
 use std::collections::{HashMap, HashSet};
 
 use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use stepwise_core::document::FORMAT_VERSION;
+use stepwise_core::document_check::{DocumentLimits, parse_document};
 use stepwise_core::name::validate_name;
 use stepwise_core::{
     Execution, Id, Memory, Message, Role, Session, SessionDocument, SessionStatus,
@@ -545,8 +549,54 @@ pub async fn export<S: Store>(
 pub async fn import<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
-    ApiJson(document): ApiJson<SessionDocument>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<impl IntoResponse> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| {
+            let v = v.trim().to_ascii_lowercase();
+            v == "application/json" || (v.starts_with("application/") && v.ends_with("+json"))
+        });
+    if !is_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be JSON with Content-Type: application/json",
+        ));
+    }
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "the body is larger than this server accepts",
+            )
+        } else {
+            ApiError::bad_request("the body could not be read")
+        }
+    })?;
+    let limits = DocumentLimits {
+        max_bytes: state.config.body_limit,
+        ..DocumentLimits::default()
+    };
+    let document = parse_document(&body, &limits).map_err(|e| {
+        let error = if e.is_too_large() {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                e.to_string(),
+            )
+        } else {
+            ApiError::bad_request(e.to_string())
+        };
+        match e.field() {
+            Some(field) => error.with_field(field),
+            None => error,
+        }
+    })?;
     validate_document(&document)?;
     let session = state
         .store()
