@@ -447,10 +447,7 @@ pub fn index_entry(container: &Container) -> Option<IndexEntry> {
     })
 }
 
-pub fn build_index<'a>(
-    tenant: &str,
-    containers: impl Iterator<Item = &'a Container>,
-) -> IndexFile {
+pub fn build_index<'a>(tenant: &str, containers: impl Iterator<Item = &'a Container>) -> IndexFile {
     let mut sessions: Vec<IndexEntry> = containers.filter_map(index_entry).collect();
     sessions.sort_by(|a, b| (b.updated_at, b.id).cmp(&(a.updated_at, a.id)));
     IndexFile {

@@ -102,11 +102,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.wake.notify_all();
-        let handle = self
-            .writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let handle = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(handle) = handle {
             let _ = handle.join();
         }
@@ -121,8 +117,9 @@ impl FileStore {
     /// Opens (creating if needed) the folder `dir`. Files that cannot be read are logged,
     /// counted and skipped (see [`FileStore::open_report`]); the others load.
     pub fn open_with(dir: &Path, options: FileOptions) -> Result<FileStore> {
-        let unavailable =
-            |what: &str, e: std::io::Error| StoreError::Unavailable(format!("{what} {}: {e}", dir.display()));
+        let unavailable = |what: &str, e: std::io::Error| {
+            StoreError::Unavailable(format!("{what} {}: {e}", dir.display()))
+        };
         std::fs::create_dir_all(dir).map_err(|e| unavailable("cannot create", e))?;
         let lock = File::options()
             .create(true)
@@ -455,7 +452,11 @@ impl Store for FileStore {
             .collect();
         items.sort_by(|a, b| (b.updated_at, b.id).cmp(&(a.updated_at, a.id)));
         let next_cursor = (items.len() > limit)
-            .then(|| items.get(limit - 1).map(|s| cursor::encode(s.updated_at, s.id)))
+            .then(|| {
+                items
+                    .get(limit - 1)
+                    .map(|s| cursor::encode(s.updated_at, s.id))
+            })
             .flatten();
         items.truncate(limit);
         Ok(Page {
@@ -614,7 +615,9 @@ impl Store for FileStore {
                     .messages
                     .iter()
                     .find(|m| m.id == after)
-                    .ok_or_else(|| StoreError::invalid("after", "no such message in this session"))?;
+                    .ok_or_else(|| {
+                        StoreError::invalid("after", "no such message in this session")
+                    })?;
                 Some((found.created_at, found.id))
             }
             None => None,
@@ -961,7 +964,13 @@ impl Store for FileStore {
             return match existing {
                 StoredStep::Decoded(step) if step.kind == new.kind && step.body() == new.body => {
                     let step = step.clone();
-                    Ok(self.enqueue(&mut state, StepAppend { step, created: false }))
+                    Ok(self.enqueue(
+                        &mut state,
+                        StepAppend {
+                            step,
+                            created: false,
+                        },
+                    ))
                 }
                 _ => Err(StoreError::Conflict(format!(
                     "step {} of this execution already exists with another body",
@@ -993,7 +1002,13 @@ impl Store for FileStore {
         e.token_usage.add(&usage);
         e.updated_at = now;
         state.touch(&key, false);
-        Ok(self.enqueue(&mut state, StepAppend { step, created: true }))
+        Ok(self.enqueue(
+            &mut state,
+            StepAppend {
+                step,
+                created: true,
+            },
+        ))
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {
@@ -1052,7 +1067,10 @@ impl Store for FileStore {
                 .get(&parent)
                 .is_some_and(|k| k.tenant == tenant.as_str())
         {
-            return Err(StoreError::invalid("parent_snapshot_id", "no such snapshot"));
+            return Err(StoreError::invalid(
+                "parent_snapshot_id",
+                "no such snapshot",
+            ));
         }
         let Some((key, entry)) = state.exec_mut(tenant.as_str(), new.execution_id) else {
             return Err(StoreError::NotFound("execution"));
@@ -1095,7 +1113,11 @@ impl Store for FileStore {
 
     async fn get_snapshot(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
         let state = self.lock();
-        let Some(key) = state.snapshots.get(&id).filter(|k| k.tenant == tenant.as_str()) else {
+        let Some(key) = state
+            .snapshots
+            .get(&id)
+            .filter(|k| k.tenant == tenant.as_str())
+        else {
             return Ok(None);
         };
         Ok(state
@@ -1181,7 +1203,10 @@ impl Store for FileStore {
         })?;
         let container = rekey(tenant, user_id, doc, self.now());
         let Some(session) = container.session.clone() else {
-            return Err(StoreError::invalid("session", "the document has no session"));
+            return Err(StoreError::invalid(
+                "session",
+                "the document has no session",
+            ));
         };
         let ack = {
             let mut state = self.lock();
@@ -1368,8 +1393,12 @@ impl Store for FileStore {
     }
 
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
-        let mut keys: Vec<ApiKeyRecord> =
-            self.lock().api_keys.iter().map(|k| k.record.clone()).collect();
+        let mut keys: Vec<ApiKeyRecord> = self
+            .lock()
+            .api_keys
+            .iter()
+            .map(|k| k.record.clone())
+            .collect();
         keys.sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
         Ok(keys)
     }

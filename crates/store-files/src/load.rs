@@ -211,7 +211,8 @@ fn load_tenant_dir(
             ts.loose = meta.container;
             ts.loose.session = None;
             ts.loose.executions.retain(|e| {
-                let own = e.execution.tenant_id == tenant && !state.executions.contains_key(&e.execution.id);
+                let own = e.execution.tenant_id == tenant
+                    && !state.executions.contains_key(&e.execution.id);
                 if own {
                     state.executions.insert(
                         e.execution.id,
@@ -315,7 +316,10 @@ fn load_tenant_dir(
         if proper != c.stem {
             // Renamed by hand: write it back under its own name.
             state.pending.dirty.insert(key.clone());
-            state.pending.removals.push((tenant.clone(), c.stem.clone()));
+            state
+                .pending
+                .removals
+                .push((tenant.clone(), c.stem.clone()));
         }
         if let Some(name) = &session.name {
             ts.names.insert(name.clone(), id);

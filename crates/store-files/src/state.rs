@@ -184,7 +184,9 @@ impl State {
     }
 
     pub fn container_mut(&mut self, key: &Key) -> Option<&mut Container> {
-        self.tenants.get_mut(&key.tenant)?.container_mut(key.session)
+        self.tenants
+            .get_mut(&key.tenant)?
+            .container_mut(key.session)
     }
 
     /// Every execution of every tenant, with where it lives.

@@ -66,9 +66,10 @@ fn damage_step(dir: &Path, execution_id: Id, step_number: u32, how: Corruption) 
         let Some(steps) = doc.get_mut("steps").and_then(Value::as_array_mut) else {
             continue;
         };
-        let Some(step) = steps.iter_mut().find(|s| {
-            s["execution_id"] == json!(exec) && s["step_number"] == json!(step_number)
-        }) else {
+        let Some(step) = steps
+            .iter_mut()
+            .find(|s| s["execution_id"] == json!(exec) && s["step_number"] == json!(step_number))
+        else {
             continue;
         };
         match how {
@@ -125,11 +126,10 @@ impl Harness for FilesHarness {
             return false;
         }
         let dir = store.dir().to_path_buf();
-        let damaged = tokio::task::spawn_blocking(move || {
-            damage_step(&dir, execution_id, step_number, how)
-        })
-        .await
-        .unwrap_or(false);
+        let damaged =
+            tokio::task::spawn_blocking(move || damage_step(&dir, execution_id, step_number, how))
+                .await
+                .unwrap_or(false);
         damaged && store.reload().await.is_ok()
     }
 }
