@@ -598,23 +598,42 @@
 
   // ---- executions
 
+  function newExecState(id) {
+    return {
+      id,
+      data: null,
+      status: null,
+      group: null,
+      groupUserCount: -1,
+      stepNumbers: new Set(),
+      activity: '',
+      streamNode: null,
+      question: null,
+      answered: false,
+      failureShown: false,
+      cancelShown: false,
+      loading: false,
+    };
+  }
+
+  // A status line of a run goes right after its group, so a replayed history keeps its order.
+  function placeAfterGroup(exec, node) {
+    if (exec.group && exec.group.isConnected && exec.group.parentElement === streamEl) {
+      let anchor = exec.group;
+      while (anchor.nextElementSibling && anchor.nextElementSibling.dataset.statusOf === exec.id) anchor = anchor.nextElementSibling;
+      node.dataset.statusOf = exec.id;
+      anchor.after(node);
+      updateEmpty();
+      scrollToBottom(false);
+    } else {
+      appendToStream(node);
+    }
+  }
+
   function execState(id) {
     let exec = view.execs.get(id);
     if (!exec) {
-      exec = {
-        id,
-        data: null,
-        status: null,
-        group: null,
-        groupUserCount: -1,
-        stepNumbers: new Set(),
-        activity: '',
-        streamNode: null,
-        question: null,
-        answered: false,
-        failureShown: false,
-        loading: false,
-      };
+      exec = newExecState(id);
       view.execs.set(id, exec);
       loadExecution(exec);
     }
@@ -772,11 +791,10 @@
     exec.failureShown = true;
     const node = el('div', { class: 'line line-error', role: 'alert', 'data-execution-id': exec.id }, `Failed: ${text}`);
     if (exec.streamNode) {
-      exec.streamNode.replaceWith(node);
+      exec.streamNode.remove();
       exec.streamNode = null;
-    } else {
-      appendToStream(node);
     }
+    placeAfterGroup(exec, node);
   }
 
   function showQuestion(exec, text) {
@@ -841,11 +859,12 @@
       retireQuestion(exec);
     }
     if (FINISHED_STATUSES.has(status) || status === 'paused') exec.activity = '';
-    if (status === 'failed') showFailure(exec, content || (exec.data && exec.data.error_message) || 'the execution failed');
+    const isSubagent = Boolean(exec.data && exec.data.parent_execution_id);
+    if (status === 'failed' && !isSubagent) showFailure(exec, content || (exec.data && exec.data.error_message) || 'the execution failed');
     if (status === 'cancelled' && !exec.cancelShown) {
       exec.cancelShown = true;
       if (!(exec.data && exec.data.parent_execution_id)) {
-        appendToStream(el('div', { class: 'line line-cancelled', 'data-execution-id': exec.id }, 'Run cancelled.'));
+        placeAfterGroup(exec, el('div', { class: 'line line-cancelled', 'data-execution-id': exec.id }, 'Run cancelled.'));
       }
     }
     refreshExec(exec);
@@ -1182,10 +1201,7 @@
       // Parents first, so subagent groups can nest under them.
       execs.sort((a, b) => (a.parent_execution_id ? 1 : 0) - (b.parent_execution_id ? 1 : 0));
       for (const data of execs) {
-        const exec = current.execs.get(data.id) || {
-          id: data.id, data: null, status: null, group: null, groupUserCount: -1, stepNumbers: new Set(),
-          activity: '', streamNode: null, question: null, answered: false, failureShown: false, loading: false,
-        };
+        const exec = current.execs.get(data.id) || newExecState(data.id);
         current.execs.set(data.id, exec);
         exec.data = data;
         exec.status = data.status;

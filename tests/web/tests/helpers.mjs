@@ -22,8 +22,22 @@ export const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 
-export function launch() {
-  return chromium.launch({ executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium', args: CHROMIUM_ARGS });
+// Chromium now and then hangs at start on a busy machine; a fresh attempt gets through.
+export async function launch() {
+  let lastError;
+  for (let attempt = 1; attempt <= 3; attempt += 1) {
+    try {
+      return await chromium.launch({
+        executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
+        args: CHROMIUM_ARGS,
+        timeout: 60000,
+      });
+    } catch (err) {
+      lastError = err;
+      console.error(`chromium did not start (attempt ${attempt}): ${String(err.message).split('\n')[0]}`);
+    }
+  }
+  throw lastError;
 }
 
 // A fresh page in its own context, with page errors collected so a test can assert none happened.

@@ -165,6 +165,21 @@ describe('execution inspector', () => {
       await page.locator('#stream .exec-inspect').first().click();
       await page.locator('#inspector .step-error').first().waitFor();
       assert.match(await page.locator('#inspector .kv-error').textContent(), /\S/);
+      await page.keyboard.press('Escape');
+
+      // Restored after a reload, the failure stays where it happened, before the next request.
+      await send(page, 'hello again');
+      await page.locator('#stream .msg-assistant', { hasText: 'Echo: hello again' }).waitFor();
+      await page.reload();
+      await page.locator('#stream .msg-assistant', { hasText: 'Echo: hello again' }).waitFor();
+      const order = await page.locator('#stream > *').evaluateAll((els) => els.map((e) => {
+        if (e.classList.contains('line-error')) return 'failed';
+        if (e.classList.contains('msg-user')) return `user:${e.textContent}`;
+        return null;
+      }).filter(Boolean));
+      assert.equal(order.filter((o) => o === 'failed').length, 1, order.join(' | '));
+      assert.ok(order.indexOf('failed') < order.findIndex((o) => o.startsWith('user:hello again')), order.join(' | '));
+      assert.deepEqual(page.errors, []);
     } finally {
       await context.close();
     }
