@@ -524,7 +524,7 @@ async fn run_steps(args: StepsArgs, database: Option<&str>) -> anyhow::Result<()
                 "PostgreSQL support is not built yet: bench a SQLite database (sqlite://PATH)"
             ),
             DatabaseUrl::Files(_) => bail!(
-                "the JSON files backend is not built yet: bench a SQLite database (sqlite://PATH)"
+                "the benchmark runs on SQLite only for now: bench a SQLite database (sqlite://PATH)"
             ),
         },
         None => {

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use stepwise_store_files::FileStore;
 use stepwise_store_sqlite::{SqliteOptions, SqliteStore};
 
 use crate::config;
@@ -98,6 +99,7 @@ fn redact_password(url: &str) -> String {
 /// An opened backend. Each variant holds a concrete [`stepwise_store::Store`].
 pub enum OpenedStore {
     Sqlite(SqliteStore),
+    Files(FileStore),
 }
 
 /// Opens (and so migrates) the store the URL names.
@@ -107,9 +109,7 @@ pub async fn open(url: &DatabaseUrl) -> anyhow::Result<OpenedStore> {
         DatabaseUrl::Postgres(_) => {
             bail!("PostgreSQL support is not built yet: use a SQLite database (sqlite://PATH)")
         }
-        DatabaseUrl::Files(_) => {
-            bail!("the JSON files backend is not built yet: use a SQLite database (sqlite://PATH)")
-        }
+        DatabaseUrl::Files(dir) => Ok(OpenedStore::Files(open_files(dir).await?)),
     }
 }
 
@@ -129,11 +129,29 @@ pub async fn open_sqlite(path: &Path) -> anyhow::Result<SqliteStore> {
     Ok(store)
 }
 
+pub async fn open_files(dir: &Path) -> anyhow::Result<FileStore> {
+    let dir = dir.to_path_buf();
+    let store = tokio::task::spawn_blocking(move || FileStore::open(&dir))
+        .await
+        .context("the database open task failed")?
+        .context("cannot open the session files folder")?;
+    for skipped in &store.open_report().skipped {
+        tracing::warn!(
+            file = %skipped.path.display(),
+            reason = %skipped.reason,
+            "a session file could not be read; it was left as it is"
+        );
+    }
+    Ok(store)
+}
+
 impl OpenedStore {
     /// The migrations opening the database applied (empty when it was up to date).
     pub fn applied_migrations(&self) -> Vec<String> {
         match self {
             OpenedStore::Sqlite(store) => store.applied_migrations().to_vec(),
+            // Session files have no schema; each document carries its own version.
+            OpenedStore::Files(_) => Vec::new(),
         }
     }
 
@@ -141,6 +159,9 @@ impl OpenedStore {
     pub async fn close(self) -> anyhow::Result<()> {
         match self {
             OpenedStore::Sqlite(store) => close_sqlite(store).await?,
+            OpenedStore::Files(store) => {
+                store.close().await.context("closing the session files")?
+            }
         }
         Ok(())
     }
@@ -160,6 +181,7 @@ pub async fn close_sqlite(store: SqliteStore) -> anyhow::Result<()> {
 
 /// Runs `$body` with `$store` bound to the concrete store the opened backend holds, then
 /// closes the store whatever the body returned. Evaluates to the body's `anyhow::Result`.
+/// A new backend is a new arm here and in [`OpenedStore`].
 macro_rules! with_store {
     ($opened:expr, |$store:ident| $body:expr) => {{
         match $opened {
@@ -169,16 +191,29 @@ macro_rules! with_store {
                     $body.await
                 };
                 let closed = $crate::db::OpenedStore::Sqlite(handle).close().await;
-                match (result, closed) {
-                    (Ok(value), Ok(())) => Ok(value),
-                    (Err(e), _) => Err(e),
-                    (Ok(_), Err(e)) => Err(e),
-                }
+                $crate::db::first_error(result, closed)
+            }
+            $crate::db::OpenedStore::Files(handle) => {
+                let result: anyhow::Result<_> = {
+                    let $store = handle.clone();
+                    $body.await
+                };
+                let closed = $crate::db::OpenedStore::Files(handle).close().await;
+                $crate::db::first_error(result, closed)
             }
         }
     }};
 }
 pub(crate) use with_store;
+
+/// The command's result, unless it succeeded and closing the store failed.
+pub fn first_error<T>(result: anyhow::Result<T>, closed: anyhow::Result<()>) -> anyhow::Result<T> {
+    match (result, closed) {
+        (Ok(value), Ok(())) => Ok(value),
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(e)) => Err(e),
+    }
+}
 
 #[cfg(test)]
 mod tests {

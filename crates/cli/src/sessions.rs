@@ -31,7 +31,7 @@ pub enum SessionsCommand {
     /// Lists sessions, most recently updated first.
     List {
         /// Only sessions with these statuses (comma-separated: active, completed, error,
-        /// abandoned, archived, closed, deleted). Default: every status but `deleted`.
+        /// abandoned, archived, closed, deleted) or `all`. Default: every status but `deleted`.
         #[arg(long, value_name = "STATUS")]
         status: Option<String>,
         /// Only sessions related to this type of object (with --related-id).
@@ -136,6 +136,9 @@ pub async fn resolve<S: Store>(
 }
 
 fn parse_statuses(text: &str) -> anyhow::Result<Vec<SessionStatus>> {
+    if text.trim() == "all" {
+        return Ok(SessionStatus::ALL.to_vec());
+    }
     text.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())

@@ -373,6 +373,8 @@ fn sessions_import_export_round_trip() {
     let deleted = sandbox.json(&["sessions", "list", "--status", "deleted", "--json"]);
     assert_eq!(deleted["items"][0]["id"], id.as_str());
     assert_eq!(deleted["items"][0]["status"], "deleted");
+    let all = sandbox.json(&["sessions", "list", "--status", "all", "--json"]);
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(2));
 
     // Bad input is a clear error.
     let out = sandbox.run(&["sessions", "list", "--status", "sleeping"]);
@@ -599,4 +601,38 @@ fn bench_steps_runs_the_workload_and_prints_its_json() {
         .output()
         .expect("run");
     assert!(!out.status.success() && text(&out.stderr).contains("does not exist"));
+}
+
+#[test]
+fn the_files_backend_is_picked_by_its_url() {
+    let sandbox = Sandbox::new();
+    let folder = sandbox.path().join("sessions");
+    let url = format!("files://{}", folder.display());
+    let input = write_document(sandbox.path(), &sample_document());
+    let run = |args: &[&str]| {
+        let out = sandbox
+            .command()
+            .args(["--database", &url])
+            .args(args)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "stepwise {args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    let id = last_line(&run(&["sessions", "import", input.to_str().expect("path")])).to_string();
+    let listed: Value = serde_json::from_str(&run(&["sessions", "list", "--json"])).expect("json");
+    assert_eq!(listed["items"][0]["id"], id.as_str());
+    assert!(
+        folder.is_dir(),
+        "the session files live in the named folder"
+    );
+    let exported: SessionDocument =
+        serde_json::from_str(&run(&["sessions", "export", &id])).expect("a document");
+    assert_eq!(exported.steps.len(), 2);
+    let keys = run(&["keys", "create", "--tenant", "acme", "--user", "ann"]);
+    assert!(last_line(&keys).starts_with("sw_"));
 }
