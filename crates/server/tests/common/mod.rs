@@ -24,10 +24,12 @@ pub struct TestServer {
     _dir: tempfile::TempDir,
 }
 
+pub type Register = Box<dyn FnOnce(&mut AgentRegistry)>;
+
 pub struct Options {
     pub step_ms: u64,
     pub server: ServerConfig,
-    pub register: Option<Box<dyn FnOnce(&mut AgentRegistry)>>,
+    pub register: Option<Register>,
 }
 
 impl Default for Options {
