@@ -42,6 +42,14 @@ impl EventHub {
         }
     }
 
+    /// Whether anyone listens to the session's events (backends that fetch events from
+    /// elsewhere, such as other nodes, only do it for these sessions).
+    pub fn has_subscribers(&self, session_id: Id) -> bool {
+        self.lock()
+            .get(&session_id)
+            .is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
     pub fn subscriber_count(&self) -> usize {
         self.lock().values().map(|tx| tx.receiver_count()).sum()
     }

@@ -1,0 +1,767 @@
+//! Group commit. Steps, snapshots and events are queued on a bounded channel and return
+//! an [`Ack`] at once; one writer task takes whatever is queued (up to `max_batch`) and
+//! commits it in one transaction with a handful of set-based statements (multi-row
+//! inserts from `unnest` arrays), so the cost per save falls as concurrency rises. Only
+//! after the commit are the callers answered and the events handed to the live relay.
+//!
+//! Event ids: the batch locks the sessions' rows (`FOR NO KEY UPDATE`, in id order) and
+//! moves `last_event_id` on; that row lock also orders writers on other nodes. Rows are
+//! always locked executions first, then sessions, each in id order, so two nodes' batches
+//! cannot deadlock each other; if PostgreSQL still reports one, the batch is retried.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use deadpool_postgres::Pool;
+use stepwise_core::codec;
+use stepwise_core::{Event, ExecutionStatus, Id, Snapshot, Step, StepBody, Timestamp};
+use stepwise_store::{Ack, AckSender, NewEvent, NewStep, Result, StepAppend, StoreError};
+use tokio::sync::mpsc;
+
+use crate::relay::Relay;
+use crate::sql::{self, args, map_pg, map_pool};
+
+pub(crate) struct StepJob {
+    pub tenant: String,
+    pub new: NewStep,
+    pub payload: Vec<u8>,
+    pub id: Id,
+    pub now: Timestamp,
+}
+
+pub(crate) struct SnapshotJob {
+    pub tenant: String,
+    pub snapshot: Snapshot,
+    pub state: Vec<u8>,
+}
+
+pub(crate) struct EventJob {
+    pub tenant: String,
+    pub new: NewEvent,
+    pub metadata: String,
+    pub now: Timestamp,
+}
+
+pub(crate) enum Job {
+    Step(StepJob, AckSender<StepAppend>),
+    Snapshot(SnapshotJob, AckSender<Snapshot>),
+    Event(EventJob, AckSender<Event>),
+    /// Answered once everything queued before it is committed.
+    Flush(AckSender<()>),
+}
+
+pub(crate) struct Writer {
+    tx: mpsc::Sender<Job>,
+    capacity: usize,
+    pub(crate) save_errors: Arc<AtomicU64>,
+}
+
+const MAX_ATTEMPTS: u32 = 5;
+
+impl Writer {
+    pub(crate) fn start(
+        pool: Pool,
+        relay: Arc<Relay>,
+        capacity: usize,
+        max_batch: usize,
+    ) -> Writer {
+        let (tx, rx) = mpsc::channel::<Job>(capacity.max(1));
+        let save_errors = Arc::new(AtomicU64::new(0));
+        tokio::spawn(run(pool, rx, relay, max_batch.max(1), save_errors.clone()));
+        Writer {
+            tx,
+            capacity: capacity.max(1),
+            save_errors,
+        }
+    }
+
+    async fn send(&self, job: Job) -> Result<()> {
+        self.tx
+            .send(job)
+            .await
+            .map_err(|_| StoreError::Unavailable("the store is closed".into()))
+    }
+
+    pub(crate) async fn step(&self, job: StepJob) -> Result<Ack<StepAppend>> {
+        let (tx, ack) = Ack::channel();
+        self.send(Job::Step(job, tx)).await?;
+        Ok(ack)
+    }
+
+    pub(crate) async fn snapshot(&self, job: SnapshotJob) -> Result<Ack<Snapshot>> {
+        let (tx, ack) = Ack::channel();
+        self.send(Job::Snapshot(job, tx)).await?;
+        Ok(ack)
+    }
+
+    pub(crate) async fn event(&self, job: EventJob) -> Result<Ack<Event>> {
+        let (tx, ack) = Ack::channel();
+        self.send(Job::Event(job, tx)).await?;
+        Ok(ack)
+    }
+
+    pub(crate) async fn flush(&self) -> Result<()> {
+        let (tx, ack) = Ack::channel();
+        self.send(Job::Flush(tx)).await?;
+        ack.await
+    }
+
+    pub(crate) fn depth(&self) -> u64 {
+        (self.capacity - self.tx.capacity()) as u64
+    }
+}
+
+async fn run(
+    pool: Pool,
+    mut rx: mpsc::Receiver<Job>,
+    relay: Arc<Relay>,
+    max_batch: usize,
+    save_errors: Arc<AtomicU64>,
+) {
+    let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
+    while rx.recv_many(&mut jobs, max_batch).await > 0 {
+        let mut steps = Vec::new();
+        let mut snapshots = Vec::new();
+        let mut events = Vec::new();
+        let mut flushes = Vec::new();
+        for job in jobs.drain(..) {
+            match job {
+                Job::Step(job, ack) => steps.push((job, ack)),
+                Job::Snapshot(job, ack) => snapshots.push((job, ack)),
+                Job::Event(job, ack) => events.push((job, ack)),
+                Job::Flush(ack) => flushes.push(ack),
+            }
+        }
+        let writes = steps.len() + snapshots.len() + events.len();
+        let committed = if writes == 0 {
+            Ok(Done::default())
+        } else {
+            let inputs = Inputs {
+                steps: steps.iter().map(|(j, _)| j).collect(),
+                snapshots: snapshots.iter().map(|(j, _)| j).collect(),
+                events: events.iter().map(|(j, _)| j).collect(),
+            };
+            commit_with_retries(&pool, &inputs).await
+        };
+        match committed {
+            Ok(done) => {
+                for ((_, ack), result) in steps.into_iter().zip(done.steps) {
+                    let _ = ack.send(result);
+                }
+                for ((_, ack), result) in snapshots.into_iter().zip(done.snapshots) {
+                    let _ = ack.send(result);
+                }
+                let mut published = Vec::new();
+                for ((job, ack), result) in events.into_iter().zip(done.events) {
+                    if let Ok(event) = &result {
+                        published.push((job.tenant, Arc::new(event.clone())));
+                    }
+                    let _ = ack.send(result);
+                }
+                relay.committed_locally(published);
+                for ack in flushes {
+                    let _ = ack.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, writes, "a write batch failed to commit");
+                save_errors.fetch_add(writes as u64, Ordering::Relaxed);
+                for (_, ack) in steps {
+                    let _ = ack.send(Err(e.clone()));
+                }
+                for (_, ack) in snapshots {
+                    let _ = ack.send(Err(e.clone()));
+                }
+                for (_, ack) in events {
+                    let _ = ack.send(Err(e.clone()));
+                }
+                for ack in flushes {
+                    let _ = ack.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+struct Inputs<'a> {
+    steps: Vec<&'a StepJob>,
+    snapshots: Vec<&'a SnapshotJob>,
+    events: Vec<&'a EventJob>,
+}
+
+#[derive(Default)]
+struct Done {
+    steps: Vec<Result<StepAppend>>,
+    snapshots: Vec<Result<Snapshot>>,
+    events: Vec<Result<Event>>,
+}
+
+/// A batch failure: whether trying again may succeed, and the error for the callers.
+struct Failed {
+    retry: bool,
+    error: StoreError,
+}
+
+impl From<tokio_postgres::Error> for Failed {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Failed {
+            retry: sql::is_retryable(&e),
+            error: map_pg(e),
+        }
+    }
+}
+
+impl From<StoreError> for Failed {
+    fn from(error: StoreError) -> Self {
+        Failed {
+            retry: false,
+            error,
+        }
+    }
+}
+
+async fn commit_with_retries(pool: &Pool, inputs: &Inputs<'_>) -> Result<Done> {
+    let mut attempt = 1;
+    loop {
+        match commit_batch(pool, inputs).await {
+            Ok(done) => return Ok(done),
+            Err(f) if f.retry && attempt < MAX_ATTEMPTS => {
+                tracing::warn!(error = %f.error, attempt, "retrying a write batch");
+                attempt += 1;
+            }
+            Err(f) => return Err(f.error),
+        }
+    }
+}
+
+struct ExecRow {
+    tenant: String,
+    session_id: Option<Id>,
+    status: String,
+}
+
+struct SessionRow {
+    tenant: String,
+    last_event_id: i64,
+}
+
+async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<Done, Failed> {
+    let mut client = pool.get().await.map_err(map_pool)?;
+    let pg: &mut tokio_postgres::Client = &mut client;
+    let tx = pg.transaction().await?;
+
+    // Lock the executions the steps and snapshots touch, in id order.
+    let mut exec_ids: Vec<Id> = inputs
+        .steps
+        .iter()
+        .map(|s| s.new.execution_id)
+        .chain(inputs.snapshots.iter().map(|s| s.snapshot.execution_id))
+        .collect();
+    exec_ids.sort_unstable();
+    exec_ids.dedup();
+    let mut execs: HashMap<Id, ExecRow> = HashMap::new();
+    if !exec_ids.is_empty() {
+        let rows = tx
+            .query_typed(
+                "SELECT id, tenant_id, session_id, status FROM executions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
+                args![exec_ids],
+            )
+            .await?;
+        for row in &rows {
+            execs.insert(
+                sql::get(row, "id")?,
+                ExecRow {
+                    tenant: sql::get(row, "tenant_id")?,
+                    session_id: sql::get(row, "session_id")?,
+                    status: sql::get(row, "status")?,
+                },
+            );
+        }
+    }
+    let exec_of = |id: Id, tenant: &str| execs.get(&id).filter(|e| e.tenant == tenant);
+
+    // Lock the sessions the events and snapshots touch, in id order.
+    let mut session_ids: Vec<Id> =
+        inputs
+            .events
+            .iter()
+            .map(|e| e.new.session_id)
+            .chain(inputs.snapshots.iter().filter_map(|s| {
+                exec_of(s.snapshot.execution_id, &s.tenant).and_then(|e| e.session_id)
+            }))
+            .collect();
+    session_ids.sort_unstable();
+    session_ids.dedup();
+    let mut sessions: HashMap<Id, SessionRow> = HashMap::new();
+    if !session_ids.is_empty() {
+        let rows = tx
+            .query_typed(
+                "SELECT id, tenant_id, last_event_id FROM sessions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
+                args![session_ids],
+            )
+            .await?;
+        for row in &rows {
+            sessions.insert(
+                sql::get(row, "id")?,
+                SessionRow {
+                    tenant: sql::get(row, "tenant_id")?,
+                    last_event_id: sql::get(row, "last_event_id")?,
+                },
+            );
+        }
+    }
+
+    let steps = write_steps(&tx, &inputs.steps, &exec_of).await?;
+    let snapshots = write_snapshots(&tx, &inputs.snapshots, &exec_of).await?;
+    let events = write_events(&tx, &inputs.events, &mut sessions).await?;
+    tx.commit().await?;
+    Ok(Done {
+        steps,
+        snapshots,
+        events,
+    })
+}
+
+/// What is stored under one `(execution, step_number)` once the batch's inserts ran.
+#[derive(Clone)]
+enum Stored {
+    /// Inserted by job `index` of this batch.
+    Inserted(usize),
+    Existing(Step, Vec<u8>),
+    Refused(StoreError),
+}
+
+async fn write_steps<'a>(
+    tx: &tokio_postgres::Transaction<'_>,
+    jobs: &[&StepJob],
+    exec_of: &impl Fn(Id, &str) -> Option<&'a ExecRow>,
+) -> std::result::Result<Vec<Result<StepAppend>>, Failed> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The first job of each key tries to insert; later ones compare with what is stored.
+    let mut first_of: HashMap<(Id, u32), usize> = HashMap::new();
+    let mut missing: HashSet<usize> = HashSet::new();
+    let mut candidates: Vec<usize> = Vec::new();
+    let mut finished_keys: Vec<(Id, u32)> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let key = (job.new.execution_id, job.new.step_number);
+        let Some(exec) = exec_of(job.new.execution_id, &job.tenant) else {
+            missing.insert(i);
+            continue;
+        };
+        if first_of.contains_key(&key) {
+            continue;
+        }
+        first_of.insert(key, i);
+        let finished =
+            ExecutionStatus::parse(&exec.status).is_some_and(ExecutionStatus::is_finished);
+        if finished {
+            finished_keys.push(key);
+        } else {
+            candidates.push(i);
+        }
+    }
+
+    let mut inserted: HashSet<(Id, u32)> = HashSet::new();
+    if !candidates.is_empty() {
+        let mut e_ids = Vec::with_capacity(candidates.len());
+        let mut numbers = Vec::with_capacity(candidates.len());
+        let mut ids = Vec::with_capacity(candidates.len());
+        let mut tenants = Vec::with_capacity(candidates.len());
+        let mut sessions: Vec<Option<Id>> = Vec::with_capacity(candidates.len());
+        let mut kinds = Vec::with_capacity(candidates.len());
+        let mut times = Vec::with_capacity(candidates.len());
+        let mut payloads = Vec::with_capacity(candidates.len());
+        for &i in &candidates {
+            let job = jobs[i];
+            e_ids.push(job.new.execution_id);
+            numbers.push(job.new.step_number as i32);
+            ids.push(job.id);
+            tenants.push(job.tenant.clone());
+            sessions.push(exec_of(job.new.execution_id, &job.tenant).and_then(|e| e.session_id));
+            kinds.push(job.new.kind.as_str().to_string());
+            times.push(job.now.0);
+            payloads.push(job.payload.clone());
+        }
+        let rows = tx
+            .query_typed(
+                "INSERT INTO steps (execution_id, step_number, id, tenant_id, session_id, kind, created_at, payload) \
+                 SELECT * FROM unnest($1::uuid[], $2::int4[], $3::uuid[], $4::text[], $5::uuid[], $6::text[], $7::int8[], $8::bytea[]) \
+                 ON CONFLICT (execution_id, step_number) DO NOTHING RETURNING execution_id, step_number",
+                args![e_ids, numbers, ids, tenants, sessions, kinds, times, payloads],
+            )
+            .await?;
+        for row in &rows {
+            let n: i32 = sql::get(row, "step_number")?;
+            inserted.insert((sql::get(row, "execution_id")?, n.max(0) as u32));
+        }
+    }
+
+    // Keys that were already stored before this batch (or whose execution is over).
+    let mut lookup: Vec<(Id, u32)> = finished_keys.clone();
+    for &i in &candidates {
+        let key = (jobs[i].new.execution_id, jobs[i].new.step_number);
+        if !inserted.contains(&key) {
+            lookup.push(key);
+        }
+    }
+    let mut existing: HashMap<(Id, u32), (Step, Vec<u8>)> = HashMap::new();
+    if !lookup.is_empty() {
+        let e_ids: Vec<Id> = lookup.iter().map(|k| k.0).collect();
+        let numbers: Vec<i32> = lookup.iter().map(|k| k.1 as i32).collect();
+        let rows = tx
+            .query_typed(
+                &format!(
+                    "SELECT {} FROM steps s JOIN unnest($1::uuid[], $2::int4[]) AS k(e, n) ON s.execution_id = k.e AND s.step_number = k.n",
+                    sql::STEP_COLS
+                ),
+                args![e_ids, numbers],
+            )
+            .await?;
+        for row in &rows {
+            let r = sql::step_row(row)?;
+            let body: StepBody = codec::decode_step(&r.payload).unwrap_or_default();
+            let step = Step::from_body(
+                r.id,
+                r.execution_id,
+                r.session_id,
+                r.step_number,
+                r.kind,
+                body,
+                r.created_at,
+            );
+            existing.insert((r.execution_id, r.step_number), (step, r.payload));
+        }
+    }
+
+    let mut stored: HashMap<(Id, u32), Stored> = HashMap::new();
+    for (&key, &i) in &first_of {
+        let value = if inserted.contains(&key) {
+            Stored::Inserted(i)
+        } else if let Some((step, payload)) = existing.get(&key) {
+            Stored::Existing(step.clone(), payload.clone())
+        } else {
+            let status = exec_of(key.0, &jobs[i].tenant)
+                .map(|e| e.status.clone())
+                .unwrap_or_default();
+            Stored::Refused(StoreError::InvalidState(format!(
+                "the execution is {status}; no more steps can be added"
+            )))
+        };
+        stored.insert(key, value);
+    }
+
+    // Advance each execution's step count and token usage by the steps inserted.
+    let mut totals: HashMap<Id, (i64, i64, i64, i64)> = HashMap::new();
+    for (key, value) in &stored {
+        if let Stored::Inserted(i) = value {
+            let t = &jobs[*i].new.body.token_usage;
+            let entry = totals.entry(key.0).or_default();
+            entry.0 = entry.0.max(i64::from(key.1));
+            entry.1 += t.input as i64;
+            entry.2 += t.output as i64;
+            entry.3 += t.total as i64;
+        }
+    }
+    if !totals.is_empty() {
+        let mut ids: Vec<Id> = totals.keys().copied().collect();
+        ids.sort_unstable();
+        let pick = |f: fn(&(i64, i64, i64, i64)) -> i64| -> Vec<i64> {
+            ids.iter()
+                .map(|id| totals.get(id).map(f).unwrap_or(0))
+                .collect()
+        };
+        let (counts, input, output, total) =
+            (pick(|t| t.0), pick(|t| t.1), pick(|t| t.2), pick(|t| t.3));
+        let now = jobs.iter().map(|j| j.now.0).max().unwrap_or(0);
+        tx.execute_typed(
+            "UPDATE executions e SET step_count = GREATEST(e.step_count, u.n), tokens_input = e.tokens_input + u.ti, \
+             tokens_output = e.tokens_output + u.tout, tokens_total = e.tokens_total + u.tt, updated_at = $6 \
+             FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[]) AS u(id, n, ti, tout, tt) WHERE e.id = u.id",
+            args![ids, counts, input, output, total, now],
+        )
+        .await?;
+    }
+
+    let mut results = Vec::with_capacity(jobs.len());
+    for (i, job) in jobs.iter().enumerate() {
+        if missing.contains(&i) {
+            results.push(Err(StoreError::NotFound("execution")));
+            continue;
+        }
+        let key = (job.new.execution_id, job.new.step_number);
+        let result = match stored.get(&key) {
+            Some(Stored::Inserted(first)) if *first == i => {
+                let session_id =
+                    exec_of(job.new.execution_id, &job.tenant).and_then(|e| e.session_id);
+                Ok(StepAppend {
+                    step: Step::from_body(
+                        job.id,
+                        job.new.execution_id,
+                        session_id,
+                        job.new.step_number,
+                        job.new.kind,
+                        job.new.body.clone(),
+                        job.now,
+                    ),
+                    created: true,
+                })
+            }
+            Some(Stored::Inserted(first)) => {
+                let winner = jobs[*first];
+                let session_id =
+                    exec_of(winner.new.execution_id, &winner.tenant).and_then(|e| e.session_id);
+                let step = Step::from_body(
+                    winner.id,
+                    winner.new.execution_id,
+                    session_id,
+                    winner.new.step_number,
+                    winner.new.kind,
+                    winner.new.body.clone(),
+                    winner.now,
+                );
+                same_or_conflict(job, step, &winner.payload)
+            }
+            Some(Stored::Existing(step, payload)) => same_or_conflict(job, step.clone(), payload),
+            Some(Stored::Refused(e)) => Err(e.clone()),
+            None => Err(StoreError::NotFound("execution")),
+        };
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// The same step again is a no-op answered with the stored step; another body conflicts.
+fn same_or_conflict(job: &StepJob, stored: Step, stored_payload: &[u8]) -> Result<StepAppend> {
+    let same = stored.kind == job.new.kind
+        && (stored_payload == job.payload.as_slice()
+            || codec::decode_step(stored_payload).is_ok_and(|b| b == job.new.body));
+    if !same {
+        return Err(StoreError::Conflict(format!(
+            "step {} of this execution already exists with another body",
+            job.new.step_number
+        )));
+    }
+    Ok(StepAppend {
+        step: stored,
+        created: false,
+    })
+}
+
+async fn write_snapshots<'a>(
+    tx: &tokio_postgres::Transaction<'_>,
+    jobs: &[&SnapshotJob],
+    exec_of: &impl Fn(Id, &str) -> Option<&'a ExecRow>,
+) -> std::result::Result<Vec<Result<Snapshot>>, Failed> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let parents: Vec<Id> = jobs
+        .iter()
+        .filter_map(|j| j.snapshot.parent_snapshot_id)
+        .collect();
+    let mut known_parents: HashSet<(Id, String)> = HashSet::new();
+    if !parents.is_empty() {
+        let rows = tx
+            .query_typed(
+                "SELECT id, tenant_id FROM snapshots WHERE id = ANY($1)",
+                args![parents],
+            )
+            .await?;
+        for row in &rows {
+            known_parents.insert((sql::get(row, "id")?, sql::get(row, "tenant_id")?));
+        }
+    }
+    let mut results = Vec::with_capacity(jobs.len());
+    let mut accepted: Vec<usize> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let s = &job.snapshot;
+        if exec_of(s.execution_id, &job.tenant).is_none() {
+            results.push(Err(StoreError::NotFound("execution")));
+            continue;
+        }
+        if let Some(parent) = s.parent_snapshot_id
+            && !known_parents.contains(&(parent, job.tenant.clone()))
+        {
+            results.push(Err(StoreError::invalid(
+                "parent_snapshot_id",
+                "no such snapshot",
+            )));
+            continue;
+        }
+        // A later snapshot of this batch may name this one as its parent.
+        known_parents.insert((s.id, job.tenant.clone()));
+        accepted.push(i);
+        results.push(Ok(s.clone()));
+    }
+    if accepted.is_empty() {
+        return Ok(results);
+    }
+    let pick = |i: &usize| jobs[*i];
+    let ids: Vec<Id> = accepted.iter().map(|i| pick(i).snapshot.id).collect();
+    let tenants: Vec<String> = accepted.iter().map(|i| pick(i).tenant.clone()).collect();
+    let execs: Vec<Id> = accepted
+        .iter()
+        .map(|i| pick(i).snapshot.execution_id)
+        .collect();
+    let sessions: Vec<Option<Id>> = accepted
+        .iter()
+        .map(|i| exec_of(pick(i).snapshot.execution_id, &pick(i).tenant).and_then(|e| e.session_id))
+        .collect();
+    let parents: Vec<Option<Id>> = accepted
+        .iter()
+        .map(|i| pick(i).snapshot.parent_snapshot_id)
+        .collect();
+    let agent_ids: Vec<Option<String>> = accepted
+        .iter()
+        .map(|i| pick(i).snapshot.agent_id.clone())
+        .collect();
+    let agent_names: Vec<Option<String>> = accepted
+        .iter()
+        .map(|i| pick(i).snapshot.agent_name.clone())
+        .collect();
+    let numbers: Vec<i32> = accepted
+        .iter()
+        .map(|i| pick(i).snapshot.step_number as i32)
+        .collect();
+    let finals: Vec<bool> = accepted.iter().map(|i| pick(i).snapshot.is_final).collect();
+    let debugs: Vec<bool> = accepted
+        .iter()
+        .map(|i| pick(i).snapshot.debug_mode)
+        .collect();
+    let states: Vec<Vec<u8>> = accepted.iter().map(|i| pick(i).state.clone()).collect();
+    let times: Vec<i64> = accepted
+        .iter()
+        .map(|i| pick(i).snapshot.created_at.0)
+        .collect();
+    tx.execute_typed(
+        "INSERT INTO snapshots (id, tenant_id, execution_id, session_id, parent_snapshot_id, agent_id, agent_name, step_number, is_final, debug_mode, state, created_at) \
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::uuid[], $6::text[], $7::text[], $8::int4[], $9::bool[], $10::bool[], $11::bytea[], $12::int8[])",
+        args![ids, tenants, execs, sessions, parents, agent_ids, agent_names, numbers, finals, debugs, states, times],
+    )
+    .await?;
+    // The last snapshot of each execution (and session) in queue order becomes its last.
+    let mut last_of_exec: HashMap<Id, (Id, i64)> = HashMap::new();
+    let mut last_of_session: HashMap<Id, Id> = HashMap::new();
+    for (k, &i) in accepted.iter().enumerate() {
+        last_of_exec.insert(execs[k], (ids[k], times[k]));
+        if let Some(session) = sessions[k] {
+            last_of_session.insert(session, jobs[i].snapshot.id);
+        }
+    }
+    let mut e_ids: Vec<Id> = last_of_exec.keys().copied().collect();
+    e_ids.sort_unstable();
+    let e_snaps: Vec<Id> = e_ids
+        .iter()
+        .filter_map(|e| last_of_exec.get(e).map(|v| v.0))
+        .collect();
+    let e_times: Vec<i64> = e_ids
+        .iter()
+        .filter_map(|e| last_of_exec.get(e).map(|v| v.1))
+        .collect();
+    tx.execute_typed(
+        "UPDATE executions e SET last_snapshot_id = u.s, updated_at = u.t FROM unnest($1::uuid[], $2::uuid[], $3::int8[]) AS u(id, s, t) WHERE e.id = u.id",
+        args![e_ids, e_snaps, e_times],
+    )
+    .await?;
+    if !last_of_session.is_empty() {
+        let mut s_ids: Vec<Id> = last_of_session.keys().copied().collect();
+        s_ids.sort_unstable();
+        let s_snaps: Vec<Id> = s_ids
+            .iter()
+            .filter_map(|s| last_of_session.get(s).copied())
+            .collect();
+        tx.execute_typed(
+            "UPDATE sessions s SET last_snapshot_id = u.snap FROM unnest($1::uuid[], $2::uuid[]) AS u(id, snap) WHERE s.id = u.id",
+            args![s_ids, s_snaps],
+        )
+        .await?;
+    }
+    Ok(results)
+}
+
+async fn write_events(
+    tx: &tokio_postgres::Transaction<'_>,
+    jobs: &[&EventJob],
+    sessions: &mut HashMap<Id, SessionRow>,
+) -> std::result::Result<Vec<Result<Event>>, Failed> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut results = Vec::with_capacity(jobs.len());
+    let mut touched: Vec<Id> = Vec::new();
+    for job in jobs {
+        let new = &job.new;
+        let Some(row) = sessions
+            .get_mut(&new.session_id)
+            .filter(|s| s.tenant == job.tenant)
+        else {
+            results.push(Err(StoreError::NotFound("session")));
+            continue;
+        };
+        row.last_event_id += 1;
+        if !touched.contains(&new.session_id) {
+            touched.push(new.session_id);
+        }
+        results.push(Ok(Event {
+            id: row.last_event_id,
+            session_id: new.session_id,
+            message_id: new.message_id,
+            execution_id: new.execution_id,
+            event_type: new.event_type,
+            content: new.content.clone(),
+            metadata: new.metadata.clone(),
+            timestamp: job.now,
+        }));
+    }
+    let written: Vec<(&EventJob, &Event)> = jobs
+        .iter()
+        .zip(&results)
+        .filter_map(|(job, r)| r.as_ref().ok().map(|e| (*job, e)))
+        .collect();
+    if written.is_empty() {
+        return Ok(results);
+    }
+    touched.sort_unstable();
+    let lasts: Vec<i64> = touched
+        .iter()
+        .map(|id| sessions.get(id).map_or(0, |s| s.last_event_id))
+        .collect();
+    tx.execute_typed(
+        "UPDATE sessions s SET last_event_id = u.last FROM unnest($1::uuid[], $2::int8[]) AS u(id, last) WHERE s.id = u.id",
+        args![touched, lasts],
+    )
+    .await?;
+    let session_ids: Vec<Id> = written.iter().map(|(_, e)| e.session_id).collect();
+    let seqs: Vec<i64> = written.iter().map(|(_, e)| e.id).collect();
+    let tenants: Vec<String> = written.iter().map(|(j, _)| j.tenant.clone()).collect();
+    let message_ids: Vec<Option<Id>> = written.iter().map(|(_, e)| e.message_id).collect();
+    let execution_ids: Vec<Option<Id>> = written.iter().map(|(_, e)| e.execution_id).collect();
+    let types: Vec<String> = written
+        .iter()
+        .map(|(_, e)| e.event_type.as_str().to_string())
+        .collect();
+    let contents: Vec<String> = written.iter().map(|(_, e)| e.content.clone()).collect();
+    let metadata: Vec<String> = written.iter().map(|(j, _)| j.metadata.clone()).collect();
+    let times: Vec<i64> = written.iter().map(|(_, e)| e.timestamp.0).collect();
+    tx.execute_typed(
+        "INSERT INTO events (session_id, seq, tenant_id, message_id, execution_id, event_type, content, metadata, created_at) \
+         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::uuid[], $5::uuid[], $6::text[], $7::text[], $8::text[], $9::int8[])",
+        args![session_ids, seqs, tenants, message_ids, execution_ids, types, contents, metadata, times],
+    )
+    .await?;
+    // The doorbell for other nodes: delivered at commit, session and last id only.
+    let payloads: Vec<String> = touched
+        .iter()
+        .zip(&lasts)
+        .map(|(id, last)| format!("{}:{last}", id.simple()))
+        .collect();
+    tx.execute_typed(
+        "SELECT pg_notify('stepwise_events', p) FROM unnest($1::text[]) AS p",
+        args![payloads],
+    )
+    .await?;
+    Ok(results)
+}
