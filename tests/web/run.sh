@@ -64,12 +64,14 @@ wait_healthy() {
   '
 }
 
-# start_server NAME: serves sqlite://$tmp/NAME.db on a free port; sets $server_url.
+# start_server NAME [VAR=VALUE...]: serves sqlite://$tmp/NAME.db on a free port with the demo
+# agent (or the LLM the extra variables name); sets $server_url.
 start_server() {
   local name="$1" port
+  shift
   port="$(free_port)"
   env -u STEPWISE_LLM_BASE_URL -u STEPWISE_LLM_MODEL -u STEPWISE_LLM_API_KEY -u STEPWISE_CONFIG \
-    STEPWISE_DEMO_STEP_MS=50 "$bin" serve --listen "127.0.0.1:$port" --database "sqlite://$tmp/$name.db" \
+    STEPWISE_DEMO_STEP_MS=50 "$@" "$bin" serve --listen "127.0.0.1:$port" --database "sqlite://$tmp/$name.db" \
     >"$tmp/server-$name.log" 2>&1 &
   pids+=("$!")
   server_url="http://127.0.0.1:$port"
@@ -89,6 +91,14 @@ if [ -z "${STEPWISE_URL:-}" ]; then
   export STEPWISE_AUTH_KEY
   start_server keyed
   export STEPWISE_AUTH_URL="$server_url"
+  # The tool-calling agent over a fake OpenAI-compatible server, for streamed tokens.
+  llm_port="$(free_port)"
+  node "$here/support/fake-llm.mjs" "$llm_port" >"$tmp/fake-llm.log" 2>&1 &
+  pids+=("$!")
+  export FAKE_LLM_URL="http://127.0.0.1:$llm_port"
+  wait_healthy "$FAKE_LLM_URL" || { cat "$tmp/fake-llm.log" >&2; exit 1; }
+  start_server llm STEPWISE_LLM_BASE_URL="$FAKE_LLM_URL/v1" STEPWISE_LLM_MODEL=fake STEPWISE_LLM_API_KEY=unused
+  export STEPWISE_LLM_SERVER_URL="$server_url"
 fi
 
 echo "web tests against $STEPWISE_URL" >&2
