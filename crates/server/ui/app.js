@@ -914,7 +914,25 @@
       while (current.queue.length && !current.closed) {
         const item = current.queue.shift();
         if (item.type === 'message.created' && (!item.data.message_id || !current.messages.has(item.data.message_id))) {
-          await syncMessages(current);
+          const role = item.data.metadata && item.data.metadata.role;
+          if (item.data.message_id && (role === 'info' || role === 'notification')) {
+            // A status line is whole in its event; answers and user messages (with their
+            // context fields) come from the API.
+            addMessage({
+              id: item.data.message_id,
+              session_id: item.data.session_id,
+              role,
+              content: item.data.content || '',
+              execution_id: item.data.execution_id,
+              related_type: null,
+              related_id: null,
+              context_url: null,
+              metadata: {},
+              created_at: item.data.timestamp,
+            });
+          } else {
+            await syncMessages(current);
+          }
         }
         if (!current.closed) applyEvent(item.type, item.data);
       }
