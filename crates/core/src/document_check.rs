@@ -330,11 +330,8 @@ pub fn check_structure(bytes: &[u8], limits: &DocumentLimits) -> Result<(), Docu
                     last_key: (0, 0),
                 });
             }
-            b'}' | b']' => {
-                if stack.pop().is_none() {
-                    return Ok(());
-                }
-            }
+            b'}' | b']' if stack.pop().is_none() => return Ok(()),
+            b'}' | b']' => {}
             b',' => {
                 if let Some(top) = stack.last_mut() {
                     top.expecting = true;

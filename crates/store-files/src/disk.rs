@@ -288,9 +288,7 @@ pub fn decode_container(bytes: &[u8], expect_session: bool) -> Result<Decoded, U
             Err(_) => put_aside("messages", raw, &mut count),
         }
     }
-    container
-        .messages
-        .sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+    container.messages.sort_by_key(|x| (x.created_at, x.id));
     for raw in file.executions {
         match Execution::deserialize(&raw) {
             Ok(execution) => {
@@ -352,9 +350,7 @@ pub fn decode_container(bytes: &[u8], expect_session: bool) -> Result<Decoded, U
             _ => put_aside("snapshots", raw, &mut count),
         }
     }
-    container
-        .snapshots
-        .sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+    container.snapshots.sort_by_key(|x| (x.created_at, x.id));
     if let Some(session) = &container.session {
         for raw in file.events {
             match FileEvent::deserialize(&raw) {
@@ -449,7 +445,7 @@ pub fn index_entry(container: &Container) -> Option<IndexEntry> {
 
 pub fn build_index<'a>(tenant: &str, containers: impl Iterator<Item = &'a Container>) -> IndexFile {
     let mut sessions: Vec<IndexEntry> = containers.filter_map(index_entry).collect();
-    sessions.sort_by(|a, b| (b.updated_at, b.id).cmp(&(a.updated_at, a.id)));
+    sessions.sort_by_key(|x| std::cmp::Reverse((x.updated_at, x.id)));
     IndexFile {
         format_version: FORMAT_VERSION,
         tenant_id: tenant.to_string(),

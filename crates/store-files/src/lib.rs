@@ -450,7 +450,7 @@ impl Store for FileStore {
             })
             .filter(|s| after.is_none_or(|(at, id)| (s.updated_at, s.id) < (at, id)))
             .collect();
-        items.sort_by(|a, b| (b.updated_at, b.id).cmp(&(a.updated_at, a.id)));
+        items.sort_by_key(|x| std::cmp::Reverse((x.updated_at, x.id)));
         let next_cursor = (items.len() > limit)
             .then(|| {
                 items
@@ -796,7 +796,7 @@ impl Store for FileStore {
                 })
                 .map(|(k, e)| (e.execution.created_at, e.execution.id, k.clone()))
                 .collect();
-            stale.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            stale.sort_by_key(|x| (x.0, x.1));
             let mut claimed: Option<Claim> = None;
             for (_, id, key) in stale {
                 let Some((_, entry)) = state.exec_mut(&key.tenant, id) else {
@@ -841,7 +841,7 @@ impl Store for FileStore {
                     })
                     .map(|(k, e)| (e.execution.created_at, e.execution.id, k.clone()))
                     .collect();
-                pending.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+                pending.sort_by_key(|x| (x.0, x.1));
                 for (created_at, id, key) in pending {
                     if let Some(session) = key.session {
                         let Some(container) = state.session(&key.tenant, session) else {
@@ -1399,7 +1399,7 @@ impl Store for FileStore {
             .iter()
             .map(|k| k.record.clone())
             .collect();
-        keys.sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+        keys.sort_by_key(|x| (x.created_at, x.id));
         Ok(keys)
     }
 
@@ -1516,7 +1516,7 @@ fn rekey(tenant: &Tenant, user_id: &str, doc: SessionDocument, now: Timestamp) -
             m
         })
         .collect();
-    messages.sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+    messages.sort_by_key(|x| (x.created_at, x.id));
     let mut executions: Vec<ExecEntry> = doc
         .executions
         .into_iter()
@@ -1566,7 +1566,7 @@ fn rekey(tenant: &Tenant, user_id: &str, doc: SessionDocument, now: Timestamp) -
             Some(s)
         })
         .collect();
-    snapshots.sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+    snapshots.sort_by_key(|x| (x.created_at, x.id));
     Container {
         session: Some(session),
         messages,
