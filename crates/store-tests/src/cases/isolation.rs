@@ -3,8 +3,8 @@ use std::collections::HashSet;
 use serde_json::json;
 use stepwise_core::{Event, EventType, ExecutionStatus, Id, Role, SessionStatus};
 use stepwise_store::{
-    MessageQuery, NewMessage, PageRequest, SessionFilter, SessionPatch, Store, StoreError, Tenant,
-    Transition, export_session, restore_memory,
+    MessageQuery, NewEvent, NewMessage, PageRequest, SessionFilter, SessionPatch, Store,
+    StoreError, Tenant, Transition, export_session, restore_memory,
 };
 use tokio::sync::broadcast::error::TryRecvError;
 
@@ -404,6 +404,101 @@ async fn run_seed<H: Harness>(harness: &H, seed: u64) {
             );
         }
     }
+
+    // References to the other tenant's rows inside one's own writes are treated exactly
+    // like references to rows that do not exist.
+    for actor in 0..2 {
+        let me = sides[actor].tenant.clone();
+        let theirs = sides[1 - actor].sessions[1].clone();
+        let scratch = create_session(&store, &me, None).await;
+        let scratch_exec =
+            create_execution(&store, &me, Some(scratch.id), ExecutionStatus::Running).await;
+        let what = format!("seed {seed}: {me} referencing the other tenant's ids");
+
+        let with_parent = |parent: Id| {
+            let mut new = new_execution(Some(scratch.id), ExecutionStatus::Running);
+            new.parent_execution_id = Some(parent);
+            new
+        };
+        let unknown = store
+            .create_execution(&me, with_parent(stepwise_core::new_id()))
+            .await;
+        let foreign = store
+            .create_execution(&me, with_parent(theirs.execution))
+            .await;
+        assert_same_outcome(&unknown, &foreign, &format!("{what}: parent_execution_id"));
+
+        let with_parent_snapshot = |parent: Id| stepwise_store::NewSnapshot {
+            parent_snapshot_id: Some(parent),
+            ..new_snapshot(scratch_exec.id, 1, None)
+        };
+        let unknown =
+            save_snapshot_durable(&store, &me, with_parent_snapshot(stepwise_core::new_id())).await;
+        let foreign =
+            save_snapshot_durable(&store, &me, with_parent_snapshot(theirs.snapshot)).await;
+        assert_same_outcome(&unknown, &foreign, &format!("{what}: parent_snapshot_id"));
+        if let Ok(snapshot) = &foreign {
+            assert_eq!(
+                ok(store.get_snapshot(&me, theirs.snapshot).await, &what),
+                None,
+                "{what}: linking to a snapshot does not make it readable ({snapshot:?})"
+            );
+        }
+
+        let message = |execution_id: Id| {
+            NewMessage::new(scratch.id, Role::Assistant, "ref").for_execution(execution_id)
+        };
+        let unknown = store
+            .append_message(&me, message(stepwise_core::new_id()))
+            .await;
+        let foreign = store.append_message(&me, message(theirs.execution)).await;
+        assert_same_outcome(
+            &unknown,
+            &foreign,
+            &format!("{what}: a message's execution_id"),
+        );
+
+        let event = |message_id: Id, execution_id: Id| NewEvent {
+            message_id: Some(message_id),
+            execution_id: Some(execution_id),
+            ..new_event(scratch.id, EventType::StepCompleted, "ref")
+        };
+        let unknown = append_event_durable(
+            &store,
+            &me,
+            event(stepwise_core::new_id(), stepwise_core::new_id()),
+        )
+        .await;
+        let their_message = stepwise_core::new_id();
+        let foreign =
+            append_event_durable(&store, &me, event(their_message, theirs.execution)).await;
+        assert_same_outcome(
+            &unknown,
+            &foreign,
+            &format!("{what}: an event's execution_id"),
+        );
+
+        // The other tenant's session saw none of it.
+        let untouched = some(
+            store.get_session(&sides[1 - actor].tenant, theirs.id).await,
+            &what,
+        );
+        assert_eq!(
+            untouched.message_count, theirs.messages,
+            "{what}: their message_count"
+        );
+        let their_events = ok(
+            store
+                .list_events(&sides[1 - actor].tenant, theirs.id, 0, 10_000)
+                .await,
+            &what,
+        );
+        assert_eq!(
+            their_events.len() as i64,
+            theirs.events,
+            "{what}: their events"
+        );
+    }
 }
 
 async fn setup_side<S: Store>(store: &S, tenant_id: &str) -> Side {
@@ -435,6 +530,23 @@ async fn setup_side<S: Store>(store: &S, tenant_id: &str) -> Side {
         tenant: t,
         sessions,
     }
+}
+
+/// Both answers are Ok, or both the same kind of error.
+fn assert_same_outcome<T: std::fmt::Debug>(
+    unknown: &stepwise_store::Result<T>,
+    foreign: &stepwise_store::Result<T>,
+    what: &str,
+) {
+    let same = match (unknown, foreign) {
+        (Ok(_), Ok(_)) => true,
+        (Err(a), Err(b)) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        _ => false,
+    };
+    assert!(
+        same,
+        "{what}: another tenant's id must behave like an unknown id; unknown id gave {unknown:?}, theirs gave {foreign:?}"
+    );
 }
 
 fn delta(session_id: Id, content: &str) -> Event {
