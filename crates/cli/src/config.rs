@@ -22,9 +22,13 @@ pub fn config_path() -> (PathBuf, bool) {
     }
 }
 
-/// Reads the settings file into `argument id -> value`. Tables are flattened with `_`
-/// (`[retention] completed_days = 90` is `retention_completed_days`), and `-` in keys
-/// reads as `_`, so keys can be written like the flags.
+/// Sections of the settings file that other parts read themselves (the LLM agent's
+/// `[llm]` and `[mcp]`); they are not command-line settings.
+pub const SECTIONS_READ_ELSEWHERE: &[&str] = &["llm", "mcp"];
+
+/// Reads the settings file into `argument id -> value`. Other tables only group settings
+/// (`[cleanup] completed_days = 90` is `completed_days`), and `-` in keys reads as `_`, so
+/// keys can be written like the flags.
 pub fn read_settings(path: &Path, must_exist: bool) -> anyhow::Result<BTreeMap<String, String>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -35,23 +39,18 @@ pub fn read_settings(path: &Path, must_exist: bool) -> anyhow::Result<BTreeMap<S
     };
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    let table: toml::Table = table
+        .into_iter()
+        .filter(|(key, _)| !SECTIONS_READ_ELSEWHERE.contains(&key.as_str()))
+        .collect();
     let mut settings = BTreeMap::new();
-    flatten("", &table, &mut settings).with_context(|| format!("in {}", path.display()))?;
+    flatten(&table, &mut settings).with_context(|| format!("in {}", path.display()))?;
     Ok(settings)
 }
 
-fn flatten(
-    prefix: &str,
-    table: &toml::Table,
-    out: &mut BTreeMap<String, String>,
-) -> anyhow::Result<()> {
+fn flatten(table: &toml::Table, out: &mut BTreeMap<String, String>) -> anyhow::Result<()> {
     for (key, value) in table {
-        let key = key.replace('-', "_");
-        let id = if prefix.is_empty() {
-            key
-        } else {
-            format!("{prefix}_{key}")
-        };
+        let id = key.replace('-', "_");
         let text = match value {
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
@@ -59,7 +58,7 @@ fn flatten(
             toml::Value::Boolean(b) => b.to_string(),
             toml::Value::Datetime(d) => d.to_string(),
             toml::Value::Table(inner) => {
-                flatten(&id, inner, out)?;
+                flatten(inner, out)?;
                 continue;
             }
             toml::Value::Array(_) => bail!("setting `{id}`: lists are not supported"),
@@ -165,22 +164,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tables_flatten_to_argument_ids() {
+    fn tables_group_settings_and_llm_sections_are_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stepwise.toml");
-        std::fs::write(
-            &path,
-            "database = \"sqlite://x.db\"\n[retention]\ncompleted-days = 7\n",
-        )
-        .unwrap();
+        let text = "database = \"sqlite://x.db\"\n[cleanup]\ncompleted-days = 7\n\
+                    [llm]\nmodel = \"m\"\n[mcp]\nservers = [{ name = \"fs\" }]\n";
+        std::fs::write(&path, text).unwrap();
         let settings = read_settings(&path, true).unwrap();
         assert_eq!(
             settings.get("database").map(String::as_str),
             Some("sqlite://x.db")
         );
         assert_eq!(
-            settings.get("retention_completed_days").map(String::as_str),
+            settings.get("completed_days").map(String::as_str),
             Some("7")
+        );
+        assert_eq!(
+            settings.len(),
+            2,
+            "the LLM's sections are left to it: {settings:?}"
         );
     }
 
