@@ -277,6 +277,74 @@ pub async fn concurrent_step_writers<H: Harness>(harness: &H) {
         usage.add(&step_body(n).token_usage);
     }
     assert_eq!(execution.token_usage, usage);
+
+    // Failing writes queued among good ones fail alone: conflicting re-sends of stored
+    // steps and steps of an unknown execution, racing 160 valid appends.
+    let second = create_execution(&store, &acme, Some(session.id), ExecutionStatus::Running).await;
+    for n in 1..=20 {
+        add_step(&store, &acme, second.id, n).await;
+    }
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let store = store.clone();
+        let acme = acme.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 21 + w;
+            while n <= 180 {
+                let appended = ok(
+                    append_step(&store, &acme, new_step(second.id, n)).await,
+                    "valid append",
+                );
+                assert!(appended.created);
+                n += WRITERS;
+            }
+        }));
+    }
+    for saboteur in 0..2u32 {
+        let store = store.clone();
+        let acme = acme.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 1..=20 {
+                let mut conflicting = new_step(second.id, n);
+                conflicting.body.observations = Some(format!("rewritten by saboteur {saboteur}"));
+                crate::assert_err!(
+                    append_step(&store, &acme, conflicting).await,
+                    StoreError::Conflict(_),
+                    "a conflicting re-send of stored step {n}"
+                );
+                crate::assert_err!(
+                    append_step(&store, &acme, new_step(stepwise_core::new_id(), n)).await,
+                    StoreError::NotFound(_),
+                    "a step of an unknown execution"
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        ok(task.await, "writer task");
+    }
+    let listed = ok(store.list_steps(&acme, second.id).await, "list_steps");
+    assert_eq!(listed.skipped, 0);
+    assert_eq!(
+        listed
+            .items
+            .iter()
+            .map(|s| s.step_number)
+            .collect::<Vec<_>>(),
+        (1..=180).collect::<Vec<_>>(),
+        "failing writes in a batch did not take valid ones down with them"
+    );
+    for step in &listed.items {
+        assert_eq!(
+            step.body(),
+            step_body(step.step_number),
+            "stored steps were not rewritten"
+        );
+    }
+    assert_eq!(
+        some(store.get_execution(&acme, second.id).await, "second").step_count,
+        180
+    );
 }
 
 /// Writes whose acknowledgements are dropped still land; `flush` waits for them.
