@@ -1023,6 +1023,10 @@
         }
         if (!res.ok || !res.body) throw new Error(`status ${res.status}`);
         current.connected = true;
+        if (current.onConnected) {
+          current.onConnected();
+          current.onConnected = null;
+        }
         if (dropped) setConnectionNotice('Reconnected.', 'ok');
         else setConnectionNotice(null);
         delay = 500;
@@ -1120,22 +1124,28 @@
     appendToStream(node);
     scrollToBottom(true);
     try {
-      let answer;
-      if (!current.sessionId) {
-        const session = { title: titleFrom(content) };
-        if (ctx.related_type) session.related_type = ctx.related_type;
-        if (ctx.related_id) session.related_id = ctx.related_id;
-        if (ctx.context_url) session.initial_context_url = ctx.context_url;
-        answer = await api('POST', '/v1/messages', { content, ...ctx, session });
-      } else {
-        answer = await api('POST', `/v1/sessions/${current.sessionId}/messages`, { content, ...ctx });
-      }
-      if (current.closed) return;
       const isNew = !current.sessionId;
       if (isNew) {
-        current.sessionId = answer.session_id;
+        // Create the session and subscribe to it before sending, so not even the first
+        // streamed tokens of the answer are missed (deltas are live only).
+        const fields = { title: titleFrom(content) };
+        if (ctx.related_type) fields.related_type = ctx.related_type;
+        if (ctx.related_id) fields.related_id = ctx.related_id;
+        if (ctx.context_url) fields.initial_context_url = ctx.context_url;
+        const session = await api('POST', '/v1/sessions', fields);
+        if (current.closed) return;
+        current.sessionId = session.id;
+        current.session = session;
         setSessionInUrl(current.sessionId);
+        renderHeader();
+        const connected = new Promise((resolve) => { current.onConnected = resolve; });
+        runStream(current);
+        await Promise.race([connected, sleep(3000)]);
+        if (current.closed) return;
+        if (historyOpen()) reloadHistory();
       }
+      const answer = await api('POST', `/v1/sessions/${current.sessionId}/messages`, { content, ...ctx });
+      if (current.closed) return;
       const at = current.optimistic.indexOf(pending);
       if (at >= 0) {
         current.optimistic.splice(at, 1);
@@ -1152,11 +1162,7 @@
         setExecutionData(exec, answer.execution);
         if (exec.status === 'pending' || exec.status === 'running') retireQuestion(exec);
       }
-      if (isNew) {
-        runStream(current);
-        loadSessionMeta(current);
-        if (historyOpen()) reloadHistory();
-      }
+      if (isNew) loadSessionMeta(current);
     } catch (err) {
       if (current.closed) return;
       const at = current.optimistic.indexOf(pending);
