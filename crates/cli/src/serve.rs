@@ -7,7 +7,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::Context;
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig, ToolSet};
 use stepwise_server::{AppState, ServerConfig};
 use stepwise_store::Store;
 use tokio::sync::watch;
@@ -83,14 +83,26 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
 
     let mut agents = AgentRegistry::new();
     agents.register(DEMO_AGENT, DemoAgent::from_env());
+    let mut tools = ToolSet::builtin();
+    // With a model server configured, `tool-calling` is served and is the default agent;
+    // otherwise the demo agent is. `llm` owns any MCP server processes: keep it alive.
+    let (settings_path, _) = crate::config::config_path();
+    let llm_settings = stepwise_llm::LlmSettings::load(&settings_path).context("LLM settings")?;
+    let llm = stepwise_llm::setup::install(&llm_settings, &store, &mut agents, &mut tools)
+        .await
+        .context("cannot set up the LLM agent")?;
+    let default_agent = llm
+        .default_agent
+        .clone()
+        .unwrap_or_else(|| DEMO_AGENT.to_string());
     let config = EngineConfig {
         workers: args.workers.max(1),
         lease: Duration::from_secs(args.lease_secs.max(1)),
         max_attempts: args.max_attempts.max(1),
-        default_agent: DEMO_AGENT.to_string(),
+        default_agent: default_agent.clone(),
         ..EngineConfig::default()
     };
-    let engine = Engine::new(store.clone(), agents, config);
+    let engine = Engine::with_tools(store.clone(), agents, tools, config);
     let state = AppState::new(
         engine.clone(),
         ServerConfig {
@@ -113,6 +125,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         let _ = server_stop.wait_for(|stop| *stop).await;
     }));
     println!("Stepwise listening on http://{local}");
+    println!("Default agent: {default_agent}");
     if keys == 0 {
         println!(
             "No API keys exist: the API is open as tenant 'local' (create one with `stepwise keys create`)."
@@ -144,6 +157,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         Ok(Err(e)) => tracing::warn!(error = %e, "draining the save queue failed"),
         Err(_) => tracing::warn!("draining the save queue took too long"),
     }
+    drop(llm);
     println!("Stepwise stopped");
     Ok(())
 }
