@@ -257,6 +257,31 @@ impl FileStore {
     }
 }
 
+/// How deeply a stored JSON value may nest. A session file puts a value a few levels
+/// down, and a file nested deeper than the JSON reader's limit (128) could not be read
+/// back: the whole session would be skipped at the next open.
+pub const MAX_VALUE_DEPTH: usize = 100;
+
+fn check_depth<'a>(field: &'static str, values: impl IntoIterator<Item = &'a Value>) -> Result<()> {
+    for value in values {
+        let mut stack = vec![(value, 1usize)];
+        while let Some((v, depth)) = stack.pop() {
+            if depth > MAX_VALUE_DEPTH {
+                return Err(StoreError::invalid(
+                    field,
+                    format!("JSON nested deeper than {MAX_VALUE_DEPTH} levels cannot be stored"),
+                ));
+            }
+            match v {
+                Value::Array(items) => stack.extend(items.iter().map(|i| (i, depth + 1))),
+                Value::Object(map) => stack.extend(map.values().map(|i| (i, depth + 1))),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_name(name: &Option<String>) -> Result<()> {
     match name {
         Some(name) => validate_name(name).map_err(StoreError::from),
@@ -343,6 +368,7 @@ fn add_report(total: &mut CleanupReport, r: CleanupReport) {
 
 impl Store for FileStore {
     async fn create_session(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
+        check_depth("metadata", [&new.metadata])?;
         check_name(&new.name)?;
         let now = self.now();
         let session = Session {
@@ -472,6 +498,7 @@ impl Store for FileStore {
         patch: SessionPatch,
     ) -> Result<Option<Session>> {
         check_name(&patch.name)?;
+        check_depth("metadata", patch.metadata.iter())?;
         let now = self.now();
         let ack = {
             let mut state = self.lock();
@@ -558,6 +585,7 @@ impl Store for FileStore {
     }
 
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+        check_depth("metadata", [&new.metadata])?;
         let now = self.now();
         let message = Message {
             id: new_id(),
@@ -635,6 +663,7 @@ impl Store for FileStore {
     }
 
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
+        check_depth("input", [&new.input, &new.agent_config, &new.metadata])?;
         if !matches!(
             new.status,
             ExecutionStatus::Pending | ExecutionStatus::Running
@@ -737,6 +766,11 @@ impl Store for FileStore {
         id: Id,
         transition: Transition,
     ) -> Result<Execution> {
+        match &transition {
+            Transition::Resume { answer } => check_depth("answer", [answer])?,
+            Transition::Complete { output } => check_depth("output", [output])?,
+            _ => {}
+        }
         let now = self.now();
         let ack = {
             let mut state = self.lock();
@@ -948,6 +982,11 @@ impl Store for FileStore {
     }
 
     async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
+        check_depth(
+            "body",
+            std::iter::once(&new.body.output)
+                .chain(new.body.tool_calls.iter().map(|c| &c.arguments)),
+        )?;
         if new.step_number == 0 {
             return Err(StoreError::invalid(
                 "step_number",
@@ -1039,6 +1078,7 @@ impl Store for FileStore {
     }
 
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
+        check_depth("state", [&new.state])?;
         let now = self.now();
         let snapshot = Snapshot {
             id: new_id(),
@@ -1128,6 +1168,7 @@ impl Store for FileStore {
     }
 
     async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
+        check_depth("metadata", [&new.metadata])?;
         let mut state = self.lock();
         let now = self.now();
         let Some(container) = state.session_mut(tenant.as_str(), new.session_id) else {
@@ -1201,6 +1242,21 @@ impl Store for FileStore {
             field: Some("document"),
             message: e.to_string(),
         })?;
+        check_depth("session", [&doc.session.metadata])?;
+        check_depth("messages", doc.messages.iter().map(|m| &m.metadata))?;
+        check_depth(
+            "executions",
+            doc.executions
+                .iter()
+                .flat_map(|e| [&e.agent_config, &e.input, &e.output, &e.metadata]),
+        )?;
+        check_depth(
+            "steps",
+            doc.steps.iter().flat_map(|s| {
+                std::iter::once(&s.output).chain(s.tool_calls.iter().map(|c| &c.arguments))
+            }),
+        )?;
+        check_depth("snapshots", doc.snapshots.iter().map(|s| &s.state))?;
         let container = rekey(tenant, user_id, doc, self.now());
         let Some(session) = container.session.clone() else {
             return Err(StoreError::invalid(

@@ -469,3 +469,38 @@ async fn background_executions_and_api_keys_live_in_metadata_json() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(found.map(|k| k.id), Some(key_id));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_too_deep_to_read_back_are_refused_and_the_rest_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let t = local();
+    let nested = |depth: usize| {
+        let mut v = json!("bottom");
+        for _ in 1..depth {
+            v = json!([v]);
+        }
+        v
+    };
+    let id = {
+        let store = open(dir.path()).await;
+        let mut deep = named("deep");
+        deep.metadata = nested(150);
+        let err = store.create_session(&t, deep).await.unwrap_err();
+        assert!(matches!(err, StoreError::Invalid { .. }), "{err:?}");
+        let mut fine = named("fine");
+        fine.metadata = nested(100);
+        let s = store
+            .create_session(&t, fine)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        store.close().await.unwrap_or_else(|e| panic!("{e}"));
+        s.id
+    };
+    let store = open(dir.path()).await;
+    assert!(store.open_report().skipped.is_empty());
+    let s = store
+        .get_session(&t, id)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.map(|s| s.metadata), Some(nested(100)));
+}
