@@ -19,6 +19,8 @@ use stepwise_store_sqlite::SqliteStore;
 
 use crate::db::{self, DatabaseUrl};
 
+mod postgres;
+
 /// The corpus as the workload names it, relative to the working directory.
 const SHARED_CORPUS: &str = "../shared/bench/steps.jsonl.gz";
 /// The project's byte-identical copy, relative to the repository root.
@@ -520,9 +522,9 @@ async fn run_steps(args: StepsArgs, database: Option<&str>) -> anyhow::Result<()
     let bench_db = match database {
         Some(text) => match DatabaseUrl::parse(text)? {
             DatabaseUrl::Sqlite(path) => BenchDb { path, temp: None },
-            DatabaseUrl::Postgres(_) => bail!(
-                "PostgreSQL support is not built yet: bench a SQLite database (sqlite://PATH)"
-            ),
+            DatabaseUrl::Postgres(url) => {
+                return postgres::run_steps(&args, &url, &corpus, &progress).await;
+            }
             DatabaseUrl::Files(_) => bail!(
                 "the benchmark runs on SQLite only for now: bench a SQLite database (sqlite://PATH)"
             ),

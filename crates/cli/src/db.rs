@@ -100,15 +100,14 @@ fn redact_password(url: &str) -> String {
 pub enum OpenedStore {
     Sqlite(SqliteStore),
     Files(FileStore),
+    Postgres(stepwise_store_postgres::PgStore),
 }
 
 /// Opens (and so migrates) the store the URL names.
 pub async fn open(url: &DatabaseUrl) -> anyhow::Result<OpenedStore> {
     match url {
         DatabaseUrl::Sqlite(path) => Ok(OpenedStore::Sqlite(open_sqlite(path).await?)),
-        DatabaseUrl::Postgres(_) => {
-            bail!("PostgreSQL support is not built yet: use a SQLite database (sqlite://PATH)")
-        }
+        DatabaseUrl::Postgres(url) => Ok(OpenedStore::Postgres(open_postgres(url).await?)),
         DatabaseUrl::Files(dir) => Ok(OpenedStore::Files(open_files(dir).await?)),
     }
 }
@@ -127,6 +126,14 @@ pub async fn open_sqlite(path: &Path) -> anyhow::Result<SqliteStore> {
     .context("the database open task failed")?
     .context("cannot open the SQLite database")?;
     Ok(store)
+}
+
+/// Connects to PostgreSQL and migrates the schema (under an advisory lock, so nodes that
+/// start together take turns).
+pub async fn open_postgres(url: &str) -> anyhow::Result<stepwise_store_postgres::PgStore> {
+    stepwise_store_postgres::PgStore::connect(url)
+        .await
+        .context("cannot open the PostgreSQL database")
 }
 
 pub async fn open_files(dir: &Path) -> anyhow::Result<FileStore> {
@@ -152,6 +159,7 @@ impl OpenedStore {
             OpenedStore::Sqlite(store) => store.applied_migrations().to_vec(),
             // Session files have no schema; each document carries its own version.
             OpenedStore::Files(_) => Vec::new(),
+            OpenedStore::Postgres(store) => store.applied_migrations().to_vec(),
         }
     }
 
@@ -161,6 +169,9 @@ impl OpenedStore {
             OpenedStore::Sqlite(store) => close_sqlite(store).await?,
             OpenedStore::Files(store) => {
                 store.close().await.context("closing the session files")?
+            }
+            OpenedStore::Postgres(store) => {
+                store.close().await.context("flushing the PostgreSQL store")?
             }
         }
         Ok(())
@@ -199,6 +210,14 @@ macro_rules! with_store {
                     $body.await
                 };
                 let closed = $crate::db::OpenedStore::Files(handle).close().await;
+                $crate::db::first_error(result, closed)
+            }
+            $crate::db::OpenedStore::Postgres(handle) => {
+                let result: anyhow::Result<_> = {
+                    let $store = handle.clone();
+                    $body.await
+                };
+                let closed = $crate::db::OpenedStore::Postgres(handle).close().await;
                 $crate::db::first_error(result, closed)
             }
         }

@@ -63,6 +63,8 @@ pub struct PgOptions {
     /// How often sessions with live subscribers are checked for events a lost
     /// notification did not announce.
     pub poll_interval: Duration,
+    /// Whether to LISTEN for other nodes' events (off only to test the polling fallback).
+    pub listen: bool,
 }
 
 impl Default for PgOptions {
@@ -74,6 +76,7 @@ impl Default for PgOptions {
             max_batch: 512,
             pool_size: 16,
             poll_interval: Duration::from_secs(1),
+            listen: true,
         }
     }
 }
@@ -132,7 +135,9 @@ impl PgStore {
             options.max_batch,
         );
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(relay::run_listener(relay.clone(), config, stopped.clone()));
+        if options.listen {
+            tokio::spawn(relay::run_listener(relay.clone(), config, stopped.clone()));
+        }
         tokio::spawn(relay::run_fetcher(
             relay.clone(),
             pool.clone(),

@@ -118,17 +118,14 @@ impl Relay {
             .or_default()
             .subscribe(session_id);
         let key = (tenant.to_string(), session_id);
-        if !state.watches.contains_key(&key) {
-            state.watches.insert(
-                key,
-                Watch {
-                    owned: None,
-                    held: Vec::new(),
-                    cursor: None,
-                    since: Timestamp(self.clock.now().0.saturating_sub(SUBSCRIBE_MARGIN_MICROS)),
-                    dirty: true,
-                },
-            );
+        if let std::collections::hash_map::Entry::Vacant(entry) = state.watches.entry(key) {
+            entry.insert(Watch {
+                owned: None,
+                held: Vec::new(),
+                cursor: None,
+                since: Timestamp(self.clock.now().0.saturating_sub(SUBSCRIBE_MARGIN_MICROS)),
+                dirty: true,
+            });
             self.wake.notify_one();
         }
         rx

@@ -328,7 +328,7 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
 enum Stored {
     /// Inserted by job `index` of this batch.
     Inserted(usize),
-    Existing(Step, Vec<u8>),
+    Existing(Box<(Step, Vec<u8>)>),
     Refused(StoreError),
 }
 
@@ -441,7 +441,7 @@ async fn write_steps<'a>(
         let value = if inserted.contains(&key) {
             Stored::Inserted(i)
         } else if let Some((step, payload)) = existing.get(&key) {
-            Stored::Existing(step.clone(), payload.clone())
+            Stored::Existing(Box::new((step.clone(), payload.clone())))
         } else {
             let status = exec_of(key.0, &jobs[i].tenant)
                 .map(|e| e.status.clone())
@@ -524,7 +524,7 @@ async fn write_steps<'a>(
                 );
                 same_or_conflict(job, step, &winner.payload)
             }
-            Some(Stored::Existing(step, payload)) => same_or_conflict(job, step.clone(), payload),
+            Some(Stored::Existing(existing)) => same_or_conflict(job, existing.0.clone(), &existing.1),
             Some(Stored::Refused(e)) => Err(e.clone()),
             None => Err(StoreError::NotFound("execution")),
         };
