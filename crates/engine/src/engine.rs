@@ -204,7 +204,30 @@ impl<S: Store> Engine<S> {
         input: MessageInput,
     ) -> Result<Submitted> {
         let store = &self.inner.store;
-        let agent = match &input.agent {
+        let agent = self.choose_agent(&input)?;
+        let session = store
+            .get_session(tenant, session_id)
+            .await?
+            .ok_or(StoreError::NotFound("session"))?;
+        self.submit_to_session(tenant, user_id, &session, input, agent)
+            .await
+    }
+
+    /// [`Engine::submit_message`] for a session the caller has just read.
+    pub async fn submit_message_to(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        session: &stepwise_core::Session,
+        input: MessageInput,
+    ) -> Result<Submitted> {
+        let agent = self.choose_agent(&input)?;
+        self.submit_to_session(tenant, user_id, session, input, agent)
+            .await
+    }
+
+    fn choose_agent(&self, input: &MessageInput) -> Result<AgentChoice> {
+        match &input.agent {
             Some(choice) => {
                 if choice.agent_type == EXTERNAL_AGENT {
                     return Err(StoreError::invalid(
@@ -222,17 +245,25 @@ impl<S: Store> Engine<S> {
                         ),
                     ));
                 }
-                choice.clone()
+                Ok(choice.clone())
             }
-            None => AgentChoice {
+            None => Ok(AgentChoice {
                 agent_type: self.inner.config.default_agent.clone(),
                 config: Value::Null,
-            },
-        };
-        let session = store
-            .get_session(tenant, session_id)
-            .await?
-            .ok_or(StoreError::NotFound("session"))?;
+            }),
+        }
+    }
+
+    async fn submit_to_session(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        session: &stepwise_core::Session,
+        input: MessageInput,
+        agent: AgentChoice,
+    ) -> Result<Submitted> {
+        let store = &self.inner.store;
+        let session_id = session.id;
 
         if let Some(latest) = self
             .latest_root_execution(tenant, session.last_execution_id)

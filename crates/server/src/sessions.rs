@@ -465,7 +465,7 @@ pub async fn post_message<S: Store>(
     }
     let submitted = state
         .engine
-        .submit_message(&caller.tenant, &caller.user_id, id, input)
+        .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
         .await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -508,7 +508,7 @@ pub async fn post_message_new_session<S: Store>(
     let session = state.store().create_session(&caller.tenant, new).await?;
     let submitted = state
         .engine
-        .submit_message(&caller.tenant, &caller.user_id, session.id, input)
+        .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
         .await?;
     Ok((
         StatusCode::ACCEPTED,
