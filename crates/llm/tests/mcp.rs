@@ -39,7 +39,10 @@ async fn tools_are_listed_called_and_their_errors_reported() {
     let client = McpClient::start(&fixture(1)).await.unwrap();
     let tools = client.list_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["echo", "add", "fail", "slow", "explode", "clock"]);
+    assert_eq!(
+        names,
+        ["echo", "add", "fail", "slow", "explode", "clock", "exit"]
+    );
     assert_eq!(tools[0].input_schema["required"], json!(["text"]));
     assert_eq!(
         tools[4].input_schema["type"], "object",
