@@ -504,3 +504,71 @@ async fn values_too_deep_to_read_back_are_refused_and_the_rest_survive_a_reopen(
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.map(|s| s.metadata), Some(nested(100)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_rename_and_a_file_renamed_by_hand_are_sorted_out_at_open() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let t = local();
+    let (old_id, kept_id) = {
+        let store = open(dir.path()).await;
+        let old = store
+            .create_session(&t, named("old"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let kept = store
+            .create_session(&t, named("kept"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        store.close().await.unwrap_or_else(|e| panic!("{e}"));
+        (old.id, kept.id)
+    };
+    // A rename of `old` to `new` cut short after the new file was written: both exist.
+    let text = std::fs::read_to_string(dir.path().join("old.json")).unwrap_or_default();
+    let mut renamed: Value = serde_json::from_str(&text).unwrap_or_default();
+    renamed["session"]["name"] = json!("new");
+    renamed["session"]["updated_at"] = json!("2099-01-01T00:00:00.000000Z");
+    std::fs::write(dir.path().join("new.json"), renamed.to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Someone renamed kept.json by hand; the document inside still says `kept`.
+    std::fs::rename(
+        dir.path().join("kept.json"),
+        dir.path().join("moved-by-hand.json"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let store = open(dir.path()).await;
+    assert!(store.open_report().skipped.is_empty());
+    assert_eq!(
+        store.open_report().removed_leftovers,
+        vec![dir.path().join("old.json")]
+    );
+    let new = store
+        .find_session_by_name(&t, "new")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(new.map(|s| s.id), Some(old_id), "the newer copy wins");
+    assert_eq!(
+        store
+            .find_session_by_name(&t, "old")
+            .await
+            .unwrap_or_else(|e| panic!("{e}")),
+        None
+    );
+    let kept = store
+        .find_session_by_name(&t, "kept")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(kept.map(|s| s.id), Some(kept_id));
+    assert_eq!(
+        file_names(dir.path()),
+        vec![INDEX_FILE, "kept.json", "new.json"],
+        "every session back in the file named after it"
+    );
+    let mut listed: Vec<_> = read_index(dir.path())
+        .sessions
+        .iter()
+        .map(|e| e.file.clone())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, vec!["kept.json", "new.json"]);
+}
