@@ -191,7 +191,8 @@ impl FileStore {
         &self.inner.report
     }
 
-    /// Writes everything pending and stops the writer. Other handles stop working.
+    /// Writes everything pending, then drops this handle off the async workers; the
+    /// writer stops (and the folder is unlocked) once the last handle is gone.
     pub async fn close(self) -> Result<()> {
         self.flush().await?;
         tokio::task::spawn_blocking(move || drop(self))
