@@ -3,7 +3,7 @@
 use clap::Args;
 use serde_json::json;
 use stepwise_core::Timestamp;
-use stepwise_store::{RetentionPolicy, Store};
+use stepwise_store::{CleanupReport, RetentionPolicy, Store, StoreError};
 
 #[derive(Args, Debug, Clone)]
 pub struct CleanupArgs {
@@ -45,14 +45,38 @@ impl RetentionArgs {
     }
 }
 
-pub async fn run<S: Store>(store: &S, args: CleanupArgs) -> anyhow::Result<()> {
-    let policy = args.retention.policy();
-    let now = Timestamp::now();
-    let dry = args.dry_run;
-    let marked = store
+/// What one retention pass changed (or, dry, would change).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    pub marked_abandoned: u64,
+    pub deleted: CleanupReport,
+}
+
+/// One retention pass as of `now`: mark idle active sessions abandoned, then delete
+/// sessions past retention. `stepwise cleanup` and the server's cleaner both run this.
+pub async fn retention_pass<S: Store>(
+    store: &S,
+    policy: RetentionPolicy,
+    now: Timestamp,
+    dry: bool,
+) -> Result<PassOutcome, StoreError> {
+    let marked_abandoned = store
         .mark_abandoned(now.minus_days(policy.abandon_after_days), dry)
         .await?;
     let deleted = store.cleanup_old_sessions(now, policy, dry).await?;
+    Ok(PassOutcome {
+        marked_abandoned,
+        deleted,
+    })
+}
+
+pub async fn run<S: Store>(store: &S, args: CleanupArgs) -> anyhow::Result<()> {
+    let policy = args.retention.policy();
+    let dry = args.dry_run;
+    let PassOutcome {
+        marked_abandoned: marked,
+        deleted,
+    } = retention_pass(store, policy, Timestamp::now(), dry).await?;
     if args.json {
         let out = json!({
             "dry_run": dry,

@@ -2,6 +2,7 @@
 //! storage benchmark. Reads like the architecture: settings → database → command.
 
 mod bench;
+mod cleaner;
 mod cleanup;
 mod config;
 mod db;

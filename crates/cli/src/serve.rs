@@ -51,6 +51,12 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "STEPWISE_MAX_BODY_BYTES", default_value_t = stepwise_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
     pub max_body_bytes: usize,
+    /// Seconds between two runs of the retention cleaner (the first runs at start); 0 turns
+    /// it off.
+    #[arg(long, env = "STEPWISE_CLEANUP_INTERVAL_SECS", default_value_t = crate::cleaner::DEFAULT_INTERVAL_SECS, value_name = "SECS")]
+    pub cleanup_interval_secs: u64,
+    #[command(flatten)]
+    pub retention: crate::cleanup::RetentionArgs,
 }
 
 fn resolve(listen: &str) -> anyhow::Result<SocketAddr> {
@@ -120,6 +126,15 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     engine.spawn_workers();
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
+    let cleaner = (args.cleanup_interval_secs > 0).then(|| {
+        crate::cleaner::spawn(
+            store.clone(),
+            args.retention.policy(),
+            Duration::from_secs(args.cleanup_interval_secs),
+            stepwise_core::system_clock(),
+            stop_rx.clone(),
+        )
+    });
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
         let _ = server_stop.wait_for(|stop| *stop).await;
@@ -151,6 +166,9 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the HTTP server stopped with an error"),
         Ok(Err(e)) => tracing::warn!(error = %e, "the HTTP server task failed"),
         Err(_) => tracing::warn!("open connections did not close in time"),
+    }
+    if let Some(cleaner) = cleaner {
+        cleaner.join(Duration::from_secs(1)).await;
     }
     match tokio::time::timeout(Duration::from_secs(1), store.flush()).await {
         Ok(Ok(())) => {}

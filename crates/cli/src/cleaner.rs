@@ -1,0 +1,261 @@
+//! The retention cleaner inside `stepwise serve`: the same pass as `stepwise cleanup`, run
+//! once shortly after start and then on an interval, until the server stops. A store error
+//! is logged and the next interval tries again; it never takes the server down.
+
+use std::future::Future;
+use std::time::Duration;
+
+use stepwise_core::SharedClock;
+use stepwise_store::{RetentionPolicy, Store, StoreError};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::cleanup::{PassOutcome, retention_pass};
+
+/// Default time between two passes: daily.
+pub const DEFAULT_INTERVAL_SECS: u64 = 86_400;
+
+/// Passes run so far, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanerProgress {
+    pub passes: u64,
+    pub failures: u64,
+    pub last: Option<PassOutcome>,
+}
+
+/// A running cleaner; `stop` ends it promptly (a pass in flight is abandoned: each batch
+/// the store commits stands, and the next start picks up the rest).
+pub struct Cleaner {
+    task: JoinHandle<()>,
+    progress: watch::Receiver<CleanerProgress>,
+}
+
+impl Cleaner {
+    /// Waits for the task to end after the stop signal was sent (at most `within`).
+    pub async fn join(self, within: Duration) {
+        match tokio::time::timeout(within, self.task).await {
+            Ok(Ok(())) => {
+                let done = *self.progress.borrow();
+                tracing::info!(
+                    passes = done.passes,
+                    failures = done.failures,
+                    "retention cleaner stopped"
+                );
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "the retention cleaner task failed"),
+            Err(_) => tracing::warn!("the retention cleaner did not stop in time"),
+        }
+    }
+}
+
+/// Starts the cleaner over `store`; it stops when `stop` turns true (or its sender is gone).
+pub fn spawn<S: Store>(
+    store: S,
+    policy: RetentionPolicy,
+    interval: Duration,
+    clock: SharedClock,
+    stop: watch::Receiver<bool>,
+) -> Cleaner {
+    tracing::info!(
+        interval_secs = interval.as_secs(),
+        abandon_after_days = policy.abandon_after_days,
+        completed_days = policy.completed_days,
+        abandoned_days = policy.abandoned_days,
+        deleted_days = policy.deleted_days,
+        "retention cleaner started"
+    );
+    run_loop(interval, stop, move || {
+        let store = store.clone();
+        let now = clock.now();
+        async move { retention_pass(&store, policy, now, false).await }
+    })
+}
+
+/// The schedule, apart from the store so it can be tested with any pass.
+fn run_loop<P, F>(interval: Duration, mut stop: watch::Receiver<bool>, mut pass: P) -> Cleaner
+where
+    P: FnMut() -> F + Send + 'static,
+    F: Future<Output = Result<PassOutcome, StoreError>> + Send,
+{
+    // A zero interval would spin.
+    let interval = interval.max(Duration::from_millis(1));
+    let (progress_tx, progress) = watch::channel(CleanerProgress::default());
+    let task = tokio::spawn(async move {
+        loop {
+            let outcome = tokio::select! {
+                biased;
+                _ = stop.wait_for(|stop| *stop) => break,
+                outcome = pass() => outcome,
+            };
+            progress_tx.send_modify(|p| {
+                p.passes += 1;
+                match &outcome {
+                    Ok(done) => p.last = Some(*done),
+                    Err(_) => p.failures += 1,
+                }
+            });
+            match outcome {
+                Ok(done) => tracing::info!(
+                    marked_abandoned = done.marked_abandoned,
+                    deleted_sessions = done.deleted.sessions,
+                    deleted_messages = done.deleted.messages,
+                    deleted_executions = done.deleted.executions,
+                    deleted_steps = done.deleted.steps,
+                    deleted_snapshots = done.deleted.snapshots,
+                    deleted_events = done.deleted.events,
+                    "retention pass done"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    retry_in_secs = interval.as_secs(),
+                    "retention pass failed; trying again next interval"
+                ),
+            }
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stop| *stop) => break,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    });
+    Cleaner { task, progress }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use stepwise_core::{ManualClock, SessionStatus, Timestamp};
+    use stepwise_store::{NewSession, SessionPatch, Tenant};
+    use stepwise_store_sqlite::{SqliteOptions, SqliteStore};
+
+    use super::*;
+
+    const TEST_INTERVAL: Duration = Duration::from_millis(5);
+    const DEADLINE: Duration = Duration::from_secs(20);
+
+    async fn wait_until(
+        progress: &mut watch::Receiver<CleanerProgress>,
+        done: impl FnMut(&CleanerProgress) -> bool,
+    ) -> CleanerProgress {
+        *tokio::time::timeout(DEADLINE, progress.wait_for(done))
+            .await
+            .expect("the cleaner made no progress before the deadline")
+            .expect("the cleaner stopped")
+    }
+
+    #[tokio::test]
+    async fn the_cleaner_marks_and_deletes_by_the_policy_and_leaves_fresh_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Timestamp::now();
+        let clock = ManualClock::new(now.minus_days(100));
+        let store = SqliteStore::open_with(
+            &dir.path().join("stepwise.db"),
+            SqliteOptions {
+                clock: clock.clone(),
+                ..SqliteOptions::default()
+            },
+        )
+        .unwrap();
+        let tenant = Tenant::new("t1").unwrap();
+        let new = |name: &str| NewSession {
+            user_id: "u1".into(),
+            name: Some(name.into()),
+            ..NewSession::default()
+        };
+        // 100 days ago: one idle active session and one completed session.
+        let idle = store.create_session(&tenant, new("idle")).await.unwrap();
+        let done = store.create_session(&tenant, new("done")).await.unwrap();
+        store
+            .update_session(
+                &tenant,
+                done.id,
+                SessionPatch {
+                    status: Some(SessionStatus::Completed),
+                    ..SessionPatch::default()
+                },
+            )
+            .await
+            .unwrap();
+        // Today: a fresh session.
+        clock.set(now);
+        let fresh = store.create_session(&tenant, new("fresh")).await.unwrap();
+        store.flush().await.unwrap();
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let cleaner = spawn(
+            store.clone(),
+            RetentionPolicy::default(),
+            Duration::from_secs(3600),
+            clock.clone(),
+            stop_rx,
+        );
+        let mut progress = cleaner.progress.clone();
+        let first = wait_until(&mut progress, |p| p.passes >= 1).await;
+        assert_eq!(first.failures, 0);
+        let outcome = first.last.unwrap();
+        assert_eq!(outcome.marked_abandoned, 1, "{outcome:?}");
+        assert_eq!(outcome.deleted.sessions, 1, "{outcome:?}");
+
+        let idle_now = store.get_session(&tenant, idle.id).await.unwrap().unwrap();
+        assert_eq!(idle_now.status, SessionStatus::Abandoned);
+        assert!(store.get_session(&tenant, done.id).await.unwrap().is_none());
+        let fresh_now = store.get_session(&tenant, fresh.id).await.unwrap().unwrap();
+        assert_eq!(fresh_now.status, SessionStatus::Active);
+        assert_eq!(fresh_now.updated_at, fresh.updated_at);
+
+        // The interval is an hour: stopping does not wait for it.
+        stop_tx.send(true).unwrap();
+        cleaner.join(DEADLINE).await;
+    }
+
+    #[tokio::test]
+    async fn a_failing_pass_is_retried_next_interval_and_stop_is_prompt() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let counter = calls.clone();
+        let cleaner = run_loop(TEST_INTERVAL, stop_rx, move || {
+            let call = counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if call < 2 {
+                    Err(StoreError::Unavailable("database is locked".into()))
+                } else {
+                    Ok(PassOutcome::default())
+                }
+            }
+        });
+        let mut progress = cleaner.progress.clone();
+        let seen = wait_until(&mut progress, |p| p.passes >= 3).await;
+        assert_eq!(seen.failures, 2);
+        assert_eq!(seen.last, Some(PassOutcome::default()));
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(DEADLINE, cleaner.task)
+            .await
+            .expect("the cleaner did not stop")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pass_in_flight_does_not_hold_up_the_stop() {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut started_tx = Some(started_tx);
+        let cleaner = run_loop(TEST_INTERVAL, stop_rx, move || {
+            if let Some(tx) = started_tx.take() {
+                let _ = tx.send(());
+            }
+            // A pass that never finishes on its own.
+            std::future::pending::<Result<PassOutcome, StoreError>>()
+        });
+        tokio::time::timeout(DEADLINE, started_rx)
+            .await
+            .unwrap()
+            .unwrap();
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(DEADLINE, cleaner.task)
+            .await
+            .expect("the cleaner did not stop")
+            .unwrap();
+    }
+}
