@@ -8,15 +8,16 @@ use crate::{Corruption, Harness};
 /// Damaged step payloads are skipped and counted, never an error: restore falls back to
 /// a context summary built from the messages, or to `empty` when nothing is left.
 pub async fn corruption_recovery<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
     for how in Corruption::ALL {
-        one_corrupt_step(harness, how).await;
-        everything_corrupt(harness, how).await;
+        one_corrupt_step(harness, &store, how).await;
+        everything_corrupt(harness, &store, how).await;
     }
 }
 
-async fn one_corrupt_step<H: Harness>(harness: &H, how: Corruption) {
-    let (store, _clock) = manual_store(harness).await;
-    let acme = tenant("acme");
+async fn one_corrupt_step<H: Harness>(harness: &H, store: &H::Store, how: Corruption) {
+    let store = store.clone();
+    let acme = tenant(&format!("acme-{how:?}"));
     let session = create_session(&store, &acme, Some("damaged")).await;
     append_message(&store, &acme, session.id, Role::User, "Please add 2 and 3").await;
     append_message(&store, &acme, session.id, Role::Assistant, "5").await;
@@ -113,9 +114,9 @@ async fn one_corrupt_step<H: Harness>(harness: &H, how: Corruption) {
     assert_eq!(listed.skipped, 1);
 }
 
-async fn everything_corrupt<H: Harness>(harness: &H, how: Corruption) {
-    let (store, _clock) = manual_store(harness).await;
-    let acme = tenant("acme");
+async fn everything_corrupt<H: Harness>(harness: &H, store: &H::Store, how: Corruption) {
+    let store = store.clone();
+    let acme = tenant(&format!("acme-{how:?}"));
     let silent = create_session(&store, &acme, Some("silent")).await;
     let execution =
         create_execution(&store, &acme, Some(silent.id), ExecutionStatus::Running).await;
