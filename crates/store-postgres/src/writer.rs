@@ -251,7 +251,9 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
     let pg: &mut tokio_postgres::Client = &mut client;
     let tx = pg.transaction().await?;
 
-    // Lock the executions the steps and snapshots touch, in id order.
+    // Lock the executions the steps and snapshots touch, then the sessions the events and
+    // snapshots touch, each in id order. The two statements are pipelined (sent together,
+    // run in order).
     let mut exec_ids: Vec<Id> = inputs
         .steps
         .iter()
@@ -260,61 +262,65 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
         .collect();
     exec_ids.sort_unstable();
     exec_ids.dedup();
-    let mut execs: HashMap<Id, ExecRow> = HashMap::new();
-    if !exec_ids.is_empty() {
-        let rows = tx
-            .query_typed(
-                "SELECT id, tenant_id, session_id, status FROM executions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
-                args![exec_ids],
-            )
-            .await?;
-        for row in &rows {
-            execs.insert(
-                sql::get(row, "id")?,
-                ExecRow {
-                    tenant: sql::get(row, "tenant_id")?,
-                    session_id: sql::get(row, "session_id")?,
-                    status: sql::get(row, "status")?,
-                },
-            );
+    let mut event_sessions: Vec<Id> = inputs.events.iter().map(|e| e.new.session_id).collect();
+    event_sessions.sort_unstable();
+    event_sessions.dedup();
+    let snapshot_execs: Vec<Id> = inputs
+        .snapshots
+        .iter()
+        .map(|s| s.snapshot.execution_id)
+        .collect();
+    let lock_execs = async {
+        if exec_ids.is_empty() {
+            return Ok(Vec::new());
         }
+        tx.query_typed(
+            "SELECT id, tenant_id, session_id, status FROM executions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
+            args![exec_ids],
+        )
+        .await
+    };
+    let lock_sessions = async {
+        if event_sessions.is_empty() && snapshot_execs.is_empty() {
+            return Ok(Vec::new());
+        }
+        tx.query_typed(
+            "SELECT id, tenant_id, last_event_id FROM sessions WHERE id = ANY($1) \
+             OR id IN (SELECT session_id FROM executions WHERE id = ANY($2)) ORDER BY id FOR NO KEY UPDATE",
+            args![event_sessions, snapshot_execs],
+        )
+        .await
+    };
+    let (exec_rows, session_rows) = tokio::try_join!(lock_execs, lock_sessions)?;
+    let mut execs: HashMap<Id, ExecRow> = HashMap::new();
+    for row in &exec_rows {
+        execs.insert(
+            sql::get(row, "id")?,
+            ExecRow {
+                tenant: sql::get(row, "tenant_id")?,
+                session_id: sql::get(row, "session_id")?,
+                status: sql::get(row, "status")?,
+            },
+        );
     }
     let exec_of = |id: Id, tenant: &str| execs.get(&id).filter(|e| e.tenant == tenant);
-
-    // Lock the sessions the events and snapshots touch, in id order.
-    let mut session_ids: Vec<Id> =
-        inputs
-            .events
-            .iter()
-            .map(|e| e.new.session_id)
-            .chain(inputs.snapshots.iter().filter_map(|s| {
-                exec_of(s.snapshot.execution_id, &s.tenant).and_then(|e| e.session_id)
-            }))
-            .collect();
-    session_ids.sort_unstable();
-    session_ids.dedup();
     let mut sessions: HashMap<Id, SessionRow> = HashMap::new();
-    if !session_ids.is_empty() {
-        let rows = tx
-            .query_typed(
-                "SELECT id, tenant_id, last_event_id FROM sessions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
-                args![session_ids],
-            )
-            .await?;
-        for row in &rows {
-            sessions.insert(
-                sql::get(row, "id")?,
-                SessionRow {
-                    tenant: sql::get(row, "tenant_id")?,
-                    last_event_id: sql::get(row, "last_event_id")?,
-                },
-            );
-        }
+    for row in &session_rows {
+        sessions.insert(
+            sql::get(row, "id")?,
+            SessionRow {
+                tenant: sql::get(row, "tenant_id")?,
+                last_event_id: sql::get(row, "last_event_id")?,
+            },
+        );
     }
 
-    let steps = write_steps(&tx, &inputs.steps, &exec_of).await?;
-    let snapshots = write_snapshots(&tx, &inputs.snapshots, &exec_of).await?;
-    let events = write_events(&tx, &inputs.events, &mut sessions).await?;
+    // The three kinds touch different rows: their statements are pipelined too.
+    let (steps, snapshots, events) = tokio::try_join!(
+        write_steps(&tx, &inputs.steps, &exec_of),
+        write_snapshots(&tx, &inputs.snapshots, &exec_of),
+        write_events(&tx, &inputs.events, &mut sessions),
+    )?;
     tx.commit().await?;
     Ok(Done {
         steps,
@@ -524,7 +530,9 @@ async fn write_steps<'a>(
                 );
                 same_or_conflict(job, step, &winner.payload)
             }
-            Some(Stored::Existing(existing)) => same_or_conflict(job, existing.0.clone(), &existing.1),
+            Some(Stored::Existing(existing)) => {
+                same_or_conflict(job, existing.0.clone(), &existing.1)
+            }
             Some(Stored::Refused(e)) => Err(e.clone()),
             None => Err(StoreError::NotFound("execution")),
         };

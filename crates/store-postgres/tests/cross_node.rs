@@ -121,28 +121,50 @@ fn events_appended_on_one_node_reach_subscribers_on_the_other_in_order() {
             .unwrap_or_else(|e| panic!("append_event: {e}"))
             .await
             .unwrap_or_else(|e| panic!("ack: {e}"));
-        assert_eq!(receive(&mut live).await.id, sentinel.id, "no event was delivered twice");
+        assert_eq!(
+            receive(&mut live).await.id,
+            sentinel.id,
+            "no event was delivered twice"
+        );
     });
 }
 
 #[test]
 fn without_notifications_the_poll_still_delivers_every_event_in_order() {
-    let Some(admin) = postgres_or_skip() else { return };
+    let Some(admin) = postgres_or_skip() else {
+        return;
+    };
     run(async move {
         let databases = TestDatabases::new(admin);
         let url = databases.create().await;
         // Node A never hears a notification: as if every one of them were lost.
-        let deaf = PgOptions { listen: false, poll_interval: Duration::from_millis(200), ..PgOptions::default() };
-        let a = PgStore::connect_with(&url, deaf).await.unwrap_or_else(|e| panic!("connect a: {e}"));
+        let deaf = PgOptions {
+            listen: false,
+            poll_interval: Duration::from_millis(200),
+            ..PgOptions::default()
+        };
+        let a = PgStore::connect_with(&url, deaf)
+            .await
+            .unwrap_or_else(|e| panic!("connect a: {e}"));
         let b = TestDatabases::store(&url, system_clock()).await;
         let acme = tenant();
         let session = b
-            .create_session(&acme, NewSession { user_id: "u".into(), ..NewSession::default() })
+            .create_session(
+                &acme,
+                NewSession {
+                    user_id: "u".into(),
+                    ..NewSession::default()
+                },
+            )
             .await
             .unwrap_or_else(|e| panic!("create_session: {e}"));
         let mut live = a.subscribe(&acme, session.id);
         for i in 0..20 {
-            drop(b.append_event(&acme, event(session.id, format!("event {i}"))).await.unwrap_or_else(|e| panic!("append: {e}")));
+            drop(
+                b.append_event(&acme, event(session.id, format!("event {i}")))
+                    .await
+                    .unwrap_or_else(|e| panic!("append: {e}")),
+            );
         }
         b.flush().await.unwrap_or_else(|e| panic!("flush: {e}"));
         for expected in 1..=20 {
@@ -321,7 +343,9 @@ fn a_lease_left_by_a_stopped_node_is_taken_over_by_the_other() {
 
 #[test]
 fn nodes_starting_together_migrate_once() {
-    let Some(admin) = postgres_or_skip() else { return };
+    let Some(admin) = postgres_or_skip() else {
+        return;
+    };
     run(async move {
         let databases = TestDatabases::new(admin);
         let url = databases.create().await;
@@ -331,7 +355,14 @@ fn nodes_starting_together_migrate_once() {
             PgStore::connect(&url)
         );
         let stores = [a, b, c].map(|s| s.unwrap_or_else(|e| panic!("a node failed to start: {e}")));
-        let applied: Vec<usize> = stores.iter().map(|s| s.applied_migrations().len()).collect();
-        assert_eq!(applied.iter().filter(|n| **n > 0).count(), 1, "one node migrated, the others found it done: {applied:?}");
+        let applied: Vec<usize> = stores
+            .iter()
+            .map(|s| s.applied_migrations().len())
+            .collect();
+        assert_eq!(
+            applied.iter().filter(|n| **n > 0).count(),
+            1,
+            "one node migrated, the others found it done: {applied:?}"
+        );
     });
 }
