@@ -94,6 +94,12 @@ where
                     Err(_) => p.failures += 1,
                 }
             });
+            match &outcome {
+                Ok(done) => {
+                    stepwise_server::record_retention_pass(done.marked_abandoned, &done.deleted)
+                }
+                Err(_) => stepwise_server::record_retention_failure(),
+            }
             match outcome {
                 Ok(done) => tracing::info!(
                     marked_abandoned = done.marked_abandoned,

@@ -5,7 +5,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use stepwise_store::Store;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use stepwise_store::{CleanupReport, Store};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -27,6 +29,75 @@ pub async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
             )
             .into_response()
         }
+    }
+}
+
+/// Retention cleaner figures since start. The cleaner runs in the binary and reports here.
+static RETENTION_PASSES: AtomicU64 = AtomicU64::new(0);
+static RETENTION_FAILURES: AtomicU64 = AtomicU64::new(0);
+static RETENTION_MARKED: AtomicU64 = AtomicU64::new(0);
+/// sessions, messages, executions, steps, snapshots, events
+static RETENTION_DELETED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+const RETENTION_KINDS: [&str; 6] = [
+    "sessions",
+    "messages",
+    "executions",
+    "steps",
+    "snapshots",
+    "events",
+];
+
+/// Counts one retention pass for `/metrics`.
+pub fn record_retention_pass(marked_abandoned: u64, deleted: &CleanupReport) {
+    RETENTION_PASSES.fetch_add(1, Ordering::Relaxed);
+    RETENTION_MARKED.fetch_add(marked_abandoned, Ordering::Relaxed);
+    let counts = [
+        deleted.sessions,
+        deleted.messages,
+        deleted.executions,
+        deleted.steps,
+        deleted.snapshots,
+        deleted.events,
+    ];
+    for (total, n) in RETENTION_DELETED.iter().zip(counts) {
+        total.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Counts a retention pass that failed (the store answered an error).
+pub fn record_retention_failure() {
+    RETENTION_PASSES.fetch_add(1, Ordering::Relaxed);
+    RETENTION_FAILURES.fetch_add(1, Ordering::Relaxed);
+}
+
+fn retention_metrics(text: &mut String) {
+    let mut counter = |name: &str, help: &str, value: u64| {
+        text.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+        ));
+    };
+    counter(
+        "stepwise_retention_passes_total",
+        "Retention cleaner passes run.",
+        RETENTION_PASSES.load(Ordering::Relaxed),
+    );
+    counter(
+        "stepwise_retention_failures_total",
+        "Retention cleaner passes that failed.",
+        RETENTION_FAILURES.load(Ordering::Relaxed),
+    );
+    counter(
+        "stepwise_retention_marked_abandoned_total",
+        "Idle active sessions the cleaner marked abandoned.",
+        RETENTION_MARKED.load(Ordering::Relaxed),
+    );
+    let name = "stepwise_retention_deleted_total";
+    text.push_str(&format!(
+        "# HELP {name} Rows the retention cleaner deleted, by kind.\n# TYPE {name} counter\n"
+    ));
+    for (kind, total) in RETENTION_KINDS.iter().zip(&RETENTION_DELETED) {
+        let value = total.load(Ordering::Relaxed);
+        text.push_str(&format!("{name}{{kind=\"{kind}\"}} {value}\n"));
     }
 }
 
@@ -74,6 +145,7 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
             stats.save_errors,
         );
     }
+    retention_metrics(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -83,4 +155,29 @@ pub async fn openapi() -> Response {
         crate::openapi::openapi_json(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_passes_add_up_in_the_metrics_text() {
+        let before = RETENTION_PASSES.load(Ordering::Relaxed);
+        record_retention_pass(
+            2,
+            &CleanupReport {
+                sessions: 3,
+                messages: 7,
+                ..CleanupReport::default()
+            },
+        );
+        record_retention_failure();
+        let mut text = String::new();
+        retention_metrics(&mut text);
+        assert!(text.contains(&format!("stepwise_retention_passes_total {}\n", before + 2)));
+        assert!(text.contains("# TYPE stepwise_retention_deleted_total counter\n"));
+        assert!(text.contains("stepwise_retention_deleted_total{kind=\"messages\"} "));
+        assert!(text.contains("stepwise_retention_failures_total "));
+    }
 }
