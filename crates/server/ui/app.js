@@ -964,6 +964,7 @@
           if (!exec.status || exec.status === 'pending') exec.status = 'running';
           refreshExec(exec);
           refreshRunState();
+          if (type === 'step.completed') refreshInspectorFor(exec);
         }
         break;
       default:
@@ -973,6 +974,7 @@
           if (FINISHED_STATUSES.has(status) || status === 'paused') {
             loadExecution(exec, true);
           }
+          refreshInspectorFor(exec);
         }
     }
   }
@@ -1195,6 +1197,7 @@
   }
 
   function newSession() {
+    closeInspector();
     view.close();
     view = new SessionView(null);
     setSessionInUrl(null);
@@ -1205,6 +1208,7 @@
   }
 
   async function openSession(sessionId) {
+    closeInspector();
     view.close();
     const current = new SessionView(sessionId);
     view = current;
@@ -1559,22 +1563,49 @@
     return section;
   }
 
-  async function openInspector(execId) {
+  let inspectedExecId = null;
+  let inspectorRefreshTimer = null;
+
+  // While a run goes on, the open inspector follows it (at most about once a second).
+  function refreshInspectorFor(exec) {
+    if ($('inspector').hidden || !inspectedExecId) return;
+    if (exec.id !== inspectedExecId && rootExec(exec).id !== inspectedExecId) return;
+    if (inspectorRefreshTimer) return;
+    inspectorRefreshTimer = setTimeout(() => {
+      inspectorRefreshTimer = null;
+      if (!$('inspector').hidden && inspectedExecId) openInspector(inspectedExecId, true);
+    }, 1000);
+  }
+
+  async function openInspector(execId, quiet) {
     inspectorGen += 1;
     const current = inspectorGen;
+    inspectedExecId = execId;
     const panel = $('inspector');
     const body = $('inspector-body');
     panel.hidden = false;
     document.body.classList.add('inspector-open');
-    body.replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
+    if (!quiet) body.replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
     try {
       const sessionId = view.sessionId;
       const allExecs = sessionId ? await listAll(`/v1/sessions/${sessionId}/executions`) : [];
       const section = await executionSection(execId, allExecs, current, 0);
       if (current !== inspectorGen || !section) return;
+      const scrollTop = panel.scrollTop;
+      // Keep what the reader had opened across a live refresh.
+      const openSnapshots = new Set([...body.querySelectorAll('details.snapshot[open]')].map((d) => d.dataset.snapshotId));
+      const openIo = new Set([...body.querySelectorAll('.inspect-exec')].filter((x) => x.querySelector(':scope > .inspect-io[open]')).map((x) => x.dataset.executionId));
       body.replaceChildren(section,
         el('button', { type: 'button', class: 'btn btn-small', onclick: () => openInspector(execId) }, 'Refresh'));
-      $('btn-inspector-close').focus();
+      if (quiet) {
+        for (const d of body.querySelectorAll('details.snapshot')) if (openSnapshots.has(d.dataset.snapshotId)) d.open = true;
+        for (const x of body.querySelectorAll('.inspect-exec')) {
+          const io = x.querySelector(':scope > .inspect-io');
+          if (io && openIo.has(x.dataset.executionId)) io.open = true;
+        }
+        panel.scrollTop = scrollTop;
+      }
+      else $('btn-inspector-close').focus();
     } catch (err) {
       if (current === inspectorGen) body.replaceChildren(el('p', { class: 'error-text' }, `Could not load the execution: ${err.message}`));
     }
@@ -1582,6 +1613,7 @@
 
   function closeInspector() {
     inspectorGen += 1;
+    inspectedExecId = null;
     $('inspector').hidden = true;
     document.body.classList.remove('inspector-open');
   }

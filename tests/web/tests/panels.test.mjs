@@ -155,6 +155,25 @@ describe('execution inspector', () => {
     }
   });
 
+  it('follows a live run, and closes when the session changes', async () => {
+    const { context, page } = await openPage(browser);
+    try {
+      await page.goto(`${BASE}/`);
+      await send(page, 'steps: 200');
+      await waitFor(async () => countStepLines(await stepLineTexts(page)) >= 2, 'the run to start');
+      await page.locator('#stream .exec > .exec-tools .exec-inspect').first().click();
+      const cards = page.locator('#inspector .step-card');
+      await cards.first().waitFor();
+      const before = await cards.count();
+      // No click on Refresh: the inspector updates itself while the run goes on.
+      await waitFor(async () => (await cards.count()) >= before + 3, 'the inspector to show new steps');
+      await page.locator('#btn-new').click();
+      await page.locator('#inspector').waitFor({ state: 'hidden' });
+    } finally {
+      await context.close();
+    }
+  });
+
   it('shows a failed run with its error', async () => {
     const { context, page } = await openPage(browser);
     try {
