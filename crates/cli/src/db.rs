@@ -170,9 +170,10 @@ impl OpenedStore {
             OpenedStore::Files(store) => {
                 store.close().await.context("closing the session files")?
             }
-            OpenedStore::Postgres(store) => {
-                store.close().await.context("flushing the PostgreSQL store")?
-            }
+            OpenedStore::Postgres(store) => store
+                .close()
+                .await
+                .context("flushing the PostgreSQL store")?,
         }
         Ok(())
     }
