@@ -179,7 +179,7 @@ describe('chat panel', () => {
     }
   });
 
-  it('comes back after a reload in the middle of a run, without duplicates', async () => {
+  it('comes back after a reload in the middle of a run, each line exactly once', async () => {
     const { context, page } = await openPage(browser);
     try {
       await page.goto(`${BASE}/`);
