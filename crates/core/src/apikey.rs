@@ -24,6 +24,19 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// A stable id derived from a tenant and an id of that tenant, different for every
+/// tenant: in-memory maps keyed by it cannot mix two tenants that name the same id.
+pub fn tenant_scoped_id(tenant: &str, id: uuid::Uuid) -> uuid::Uuid {
+    let mut hasher = Sha256::new();
+    hasher.update((tenant.len() as u64).to_le_bytes());
+    hasher.update(tenant.as_bytes());
+    hasher.update(id.as_bytes());
+    let digest = hasher.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Uuid::from_bytes(bytes)
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -80,6 +80,7 @@ struct Inner {
     hub: EventHub,
     decode_errors: AtomicU64,
     applied_migrations: Vec<String>,
+    owned_sessions: Mutex<std::collections::HashSet<Id>>,
 }
 
 impl Drop for Inner {
@@ -134,6 +135,7 @@ impl SqliteStore {
                 hub,
                 decode_errors: AtomicU64::new(0),
                 applied_migrations,
+                owned_sessions: Mutex::new(Default::default()),
             }),
         })
     }
@@ -190,6 +192,41 @@ impl Inner {
         if idle.len() < self.options.readers {
             idle.push(conn);
         }
+    }
+
+    /// Whether `tenant` owns the session; positive answers are remembered (ownership never
+    /// changes), so the per-token cost of a live stream is one set lookup.
+    fn owns_session(&self, tenant: &Tenant, session_id: Id) -> bool {
+        let key = stepwise_core::apikey::tenant_scoped_id(tenant.as_str(), session_id);
+        if self
+            .owned_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&key)
+        {
+            return true;
+        }
+        let Ok(conn) = self.take_reader() else {
+            return false;
+        };
+        let owned = count(
+            &conn,
+            "SELECT COUNT(*) FROM sessions WHERE id = ?1 AND tenant_id = ?2",
+            params![bid(session_id), tenant.as_str()],
+        )
+        .is_ok_and(|n| n > 0);
+        self.put_reader(conn);
+        if owned {
+            let mut known = self
+                .owned_sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if known.len() >= 100_000 {
+                known.clear();
+            }
+            known.insert(key);
+        }
+        owned
     }
 
     /// Decodes step rows, skipping (and counting) the ones that cannot be decoded.
@@ -985,6 +1022,7 @@ impl Store for SqliteStore {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         let metadata = json_text(&new.metadata);
+        let tenant_key = Tenant::new(tenant.clone())?;
         self.inner
             .writer
             .submit(move |conn, published| {
@@ -1009,7 +1047,7 @@ impl Store for SqliteStore {
                     metadata: new.metadata,
                     timestamp: now,
                 };
-                published.push(Arc::new(event.clone()));
+                published.push((tenant_key, Arc::new(event.clone())));
                 Ok(event)
             })
             .await
@@ -1032,12 +1070,18 @@ impl Store for SqliteStore {
         .await
     }
 
-    fn subscribe(&self, _tenant: &Tenant, session_id: Id) -> broadcast::Receiver<Arc<Event>> {
-        self.inner.hub.subscribe(session_id)
+    fn subscribe(&self, tenant: &Tenant, session_id: Id) -> broadcast::Receiver<Arc<Event>> {
+        self.inner.hub.subscribe_scoped(tenant, session_id)
     }
 
-    fn publish_live(&self, _tenant: &Tenant, event: Event) {
-        self.inner.hub.publish(Arc::new(event));
+    fn publish_live(&self, tenant: &Tenant, event: Event) {
+        // Live events carry no row to check on commit: drop one aimed at a session the
+        // tenant does not own, so nobody can inject into another tenant's stream.
+        if self.inner.owns_session(tenant, event.session_id) {
+            self.inner.hub.publish_scoped(tenant, Arc::new(event));
+        } else {
+            tracing::debug!(session = %event.session_id, "dropping a live event for a session of another tenant");
+        }
     }
 
     async fn import_document(

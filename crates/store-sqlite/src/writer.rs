@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 use stepwise_core::Event;
-use stepwise_store::{Ack, EventHub, Result, StoreError};
+use stepwise_store::{Ack, EventHub, Result, StoreError, Tenant};
 use tokio::sync::mpsc;
 
 /// What a job leaves behind for after the commit.
@@ -21,7 +21,7 @@ pub(crate) struct Outcome {
 }
 
 /// Events a batch publishes once it has committed.
-pub(crate) type Published = Vec<Arc<Event>>;
+pub(crate) type Published = Vec<(Tenant, Arc<Event>)>;
 
 pub(crate) type Job = Box<dyn FnOnce(&Connection, &mut Published) -> Outcome + Send>;
 
@@ -125,11 +125,12 @@ fn run(
             save_errors.fetch_add(finishes.len() as u64, Ordering::Relaxed);
             published.clear();
         }
+        // Publish before answering: an acknowledged event has already reached subscribers.
+        for (tenant, event) in published {
+            hub.publish_scoped(&tenant, event);
+        }
         for finish in finishes {
             finish(committed.clone());
-        }
-        for event in published {
-            hub.publish(event);
         }
     }
     // Every sender is gone: the queue is drained. Fold the WAL back so the files at rest

@@ -5,7 +5,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use stepwise_core::apikey::tenant_scoped_id;
 use stepwise_core::{Event, Id};
+
+use crate::Tenant;
 use tokio::sync::broadcast;
 
 /// How many events a subscriber may fall behind before it is dropped (it then reconnects
@@ -31,14 +34,33 @@ impl EventHub {
             .subscribe()
     }
 
+    /// A receiver of one tenant's session events: keyed by tenant and session, so another
+    /// tenant naming the same session id neither receives nor sends anything here.
+    pub fn subscribe_scoped(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> broadcast::Receiver<Arc<Event>> {
+        self.subscribe(tenant_scoped_id(tenant.as_str(), session_id))
+    }
+
+    /// Sends to the subscribers of `tenant`'s session `event.session_id`; never waits.
+    pub fn publish_scoped(&self, tenant: &Tenant, event: Arc<Event>) {
+        self.publish_to(tenant_scoped_id(tenant.as_str(), event.session_id), event);
+    }
+
     /// Sends to the session's subscribers, if any; never waits.
     pub fn publish(&self, event: Arc<Event>) {
+        self.publish_to(event.session_id, event);
+    }
+
+    fn publish_to(&self, key: Id, event: Arc<Event>) {
         let mut channels = self.lock();
-        if let Some(tx) = channels.get(&event.session_id) {
-            if tx.send(event.clone()).is_err() {
-                // Nobody listens any more: forget the channel.
-                channels.remove(&event.session_id);
-            }
+        if let Some(tx) = channels.get(&key)
+            && tx.send(event).is_err()
+        {
+            // Nobody listens any more: forget the channel.
+            channels.remove(&key);
         }
     }
 

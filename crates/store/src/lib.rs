@@ -116,7 +116,8 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     // --- the execution queue (all tenants: workers serve every tenant) ------------------
 
-    /// Claims the next runnable execution: the oldest `pending` one of a session with no
+    /// Claims the next runnable top-level execution (subagents are run inline by their
+    /// parent's worker, never claimed): the oldest `pending` one of a session with no
     /// other execution running, or a `running` one whose worker's lease expired. Returns
     /// `None` when there is nothing to do. Attempts over `max_attempts` fail the execution.
     fn claim_next(

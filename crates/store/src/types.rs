@@ -312,6 +312,7 @@ pub struct ApiKeyRecord {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StoreStats {
     pub bytes: u64,
+    /// Writes waiting in the save queue (not executions waiting to run).
     pub queue_depth: u64,
     pub decode_errors: u64,
     pub save_errors: u64,
