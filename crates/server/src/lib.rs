@@ -9,6 +9,7 @@ pub mod bench;
 mod error;
 mod events;
 mod executions;
+mod http_metrics;
 mod openapi;
 mod ops;
 mod sessions;
@@ -153,6 +154,8 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .route("/readyz", get(ops::readyz::<S>))
         .route("/metrics", get(ops::metrics::<S>))
         .route("/openapi.json", get(ops::openapi))
+        // Counts every routed request (the `/v1` routes too), by matched path.
+        .route_layer(middleware::from_fn(http_metrics::track))
         .merge(ui_assets::router())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)

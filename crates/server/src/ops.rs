@@ -146,6 +146,7 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
         );
     }
     retention_metrics(&mut text);
+    crate::http_metrics::write_metrics(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
