@@ -106,8 +106,14 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
     let store = state.store();
     let mut text = String::new();
     let mut gauge = |name: &str, help: &str, value: u64| {
+        // Prometheus convention: a `_total` series only goes up, so it is a counter.
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
         text.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
         ));
     };
     if let Ok(depth) = store.queue_depth().await {
