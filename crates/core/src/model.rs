@@ -11,8 +11,24 @@ use uuid::Uuid;
 macro_rules! string_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+
+        // Written by hand: the derive does not see serde renames that come from a macro.
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some([$($text),+]))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
+            }
+        }
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
@@ -398,5 +414,23 @@ mod tests {
             let json = serde_json::to_string(ty).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", ty.as_str()));
         }
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    #[test]
+    fn openapi_enums_use_the_wire_names() {
+        let schema = serde_json::to_string(&<SessionStatus as utoipa::PartialSchema>::schema())
+            .unwrap_or_default();
+        assert!(
+            schema.contains("\"active\"") && !schema.contains("\"Active\""),
+            "{schema}"
+        );
+        let schema = serde_json::to_string(&<EventType as utoipa::PartialSchema>::schema())
+            .unwrap_or_default();
+        assert!(schema.contains("\"step.completed\""), "{schema}");
     }
 }
