@@ -9,7 +9,11 @@ use stepwise_store_sqlite::SqliteStore;
 fn body(i: u32) -> StepBody {
     StepBody {
         model_output: Some(format!("thinking about step {i} ").repeat(30)),
-        tool_calls: vec![ToolCall { id: format!("call_{i}"), name: "calculator".into(), arguments: json!({"expression": format!("{i}+1")}) }],
+        tool_calls: vec![ToolCall {
+            id: format!("call_{i}"),
+            name: "calculator".into(),
+            arguments: json!({"expression": format!("{i}+1")}),
+        }],
         observations: Some(format!("{}", i + 1)),
         token_usage: TokenUsage::new(10, 2),
         ..StepBody::default()
@@ -17,18 +21,30 @@ fn body(i: u32) -> StepBody {
 }
 
 async fn execution(store: &SqliteStore, tenant: &Tenant) -> (stepwise_core::Id, stepwise_core::Id) {
-    let session = store.create_session(tenant, NewSession { user_id: "u".into(), ..Default::default() }).await.expect("session");
+    let session = store
+        .create_session(
+            tenant,
+            NewSession {
+                user_id: "u".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("session");
     let exec = store
-        .create_execution(tenant, NewExecution {
-            session_id: Some(session.id),
-            parent_execution_id: None,
-            user_id: "u".into(),
-            agent_type: "demo".into(),
-            agent_config: json!(null),
-            input: json!("hi"),
-            metadata: json!(null),
-            status: ExecutionStatus::Running,
-        })
+        .create_execution(
+            tenant,
+            NewExecution {
+                session_id: Some(session.id),
+                parent_execution_id: None,
+                user_id: "u".into(),
+                agent_type: "demo".into(),
+                agent_config: json!(null),
+                input: json!("hi"),
+                metadata: json!(null),
+                status: ExecutionStatus::Running,
+            },
+        )
         .await
         .expect("execution");
     (session.id, exec.id)
@@ -44,7 +60,18 @@ async fn fire_and_forget_steps_survive_dropping_the_store() {
         let ids = execution(&store, &tenant).await;
         for i in 1..=300 {
             // Queued, never awaited: dropping the store must still commit them.
-            let _ack = store.append_step(&tenant, NewStep { execution_id: ids.1, step_number: i, kind: StepKind::Action, body: body(i) }).await.expect("queued");
+            let _ack = store
+                .append_step(
+                    &tenant,
+                    NewStep {
+                        execution_id: ids.1,
+                        step_number: i,
+                        kind: StepKind::Action,
+                        body: body(i),
+                    },
+                )
+                .await
+                .expect("queued");
         }
         ids
     };
@@ -52,11 +79,31 @@ async fn fire_and_forget_steps_survive_dropping_the_store() {
     let steps = store.list_steps(&tenant, exec_id).await.expect("steps");
     assert_eq!(steps.skipped, 0);
     assert_eq!(steps.items.len(), 300);
-    assert!(steps.items.iter().enumerate().all(|(i, s)| s.step_number == i as u32 + 1 && s.body() == body(s.step_number)));
-    let exec = store.get_execution(&tenant, exec_id).await.expect("read").expect("exists");
+    assert!(
+        steps
+            .items
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.step_number == i as u32 + 1 && s.body() == body(s.step_number))
+    );
+    let exec = store
+        .get_execution(&tenant, exec_id)
+        .await
+        .expect("read")
+        .expect("exists");
     assert_eq!(exec.step_count, 300);
-    assert_eq!(exec.token_usage, TokenUsage { input: 3000, output: 600, total: 3600 });
-    let memory = stepwise_store::restore_memory(&store, &tenant, session_id).await.expect("restore").expect("session");
+    assert_eq!(
+        exec.token_usage,
+        TokenUsage {
+            input: 3000,
+            output: 600,
+            total: 3600
+        }
+    );
+    let memory = stepwise_store::restore_memory(&store, &tenant, session_id)
+        .await
+        .expect("restore")
+        .expect("session");
     assert_eq!(memory.steps.len(), 300);
 }
 
@@ -69,7 +116,14 @@ async fn subscribers_get_events_after_commit_with_increasing_ids() {
     let mut live = store.subscribe(&tenant, session_id);
     let mut acks = Vec::new();
     for i in 0..50 {
-        let event = NewEvent { session_id, message_id: None, execution_id: Some(exec_id), event_type: EventType::StepCompleted, content: format!("Completed step {i}"), metadata: json!({"step_number": i}) };
+        let event = NewEvent {
+            session_id,
+            message_id: None,
+            execution_id: Some(exec_id),
+            event_type: EventType::StepCompleted,
+            content: format!("Completed step {i}"),
+            metadata: json!({"step_number": i}),
+        };
         acks.push(store.append_event(&tenant, event).await.expect("queued"));
     }
     for (i, ack) in acks.into_iter().enumerate() {
@@ -79,6 +133,12 @@ async fn subscribers_get_events_after_commit_with_increasing_ids() {
         let event = live.recv().await.expect("live event");
         assert_eq!(event.id, i);
     }
-    let stored = store.list_events(&tenant, session_id, 45, 100).await.expect("list");
-    assert_eq!(stored.iter().map(|e| e.id).collect::<Vec<_>>(), vec![46, 47, 48, 49, 50]);
+    let stored = store
+        .list_events(&tenant, session_id, 45, 100)
+        .await
+        .expect("list");
+    assert_eq!(
+        stored.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![46, 47, 48, 49, 50]
+    );
 }
