@@ -58,6 +58,8 @@ pub struct PgOptions {
     pub queue_capacity: usize,
     /// Most saves committed in one transaction.
     pub max_batch: usize,
+    /// Writer tasks committing concurrently (each session's saves go to one of them).
+    pub writers: usize,
     /// Connections in the pool (the LISTEN connection is extra).
     pub pool_size: usize,
     /// How often sessions with live subscribers are checked for events a lost
@@ -74,6 +76,7 @@ impl Default for PgOptions {
             compress_threshold: DEFAULT_COMPRESS_THRESHOLD,
             queue_capacity: 4096,
             max_batch: 512,
+            writers: 4,
             pool_size: 16,
             poll_interval: Duration::from_secs(1),
             listen: true,
@@ -96,6 +99,9 @@ struct Inner {
     options: PgOptions,
     decode_errors: AtomicU64,
     applied_migrations: Vec<String>,
+    /// The session of executions this process has seen, so their saves go to the writer
+    /// of their session (see `shard_key`).
+    session_of: std::sync::Mutex<std::collections::HashMap<Id, Id>>,
     _stop: watch::Sender<bool>,
 }
 
@@ -133,6 +139,7 @@ impl PgStore {
             relay.clone(),
             options.queue_capacity,
             options.max_batch,
+            options.writers,
         );
         let (stop, stopped) = watch::channel(false);
         if options.listen {
@@ -152,6 +159,7 @@ impl PgStore {
                 options,
                 decode_errors: AtomicU64::new(0),
                 applied_migrations,
+                session_of: std::sync::Mutex::new(std::collections::HashMap::new()),
                 _stop: stop,
             }),
         })
@@ -169,6 +177,32 @@ impl PgStore {
 
     fn now(&self) -> Timestamp {
         self.inner.options.clock.now()
+    }
+
+    fn remember(&self, execution: &Execution) {
+        const MAX_REMEMBERED: usize = 100_000;
+        if let Some(session_id) = execution.session_id {
+            let mut map = self
+                .inner
+                .session_of
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if map.len() >= MAX_REMEMBERED {
+                map.clear();
+            }
+            map.insert(execution.id, session_id);
+        }
+    }
+
+    /// Which writer an execution's saves go to: its session's when known (always for
+    /// executions this process created, claimed or read), else its own id.
+    fn shard_key(&self, execution_id: Id) -> Id {
+        let map = self
+            .inner
+            .session_of
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.get(&execution_id).copied().unwrap_or(execution_id)
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object> {
@@ -621,11 +655,16 @@ impl Store for PgStore {
         .await
         .map_err(map_pg)?;
         tx.commit().await.map_err(map_pg)?;
+        self.remember(&execution);
         Ok(execution)
     }
 
     async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
-        load_execution(&**self.client().await?, tenant.as_str(), id, false).await
+        let found = load_execution(&**self.client().await?, tenant.as_str(), id, false).await?;
+        if let Some(execution) = &found {
+            self.remember(execution);
+        }
+        Ok(found)
     }
 
     async fn list_executions(&self, tenant: &Tenant, session_id: Id) -> Result<Vec<Execution>> {
@@ -700,6 +739,7 @@ impl Store for PgStore {
             .map_err(map_pg)?;
         let execution = sql::execution(&row)?;
         tx.commit().await.map_err(map_pg)?;
+        self.remember(&execution);
         Ok(execution)
     }
 
@@ -751,6 +791,7 @@ impl Store for PgStore {
                 .map_err(map_pg)?;
             let execution = sql::execution(&row)?;
             tx.commit().await.map_err(map_pg)?;
+            self.remember(&execution);
             return Ok(Some(Claim {
                 execution,
                 tenant: Tenant::new(tenant)?,
@@ -794,6 +835,7 @@ impl Store for PgStore {
         let execution = sql::execution(&row)?;
         tx.commit().await.map_err(map_pg)?;
         let resume_answer = answer.and_then(|a| serde_json::from_str(&a).ok());
+        self.remember(&execution);
         Ok(Some(Claim {
             execution,
             tenant: Tenant::new(tenant)?,
@@ -862,13 +904,16 @@ impl Store for PgStore {
         let payload = codec::encode_step(&new.body, self.inner.options.compress_threshold);
         self.inner
             .writer
-            .step(StepJob {
-                tenant: tenant.as_str().to_string(),
-                new,
-                payload,
-                id: new_id(),
-                now: self.now(),
-            })
+            .step(
+                self.shard_key(new.execution_id),
+                StepJob {
+                    tenant: tenant.as_str().to_string(),
+                    new,
+                    payload,
+                    id: new_id(),
+                    now: self.now(),
+                },
+            )
             .await
     }
 
@@ -926,11 +971,14 @@ impl Store for PgStore {
         };
         self.inner
             .writer
-            .snapshot(SnapshotJob {
-                tenant: tenant.as_str().to_string(),
-                snapshot,
-                state,
-            })
+            .snapshot(
+                self.shard_key(snapshot.execution_id),
+                SnapshotJob {
+                    tenant: tenant.as_str().to_string(),
+                    snapshot,
+                    state,
+                },
+            )
             .await
     }
 

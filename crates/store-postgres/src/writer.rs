@@ -51,8 +51,12 @@ pub(crate) enum Job {
     Flush(AckSender<()>),
 }
 
+/// Several writer tasks, each with its own queue, commit concurrently (PostgreSQL merges
+/// their WAL flushes). A job goes to the writer of its session (see `PgStore::shard_key`),
+/// so one session's saves stay in queue order: its events get ids in the order they were
+/// appended, and a step lands before the event that announces it.
 pub(crate) struct Writer {
-    tx: mpsc::Sender<Job>,
+    txs: Vec<mpsc::Sender<Job>>,
     capacity: usize,
     pub(crate) save_errors: Arc<AtomicU64>,
 }
@@ -65,50 +69,78 @@ impl Writer {
         relay: Arc<Relay>,
         capacity: usize,
         max_batch: usize,
+        writers: usize,
     ) -> Writer {
-        let (tx, rx) = mpsc::channel::<Job>(capacity.max(1));
+        let writers = writers.max(1);
+        let capacity = (capacity / writers).max(1);
         let save_errors = Arc::new(AtomicU64::new(0));
-        tokio::spawn(run(pool, rx, relay, max_batch.max(1), save_errors.clone()));
+        let mut txs = Vec::with_capacity(writers);
+        for _ in 0..writers {
+            let (tx, rx) = mpsc::channel::<Job>(capacity);
+            tokio::spawn(run(
+                pool.clone(),
+                rx,
+                relay.clone(),
+                max_batch.max(1),
+                save_errors.clone(),
+            ));
+            txs.push(tx);
+        }
         Writer {
-            tx,
-            capacity: capacity.max(1),
+            txs,
+            capacity,
             save_errors,
         }
     }
 
-    async fn send(&self, job: Job) -> Result<()> {
-        self.tx
+    async fn send(&self, key: Id, job: Job) -> Result<()> {
+        // UUIDv7 ends in random bits: spread by those.
+        let shard = (key.as_u128() % self.txs.len() as u128) as usize;
+        self.txs[shard]
             .send(job)
             .await
             .map_err(|_| StoreError::Unavailable("the store is closed".into()))
     }
 
-    pub(crate) async fn step(&self, job: StepJob) -> Result<Ack<StepAppend>> {
+    pub(crate) async fn step(&self, key: Id, job: StepJob) -> Result<Ack<StepAppend>> {
         let (tx, ack) = Ack::channel();
-        self.send(Job::Step(job, tx)).await?;
+        self.send(key, Job::Step(job, tx)).await?;
         Ok(ack)
     }
 
-    pub(crate) async fn snapshot(&self, job: SnapshotJob) -> Result<Ack<Snapshot>> {
+    pub(crate) async fn snapshot(&self, key: Id, job: SnapshotJob) -> Result<Ack<Snapshot>> {
         let (tx, ack) = Ack::channel();
-        self.send(Job::Snapshot(job, tx)).await?;
+        self.send(key, Job::Snapshot(job, tx)).await?;
         Ok(ack)
     }
 
     pub(crate) async fn event(&self, job: EventJob) -> Result<Ack<Event>> {
         let (tx, ack) = Ack::channel();
-        self.send(Job::Event(job, tx)).await?;
+        self.send(job.new.session_id, Job::Event(job, tx)).await?;
         Ok(ack)
     }
 
+    /// Waits until everything queued on every writer before this call is committed.
     pub(crate) async fn flush(&self) -> Result<()> {
-        let (tx, ack) = Ack::channel();
-        self.send(Job::Flush(tx)).await?;
-        ack.await
+        let mut acks = Vec::with_capacity(self.txs.len());
+        for tx in &self.txs {
+            let (ack_tx, ack) = Ack::channel();
+            tx.send(Job::Flush(ack_tx))
+                .await
+                .map_err(|_| StoreError::Unavailable("the store is closed".into()))?;
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await?;
+        }
+        Ok(())
     }
 
     pub(crate) fn depth(&self) -> u64 {
-        (self.capacity - self.tx.capacity()) as u64
+        self.txs
+            .iter()
+            .map(|tx| (self.capacity - tx.capacity()) as u64)
+            .sum()
     }
 }
 
