@@ -178,20 +178,28 @@ async fn run(
         };
         match committed {
             Ok(done) => {
+                // Subscribers first: whoever awaited an event's ack can count on local
+                // subscribers having been handed it.
+                let published = events
+                    .iter()
+                    .zip(&done.events)
+                    .filter_map(|((job, _), result)| {
+                        result
+                            .as_ref()
+                            .ok()
+                            .map(|event| (job.tenant.clone(), Arc::new(event.clone())))
+                    })
+                    .collect();
+                relay.committed_locally(published);
                 for ((_, ack), result) in steps.into_iter().zip(done.steps) {
                     let _ = ack.send(result);
                 }
                 for ((_, ack), result) in snapshots.into_iter().zip(done.snapshots) {
                     let _ = ack.send(result);
                 }
-                let mut published = Vec::new();
-                for ((job, ack), result) in events.into_iter().zip(done.events) {
-                    if let Ok(event) = &result {
-                        published.push((job.tenant, Arc::new(event.clone())));
-                    }
+                for ((_, ack), result) in events.into_iter().zip(done.events) {
                     let _ = ack.send(result);
                 }
-                relay.committed_locally(published);
                 for ack in flushes {
                     let _ = ack.send(Ok(()));
                 }
