@@ -123,7 +123,7 @@ impl ToolCallingAgent {
         }
         let is_child = ctx.execution.parent_execution_id.is_some();
         let planning = match settings.planning_interval {
-            Some(n) => turns % n == 0 && !ctx.steps.last().is_some_and(is_plan),
+            Some(n) => turns.is_multiple_of(n) && !ctx.steps.last().is_some_and(is_plan),
             None => false,
         };
 
@@ -316,6 +316,7 @@ impl Agent for ToolCallingAgent {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::client::AssembledCall;

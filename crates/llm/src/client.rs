@@ -683,6 +683,7 @@ fn merge(call: &mut PartialCall, delta: &ToolCallDelta) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

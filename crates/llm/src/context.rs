@@ -450,6 +450,7 @@ pub fn call_results(step: &Step) -> Vec<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -501,6 +502,70 @@ mod tests {
         let results = call_results(&step(1, StepKind::Action, body));
         assert_eq!(results[0], "line1\nline2\nline3");
         assert_eq!(results.len(), 2);
+    }
+
+    #[test]
+    fn the_oldest_earlier_tasks_go_first_and_are_named() {
+        let settings = AgentSettings {
+            context_tokens: 1200,
+            max_tokens: Some(100),
+            ..AgentSettings::default()
+        };
+        let executions: Vec<Id> = (0..5).map(|_| new_id()).collect();
+        let memory_steps: Vec<Step> = executions
+            .iter()
+            .map(|id| {
+                let mut answer = step(
+                    1,
+                    StepKind::FinalAnswer,
+                    StepBody {
+                        output: Value::String("y".repeat(1200)),
+                        ..StepBody::default()
+                    },
+                );
+                answer.execution_id = *id;
+                answer
+            })
+            .collect();
+        let memory = Memory {
+            restored: Restored::Full,
+            steps: memory_steps,
+            summary: None,
+        };
+        let tasks: Vec<PriorTask> = executions
+            .iter()
+            .enumerate()
+            .map(|(n, id)| PriorTask {
+                execution_id: *id,
+                task: format!("question {n}"),
+            })
+            .collect();
+        let built = build_input(&InputParts {
+            settings: &settings,
+            memory: Some(&memory),
+            prior_tasks: Some(&tasks),
+            execution_id: Id::nil(),
+            task: "the current task",
+            steps: &[],
+            tools: &[],
+            planning: false,
+        });
+        assert!(built.dropped_prior_tasks >= 2, "{built:?}");
+        let system = built.messages[0].content.as_deref().unwrap_or_default();
+        assert!(
+            system.contains("\"question 0\"; \"question 1\""),
+            "{system}"
+        );
+        // What is left is the newest earlier tasks, then the current one.
+        let users: Vec<&str> = built
+            .messages
+            .iter()
+            .filter(|m| m.role == "user")
+            .filter_map(|m| m.content.as_deref())
+            .collect();
+        assert_eq!(users.last(), Some(&"the current task"));
+        assert!(users.contains(&"question 4"));
+        assert!(!users.contains(&"question 0"));
     }
 
     #[test]

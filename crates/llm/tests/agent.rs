@@ -1,6 +1,8 @@
 //! The `tool-calling` agent driven by the real engine on a SQLite file, talking to a fake
 //! OpenAI-compatible server over loopback HTTP.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::Path;

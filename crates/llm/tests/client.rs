@@ -1,5 +1,7 @@
 //! The chat client against a fake OpenAI-compatible server over loopback HTTP.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,8 @@
 //! MCP tools over stdio, against a small MCP server written for the test
 //! (`tests/fixtures/mcp_server.py`).
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::PathBuf;

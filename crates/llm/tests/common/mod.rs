@@ -2,7 +2,7 @@
 //! from a script (a function of the request), speaking the real wire format: SSE chunks,
 //! JSON bodies, error statuses with headers. It notices when a client drops a stream.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
