@@ -351,16 +351,7 @@ async fn idle_memory<S: Store>(
 
 /// Resident memory of this process in MB (Linux; 0 elsewhere).
 pub fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    read_rss("/proc/self/status")
 }
 
 fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
@@ -373,4 +364,67 @@ fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
         samples[index.min(samples.len() - 1)].as_secs_f64() * 1000.0
     };
     (at(0.50), at(0.99))
+}
+
+/// Resident memory of a server running in another process (`pid`, at `base`) before and
+/// with `subscribers` idle SSE subscribers, one session each: the server's own figure,
+/// without the clients' memory.
+pub async fn idle_server_rss(
+    base: &str,
+    pid: u32,
+    subscribers: usize,
+) -> Result<IdleFigure, BenchError> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(http)?;
+    let mut sessions = Vec::with_capacity(subscribers);
+    for n in 0..subscribers {
+        let response = client
+            .post(format!("{base}/v1/sessions"))
+            .json(&json!({"title": format!("idle {n}")}))
+            .send()
+            .await
+            .map_err(http)?;
+        let body: serde_json::Value = response.json().await.map_err(http)?;
+        sessions.push(body["id"].as_str().unwrap_or_default().to_string());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before_mb = process_rss_mb(pid);
+    let mut responses = Vec::with_capacity(subscribers);
+    for session in &sessions {
+        responses.push(
+            client
+                .get(format!("{base}/v1/sessions/{session}/events"))
+                .send()
+                .await
+                .map_err(http)?,
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_with_subscribers_mb = process_rss_mb(pid);
+    drop(responses);
+    Ok(IdleFigure {
+        subscribers,
+        rss_before_mb,
+        rss_with_subscribers_mb,
+    })
+}
+
+/// Resident memory of a process in MB (Linux; 0 elsewhere).
+pub fn process_rss_mb(pid: u32) -> f64 {
+    read_rss(&format!("/proc/{pid}/status"))
+}
+
+fn read_rss(path: &str) -> f64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
 }

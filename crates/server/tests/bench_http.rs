@@ -43,3 +43,24 @@ async fn full_http_benchmark() {
         serde_json::to_string_pretty(&report).unwrap_or_default()
     );
 }
+
+/// Memory of a separately started server: `STEPWISE_BENCH_URL=http://127.0.0.1:PORT
+/// STEPWISE_BENCH_PID=PID cargo test --release -p stepwise-server --test bench_http -- --ignored idle`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs a running server; run explicitly"]
+async fn idle_subscribers_rss_of_a_running_server() {
+    let (Ok(url), Ok(pid)) = (
+        std::env::var("STEPWISE_BENCH_URL"),
+        std::env::var("STEPWISE_BENCH_PID"),
+    ) else {
+        return;
+    };
+    let pid: u32 = pid.parse().expect("a pid");
+    let figure = stepwise_server::bench::idle_server_rss(&url, pid, 1000)
+        .await
+        .expect("bench");
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&figure).unwrap_or_default()
+    );
+}
