@@ -324,17 +324,37 @@ impl<S: Store> Engine<S> {
                 },
             )
             .await?;
-        let message = self
-            .user_message(tenant, session_id, execution.id, &input)
-            .await?;
-        self.say(
-            tenant,
-            session_id,
-            execution.id,
-            Role::Info,
-            "Execution queued",
-        )
-        .await;
+        // The user's message and the "queued" line go to the save queue together (in this
+        // order: each is stamped when first polled), so they share one commit; their events
+        // follow in the same order.
+        let (message, queued) = tokio::join!(
+            store.append_message(
+                tenant,
+                NewMessage {
+                    session_id,
+                    role: Role::User,
+                    content: input.content.clone(),
+                    execution_id: Some(execution.id),
+                    related_type: input.related_type.clone(),
+                    related_id: input.related_id.clone(),
+                    context_url: input.context_url.clone(),
+                    metadata: input.metadata.clone(),
+                },
+            ),
+            store.append_message(
+                tenant,
+                NewMessage::new(session_id, Role::Info, "Execution queued")
+                    .for_execution(execution.id),
+            ),
+        );
+        let message = message?;
+        self.message_event(tenant, &message).await;
+        match queued {
+            Ok(queued) => self.message_event(tenant, &queued).await,
+            Err(e) => {
+                tracing::warn!(session = %session_id, error = %e, "could not store a message")
+            }
+        }
         self.emit(
             tenant,
             Some(session_id),
