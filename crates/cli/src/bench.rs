@@ -241,7 +241,7 @@ impl Progress {
             if done == total {
                 eprintln!();
             }
-        } else if done == total || (total >= 4 && done % (total / 4).max(1) == 0) {
+        } else if done == total || (total >= 4 && done.is_multiple_of((total / 4).max(1))) {
             eprintln!("  {what}: {done}/{total}");
         }
     }
@@ -804,11 +804,11 @@ async fn run_steps(args: StepsArgs, database: Option<&str>) -> anyhow::Result<()
         crate::table::render(&["RUN", "WHAT", "RESULT", "GOAL"], &rows)
     );
 
-    if let Some(temp) = bench_db.temp {
-        if args.keep {
-            let kept = temp.keep();
-            eprintln!("kept the benchmark database in {}", kept.display());
-        }
+    if let Some(temp) = bench_db.temp
+        && args.keep
+    {
+        let kept = temp.keep();
+        eprintln!("kept the benchmark database in {}", kept.display());
     }
     Ok(())
 }

@@ -1,6 +1,9 @@
 //! The `stepwise` binary: the server, session tools, API keys, retention, migrations and the
 //! storage benchmark. Reads like the architecture: settings → database → command.
 
+// Tests may unwrap: a failure there is the assertion.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod bench;
 mod cleaner;
 mod cleanup;
