@@ -45,7 +45,11 @@ impl DatabaseUrl {
         }
         if let Some(dir) = text.strip_prefix("files://") {
             if dir.is_empty() {
-                bail!("`{text}` names no directory: use files://DIR");
+                // `files://` alone: the default folder of seed 004, ~/.stepwise/sessions.
+                let Some(default) = FileStore::default_dir() else {
+                    bail!("`{text}` names no directory and HOME is not set: use files://DIR");
+                };
+                return Ok(DatabaseUrl::Files(default));
             }
             return Ok(DatabaseUrl::Files(PathBuf::from(dir)));
         }
@@ -261,6 +265,12 @@ mod tests {
             DatabaseUrl::parse("files://d").unwrap(),
             DatabaseUrl::Files("d".into())
         );
+        if let Some(default) = FileStore::default_dir() {
+            assert_eq!(
+                DatabaseUrl::parse("files://").unwrap(),
+                DatabaseUrl::Files(default)
+            );
+        }
         assert!(DatabaseUrl::parse("mysql://x").is_err());
         assert!(DatabaseUrl::parse("sqlite://").is_err());
         assert!(DatabaseUrl::parse("  ").is_err());

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use stepwise_core::{Session, SessionDocument, SessionStatus, parse_id};
+use stepwise_core::document::{DocumentLimits, parse_document};
+use stepwise_core::{Session, SessionStatus, parse_id};
 use stepwise_store::{PageRequest, SessionFilter, Store, Tenant, export_session};
 
 use crate::table;
@@ -338,20 +339,22 @@ async fn import<S: Store>(
     user: &str,
     file: &PathBuf,
 ) -> anyhow::Result<()> {
-    let text = if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read standard input")?;
-        text
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
-    };
-    let document: SessionDocument = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a session document", file.display()))?;
     if user.trim().is_empty() {
         bail!("--user must not be empty");
     }
+    let bytes = if file.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .context("cannot read standard input")?;
+        bytes
+    } else {
+        std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    // The same checks as the HTTP import: sizes, nesting, names, references; nothing is
+    // written when they refuse the document.
+    let document = parse_document(&bytes, &DocumentLimits::default())
+        .with_context(|| format!("{} is not a session document", file.display()))?;
     let session = store.import_document(tenant, user, document).await?;
     // The id alone on the last line, for scripts.
     println!("{}", session.id);

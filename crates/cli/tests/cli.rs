@@ -387,6 +387,45 @@ fn sessions_import_export_round_trip() {
 }
 
 #[test]
+fn sessions_import_refuses_hostile_documents_and_writes_nothing() {
+    let sandbox = Sandbox::new();
+    let mut bad_name = sample_document();
+    bad_name.session.name = Some("../escape".into());
+    let mut deep = serde_json::to_value(sample_document()).expect("encode");
+    let mut nested = json!("bottom");
+    for _ in 0..200 {
+        nested = json!([nested]);
+    }
+    deep["session"]["metadata"] = json!({ "x": nested });
+    let mut foreign_step = sample_document();
+    foreign_step.steps[0].execution_id = new_id();
+    for (label, bytes) in [
+        ("bad name", serde_json::to_vec(&bad_name).expect("encode")),
+        ("deep nesting", serde_json::to_vec(&deep).expect("encode")),
+        (
+            "step of another execution",
+            serde_json::to_vec(&foreign_step).expect("encode"),
+        ),
+    ] {
+        let path = sandbox.path().join("hostile.json");
+        std::fs::write(&path, bytes).expect("write");
+        let out = sandbox.run(&["sessions", "import", path.to_str().expect("path")]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{label}: refused");
+        assert!(
+            stderr.contains("not a session document") && !stderr.contains("panicked"),
+            "{label}: a clear error: {stderr}"
+        );
+    }
+    let listed = sandbox.json(&["sessions", "list", "--status", "all", "--json"]);
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(0),
+        "nothing was written"
+    );
+}
+
+#[test]
 fn cleanup_dry_run_counts_and_changes_nothing() {
     let sandbox = Sandbox::new();
     let input = write_document(sandbox.path(), &sample_document());
