@@ -95,6 +95,12 @@ pub enum Decision {
         model_output: Option<String>,
         token_usage: TokenUsage,
     },
+    /// A planning step (smolagents' planning): the model's plan for the steps ahead, saved
+    /// as a `planning` step; no tool runs and the execution goes on.
+    Plan {
+        plan: String,
+        token_usage: TokenUsage,
+    },
     /// Give up: the execution fails with this reason (no step is added; an agent that
     /// fails because of a tool error has that error in its last step already).
     Fail { error_message: String },

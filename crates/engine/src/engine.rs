@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use serde_json::{Value, json};
 use stepwise_core::{
     Event, EventType, Execution, ExecutionStatus, Id, Message, Role, Step, StepBody, StepError,
@@ -886,6 +887,22 @@ impl<S: Store> Engine<S> {
                         )
                         .await;
                 }
+                Decision::Plan { plan, token_usage } => {
+                    let summary =
+                        format!("planned: {}", cut(plan.lines().next().unwrap_or(""), 80));
+                    let body = StepBody {
+                        model_output: Some(plan),
+                        token_usage,
+                        started_at: Some(started_at),
+                        ..timed_body()
+                    };
+                    self.save_step(tenant, &mut run, StepKind::Planning, body, summary)
+                        .await;
+                    if is_debug(&run.ctx.execution) {
+                        self.snapshot(tenant, &mut run, "running", false, None)
+                            .await;
+                    }
+                }
                 Decision::Finish {
                     answer,
                     model_output,
@@ -976,100 +993,15 @@ impl<S: Store> Engine<S> {
                         return self.finish_paused(tenant, &mut run, question).await;
                     }
 
-                    let mut observations = Vec::new();
-                    let mut error = None;
-                    let mut interrupted = false;
-                    for call in &tool_calls {
-                        self.emit_step(
-                            tenant,
-                            &run,
-                            EventType::ToolCalled,
-                            number,
-                            format!("Called {}", call.name),
-                            Some(&call.name),
-                        )
+                    let ran = self
+                        .run_tool_calls(tenant, &run, &tool_calls, &ctl, number)
                         .await;
-                        let result = if call.name == SUBAGENT {
-                            // The subagent watches the (child) cancel token itself and
-                            // finishes its own execution; dropping it midway would not.
-                            let result = AssertUnwindSafe(self.run_tool(tenant, &run, call, &ctl))
-                                .catch_unwind()
-                                .await;
-                            if ctl.cancel.is_cancelled() {
-                                None
-                            } else {
-                                Some(result)
-                            }
-                        } else {
-                            tokio::select! {
-                                biased;
-                                _ = ctl.cancel.cancelled() => None,
-                                result = AssertUnwindSafe(self.run_tool(tenant, &run, call, &ctl)).catch_unwind() => Some(result),
-                            }
-                        };
-                        match result {
-                            None => {
-                                interrupted = true;
-                                break;
-                            }
-                            Some(Ok(Ok(observation))) => {
-                                self.emit_step(
-                                    tenant,
-                                    &run,
-                                    EventType::ToolCompleted,
-                                    number,
-                                    format!("{} returned {}", call.name, cut(&observation, 200)),
-                                    Some(&call.name),
-                                )
-                                .await;
-                                observations.push(observation);
-                            }
-                            Some(Ok(Err(tool_error))) => {
-                                self.emit_step(
-                                    tenant,
-                                    &run,
-                                    EventType::ToolCompleted,
-                                    number,
-                                    format!("{} failed: {}", call.name, tool_error.message),
-                                    Some(&call.name),
-                                )
-                                .await;
-                                error = Some(StepError {
-                                    kind: "tool_error".into(),
-                                    message: tool_error.message,
-                                });
-                                break;
-                            }
-                            Some(Err(panic)) => {
-                                let message = format!(
-                                    "the tool {} panicked: {}",
-                                    call.name,
-                                    panic_message(&panic)
-                                );
-                                self.emit_step(
-                                    tenant,
-                                    &run,
-                                    EventType::ToolCompleted,
-                                    number,
-                                    message.clone(),
-                                    Some(&call.name),
-                                )
-                                .await;
-                                error = Some(StepError {
-                                    kind: "panic".into(),
-                                    message,
-                                });
-                                break;
-                            }
-                        }
+                    if ran.interrupted && ctl.is_lost() {
+                        return RunEnd::Lost;
                     }
-                    if interrupted {
-                        if ctl.is_lost() {
-                            return RunEnd::Lost;
-                        }
-                        error = Some(cancelled_error());
-                    }
+                    let interrupted = ran.interrupted;
                     let names: Vec<&str> = tool_calls.iter().map(|c| c.name.as_str()).collect();
+                    let (observations, error, output) = ran.into_step_parts(&tool_calls);
                     let summary = match (&error, names.is_empty()) {
                         (Some(e), _) => format!("failed: {}", e.message),
                         (None, true) => "thought".to_string(),
@@ -1078,8 +1010,9 @@ impl<S: Store> Engine<S> {
                     let body = StepBody {
                         model_output,
                         tool_calls,
-                        observations: (!observations.is_empty()).then(|| observations.join("\n")),
+                        observations,
                         error,
+                        output,
                         token_usage,
                         started_at: Some(started_at),
                         ..timed_body()
@@ -1096,6 +1029,127 @@ impl<S: Store> Engine<S> {
                 }
             }
         }
+    }
+
+    /// Runs one step's tool calls: every `tool.called` event first, in call order; then the
+    /// calls themselves, all at once (a model asking for several tools in one turn expects
+    /// them to run in parallel), each `tool.completed` going out in call order as soon as
+    /// that call and the ones before it are done. A subagent call runs after the others,
+    /// one at a time: it watches the cancel token itself and must not be dropped midway.
+    /// A call that fails or panics is that call's result; the others still run.
+    async fn run_tool_calls(
+        &self,
+        tenant: &Tenant,
+        run: &Run,
+        calls: &[ToolCall],
+        ctl: &RunControl,
+        number: u32,
+    ) -> ToolRun {
+        for call in calls {
+            self.emit_step(
+                tenant,
+                run,
+                EventType::ToolCalled,
+                number,
+                format!("Called {}", call.name),
+                Some(&call.name),
+            )
+            .await;
+        }
+        let mut results: Vec<Option<CallResult>> = vec![None; calls.len()];
+        let mut interrupted = false;
+
+        let mut parallel: FuturesOrdered<_> = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, call)| call.name != SUBAGENT)
+            .map(|(k, call)| async move {
+                let result = AssertUnwindSafe(self.run_tool(tenant, run, call, ctl))
+                    .catch_unwind()
+                    .await;
+                (k, result)
+            })
+            .collect();
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = ctl.cancel.cancelled() => {
+                    interrupted = true;
+                    break;
+                }
+                next = parallel.next() => next,
+            };
+            let Some((k, result)) = next else {
+                break;
+            };
+            let result = self
+                .tool_completed(tenant, run, number, &calls[k], result)
+                .await;
+            results[k] = Some(result);
+        }
+        drop(parallel);
+
+        for (k, call) in calls.iter().enumerate() {
+            if interrupted || call.name != SUBAGENT {
+                continue;
+            }
+            let result = AssertUnwindSafe(self.run_tool(tenant, run, call, ctl))
+                .catch_unwind()
+                .await;
+            if ctl.cancel.is_cancelled() {
+                interrupted = true;
+                break;
+            }
+            results[k] = Some(self.tool_completed(tenant, run, number, call, result).await);
+        }
+        ToolRun {
+            results,
+            interrupted,
+        }
+    }
+
+    /// Publishes a finished call's `tool.completed` and turns its outcome into its result.
+    async fn tool_completed(
+        &self,
+        tenant: &Tenant,
+        run: &Run,
+        number: u32,
+        call: &ToolCall,
+        result: std::thread::Result<std::result::Result<String, ToolError>>,
+    ) -> CallResult {
+        let (content, result) = match result {
+            Ok(Ok(observation)) => (
+                format!("{} returned {}", call.name, cut(&observation, 200)),
+                Ok(observation),
+            ),
+            Ok(Err(tool_error)) => (
+                format!("{} failed: {}", call.name, tool_error.message),
+                Err(StepError {
+                    kind: "tool_error".into(),
+                    message: tool_error.message,
+                }),
+            ),
+            Err(panic) => {
+                let message = format!("the tool {} panicked: {}", call.name, panic_message(&panic));
+                (
+                    message.clone(),
+                    Err(StepError {
+                        kind: "panic".into(),
+                        message,
+                    }),
+                )
+            }
+        };
+        self.emit_step(
+            tenant,
+            run,
+            EventType::ToolCompleted,
+            number,
+            content,
+            Some(&call.name),
+        )
+        .await;
+        result
     }
 
     async fn run_tool(
@@ -1761,6 +1815,56 @@ fn timed_body() -> StepBody {
     StepBody {
         started_at: Some(Timestamp::now()),
         ..StepBody::default()
+    }
+}
+
+/// One tool call's result: its observation, or the error that is its result.
+type CallResult = std::result::Result<String, StepError>;
+
+/// The outcome of a step's tool calls, by call (`None`: not run, the execution was
+/// cancelled first).
+struct ToolRun {
+    results: Vec<Option<CallResult>>,
+    interrupted: bool,
+}
+
+impl ToolRun {
+    /// The step's `observations` (the results that are not errors, in call order, one per
+    /// line), its `error` (the first failed call's, or the cancellation) and its `output`:
+    /// with several calls, `{"tool_results": [{id, name, observation, error}]}` keeps each
+    /// call's own result, so nothing depends on splitting the joined text.
+    fn into_step_parts(self, calls: &[ToolCall]) -> (Option<String>, Option<StepError>, Value) {
+        let observations: Vec<&str> = self
+            .results
+            .iter()
+            .filter_map(|r| r.as_ref()?.as_ref().ok().map(String::as_str))
+            .collect();
+        let observations = (!observations.is_empty()).then(|| observations.join("\n"));
+        let error = if self.interrupted {
+            Some(cancelled_error())
+        } else {
+            self.results
+                .iter()
+                .find_map(|r| r.as_ref()?.as_ref().err().cloned())
+        };
+        let output = if calls.len() > 1 {
+            let per_call: Vec<Value> = calls
+                .iter()
+                .zip(&self.results)
+                .map(|(call, result)| {
+                    let (observation, error) = match result {
+                        Some(Ok(text)) => (Some(text.as_str()), None),
+                        Some(Err(e)) => (None, Some(json!({"kind": e.kind, "message": e.message}))),
+                        None => (None, Some(json!({"kind": "cancelled", "message": "not run: the execution was cancelled"}))),
+                    };
+                    json!({"id": call.id, "name": call.name, "observation": observation, "error": error})
+                })
+                .collect();
+            json!({ "tool_results": per_call })
+        } else {
+            Value::Null
+        };
+        (observations, error, output)
     }
 }
 

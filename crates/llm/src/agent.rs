@@ -258,9 +258,8 @@ pub fn decision_from(
         } else {
             outcome.content
         };
-        return Decision::Act {
-            model_output: Some(format!("Plan:\n{}", plan.trim())),
-            tool_calls: Vec::new(),
+        return Decision::Plan {
+            plan: plan.trim().to_string(),
             token_usage: usage,
         };
     }

@@ -407,11 +407,34 @@ fn cut_observation(text: &str, max: usize) -> String {
     }
 }
 
-/// Each tool call's result. The engine runs a step's calls in order, stops at the first
-/// error, and saves the results joined by newlines, so they are split back here: by line
-/// when the line count fits, else the whole text goes with the first call.
+/// Each call's own result, as the engine records it for a step with several calls
+/// (`output.tool_results`: `{id, name, observation, error}` in call order).
+fn recorded_results(step: &Step) -> Option<Vec<String>> {
+    let recorded = step.output.get("tool_results")?.as_array()?;
+    if recorded.len() != step.tool_calls.len() {
+        return None;
+    }
+    recorded
+        .iter()
+        .map(|result| {
+            if let Some(text) = result.get("observation").and_then(Value::as_str) {
+                return Some(text.to_string());
+            }
+            let message = result.get("error")?.get("message")?.as_str()?;
+            Some(format!("Error: {message}"))
+        })
+        .collect()
+}
+
+/// Each tool call's result. A step without per-call results (an external agent's, or one
+/// saved by an older version, which ran the calls in order and stopped at the first error)
+/// has them joined by newlines in `observations`: they are split back by line when the
+/// line count fits, else the whole text goes with the first call.
 pub fn call_results(step: &Step) -> Vec<String> {
     let n = step.tool_calls.len();
+    if let Some(results) = recorded_results(step) {
+        return results;
+    }
     let error = step.error.as_ref().map(|e| format!("Error: {}", e.message));
     let observations = step.observations.as_deref();
     if n == 1 {

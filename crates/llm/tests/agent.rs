@@ -206,6 +206,129 @@ async fn parallel_tool_calls_run_and_their_results_go_back_by_call_id() {
     assert_eq!(deltas, "The answer is 42.");
 }
 
+/// A tool whose calls each wait until `parties` calls are inside it at the same time: the
+/// calls of one step only get through when the engine runs them concurrently (run one
+/// after another, the first would wait for the others forever, so it gives up after a
+/// while and says so).
+struct Rendezvous {
+    barrier: Arc<tokio::sync::Barrier>,
+}
+
+impl stepwise_engine::tools::Tool for Rendezvous {
+    fn spec(&self) -> stepwise_engine::tools::ToolSpec {
+        stepwise_engine::tools::ToolSpec {
+            name: "rendezvous".into(),
+            description: "Meets the other calls of its step.".into(),
+            parameters: json!({"type": "object", "properties": {"who": {"type": "string"}}}),
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: &'a Value,
+    ) -> stepwise_engine::BoxFuture<'a, Result<String, stepwise_engine::tools::ToolError>> {
+        Box::pin(async move {
+            let who = arguments["who"].as_str().unwrap_or("?").to_string();
+            match tokio::time::timeout(WAIT, self.barrier.wait()).await {
+                Ok(_) => Ok(format!("{who} met the others")),
+                Err(_) => Err(stepwise_engine::tools::ToolError::new(format!(
+                    "{who} waited alone: the calls did not run at the same time"
+                ))),
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_tool_calls_run_concurrently_and_each_keeps_its_own_result() {
+    let model = FakeModel::start(|request, _| {
+        if tool_results(request).is_empty() {
+            stream_tool_calls(&[
+                ("r1", "rendezvous", json!({"who": "first"}).to_string()),
+                (
+                    "bad",
+                    "calculator",
+                    json!({"expression": "1/0"}).to_string(),
+                ),
+                ("r2", "rendezvous", json!({"who": "second"}).to_string()),
+                ("r3", "rendezvous", json!({"who": "third"}).to_string()),
+            ])
+        } else {
+            stream_answer("All met.")
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut tools = ToolSet::builtin();
+    tools.register(Rendezvous {
+        barrier: Arc::new(tokio::sync::Barrier::new(3)),
+    });
+    let engine = start_engine(
+        &dir.path().join("s.db"),
+        &model.base_url,
+        tools,
+        Duration::from_secs(15),
+    );
+    let session = new_session(&engine).await;
+    let mut events = engine.store().subscribe(&tenant(), session);
+    let id = send(&engine, session, "meet", Value::Null).await;
+    wait_for(&engine, id, ExecutionStatus::Completed).await;
+
+    let saved = steps(&engine, id).await;
+    assert_eq!(saved[0].kind, StepKind::Action);
+    assert_eq!(
+        saved[0].error.as_ref().unwrap().kind,
+        "tool_error",
+        "the failed call is the step's error"
+    );
+    assert_eq!(
+        saved[0].observations.as_deref(),
+        Some("first met the others\nsecond met the others\nthird met the others"),
+        "the calls after the failed one ran too, at the same time"
+    );
+    let recorded = saved[0].output["tool_results"].as_array().unwrap();
+    let ids: Vec<&str> = recorded.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["r1", "bad", "r2", "r3"]);
+    assert!(recorded[1]["observation"].is_null());
+    assert!(recorded[1]["error"]["message"].is_string());
+
+    // Each result goes back to the model with its own call.
+    let results = tool_results(&model.requests()[1]);
+    assert_eq!(results[0], ("r1".into(), "first met the others".into()));
+    assert_eq!(results[1].0, "bad");
+    assert!(results[1].1.starts_with("Error: "), "{results:?}");
+    assert_eq!(results[2], ("r2".into(), "second met the others".into()));
+    assert_eq!(results[3], ("r3".into(), "third met the others".into()));
+
+    // Events: every tool.called first, then every tool.completed, both in call order.
+    let mut tool_events = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if matches!(
+            event.event_type,
+            EventType::ToolCalled | EventType::ToolCompleted
+        ) {
+            let tool = event.metadata["tool"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            tool_events.push(format!("{} {tool}", event.event_type.as_str()));
+        }
+    }
+    assert_eq!(
+        tool_events,
+        [
+            "tool.called rendezvous",
+            "tool.called calculator",
+            "tool.called rendezvous",
+            "tool.called rendezvous",
+            "tool.completed rendezvous",
+            "tool.completed calculator",
+            "tool.completed rendezvous",
+            "tool.completed rendezvous",
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_error_is_an_observation_and_the_agent_goes_on() {
     let model = FakeModel::start(|request, _| {
@@ -398,7 +521,7 @@ async fn planning_steps_come_every_n_steps_when_asked() {
     .await;
     wait_for(&engine, id, ExecutionStatus::Completed).await;
     let saved = steps(&engine, id).await;
-    let plan = |s: &Step| s.tool_calls.is_empty() && s.kind == StepKind::Action;
+    let plan = |s: &Step| s.kind == StepKind::Planning;
     let shape: Vec<&str> = saved
         .iter()
         .map(|s| {
@@ -417,7 +540,13 @@ async fn planning_steps_come_every_n_steps_when_asked() {
             .model_output
             .as_deref()
             .unwrap()
-            .starts_with("Plan:\n1. compute")
+            .starts_with("1. compute")
+    );
+    assert!(
+        saved
+            .iter()
+            .all(|s| s.kind != StepKind::Action || !s.tool_calls.is_empty()),
+        "a plan is a planning step, never an action"
     );
     let planning_request = &model.requests()[0];
     let last = planning_request["messages"]
