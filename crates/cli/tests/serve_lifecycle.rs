@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// The fake OpenAI-compatible server of the LLM crate's tests.
+#[allow(unreachable_pub)]
+#[path = "../../llm/tests/common/mod.rs"]
+mod fake_model;
+
 const DEADLINE: Duration = Duration::from_secs(60);
 
 struct Server {
@@ -19,6 +24,10 @@ struct Server {
 
 impl Server {
     fn start(db: &Path) -> Server {
+        Server::start_with(db, &[])
+    }
+
+    fn start_with(db: &Path, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stepwise"))
             .args([
                 "serve",
@@ -35,6 +44,7 @@ impl Server {
             .env("STEPWISE_LOG", "warn")
             .env_remove("STEPWISE_LISTEN")
             .env_remove("STEPWISE_DATABASE_URL")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -281,4 +291,91 @@ fn a_public_address_without_api_keys_refuses_to_start() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("API key"), "{stderr}");
+}
+
+/// The `tool-calling` agent in the real binary, pointed at a fake model over loopback:
+/// the process is killed (SIGKILL) once step 3 of 6 is durable and the model has been
+/// asked for turn 4; after a restart on the same database the model is asked for turns
+/// 4, 5 and 6 only, and the recorded tool calls are not run again.
+#[test]
+fn llm_agent_killed_after_step_3_of_6_asks_the_model_for_steps_4_to_6_only() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let crashed = Arc::new(AtomicBool::new(false));
+    let turns: Arc<Mutex<Vec<(bool, usize)>>> = Arc::default();
+    let model = {
+        let (crashed, turns) = (crashed.clone(), turns.clone());
+        runtime.block_on(fake_model::FakeModel::start(move |request, _| {
+            let turn = fake_model::tool_results(request).len() + 1;
+            let after_crash = crashed.load(Ordering::SeqCst);
+            turns.lock().expect("turns").push((after_crash, turn));
+            if turn == 4 && !after_crash {
+                // The process dies while the model is "thinking" about turn 4.
+                fake_model::Reply::Hang
+            } else if turn < 6 {
+                fake_model::stream_tool_calls(&[(
+                    &format!("call_{turn}"),
+                    "calculator",
+                    json!({"expression": format!("{turn}*10")}).to_string(),
+                )])
+            } else {
+                fake_model::stream_answer("done after 6 steps")
+            }
+        }))
+    };
+    let env = [
+        ("STEPWISE_LLM_BASE_URL", model.base_url.as_str()),
+        ("STEPWISE_LLM_MODEL", "fake-model"),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+
+    let server = Server::start_with(&db, &env);
+    let (status, accepted) = server.request(
+        "POST",
+        "/v1/messages",
+        Some(json!({"content": "count to six"})),
+    );
+    assert_eq!(status, 202, "{accepted}");
+    assert_eq!(accepted["execution"]["agent_type"], json!("tool-calling"));
+    let execution = accepted["execution"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    wait_for(|| {
+        let asked = turns.lock().expect("turns").contains(&(false, 4));
+        (asked && steps(&server, &execution).len() == 3).then_some(())
+    });
+    server.signal("-KILL");
+    drop(server);
+    crashed.store(true, Ordering::SeqCst);
+
+    let server = Server::start_with(&db, &env);
+    let done = wait_for(|| {
+        let (_, e) = server.request("GET", &format!("/v1/executions/{execution}"), None);
+        matches!(e["status"].as_str(), Some("completed" | "failed")).then_some(e)
+    });
+    assert_eq!(done["status"], json!("completed"), "{done}");
+    assert_eq!(done["output"], json!("done after 6 steps"));
+    let after: Vec<usize> = turns
+        .lock()
+        .expect("turns")
+        .iter()
+        .filter(|(after, _)| *after)
+        .map(|(_, turn)| *turn)
+        .collect();
+    assert_eq!(
+        after,
+        [4, 5, 6],
+        "only the unrecorded turns are asked again"
+    );
+    assert_eq!(steps(&server, &execution), (1..=6).collect::<Vec<u64>>());
+    drop(server);
+    drop(model);
 }
