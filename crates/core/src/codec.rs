@@ -374,6 +374,20 @@ mod tests {
         assert!(decode_value(&[0x28, 0xB5, 0x2F, 0xFD, 0xFF]).is_err());
     }
 
+    #[test]
+    fn floats_read_back_exactly_as_written() {
+        // Found by fuzzing: serde_json's default float parser may land one unit in the last
+        // place away from the shortest representation it writes.
+        let x = -1.476_050_732_079_934_3e-163_f64;
+        let body = StepBody {
+            output: json!(x),
+            ..StepBody::default()
+        };
+        let back = decode_step(&encode_step(&body, usize::MAX)).expect("decodes");
+        assert_eq!(back.output.as_f64().map(f64::to_bits), Some(x.to_bits()));
+        assert_eq!(decode_value(&encode_value(&json!([x]), 0)), Ok(json!([x])));
+    }
+
     proptest::proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
