@@ -44,6 +44,9 @@ pub struct EngineConfig {
     pub poll_interval: Duration,
     /// The agent type of a message that names none.
     pub default_agent: String,
+    /// How long one tool call may run before it counts as failed ("timed out"); the agent
+    /// sees that error as the call's result and goes on. Subagents are not limited by it.
+    pub tool_timeout: Duration,
 }
 
 impl Default for EngineConfig {
@@ -54,6 +57,7 @@ impl Default for EngineConfig {
             max_attempts: 5,
             poll_interval: Duration::from_millis(300),
             default_agent: crate::demo::DEMO_AGENT.to_string(),
+            tool_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -1164,7 +1168,17 @@ impl<S: Store> Engine<S> {
             return self.run_subagent(tenant, run, task, ctl).await;
         }
         match self.inner.tools.get(&call.name) {
-            Some(tool) => tool.call(&call.arguments).await,
+            Some(tool) => {
+                let limit = self.inner.config.tool_timeout;
+                match tokio::time::timeout(limit, tool.call(&call.arguments)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(ToolError::new(format!(
+                        "the tool {} timed out after {} s",
+                        call.name,
+                        limit.as_secs_f64()
+                    ))),
+                }
+            }
             None => Err(ToolError::new(format!(
                 "there is no tool named '{}'",
                 call.name

@@ -36,6 +36,16 @@ fn client_settings(base_url: &str) -> ClientSettings {
 }
 
 fn start_engine(db: &Path, base_url: &str, tools: ToolSet, lease: Duration) -> Engine<SqliteStore> {
+    start_engine_with(db, base_url, tools, lease, Duration::from_secs(300))
+}
+
+fn start_engine_with(
+    db: &Path,
+    base_url: &str,
+    tools: ToolSet,
+    lease: Duration,
+    tool_timeout: Duration,
+) -> Engine<SqliteStore> {
     let store = SqliteStore::open(db).unwrap();
     let client = ChatClient::new(client_settings(base_url)).unwrap();
     let agent = ToolCallingAgent::new(
@@ -57,6 +67,7 @@ fn start_engine(db: &Path, base_url: &str, tools: ToolSet, lease: Duration) -> E
             lease,
             poll_interval: Duration::from_millis(50),
             default_agent: TOOL_CALLING_AGENT.into(),
+            tool_timeout,
             ..EngineConfig::default()
         },
     );
@@ -327,6 +338,64 @@ async fn a_steps_tool_calls_run_concurrently_and_each_keeps_its_own_result() {
             "tool.completed rendezvous",
         ]
     );
+}
+
+/// A tool that never answers.
+struct Stuck;
+
+impl stepwise_engine::tools::Tool for Stuck {
+    fn spec(&self) -> stepwise_engine::tools::ToolSpec {
+        stepwise_engine::tools::ToolSpec {
+            name: "stuck".into(),
+            description: "Never returns.".into(),
+            parameters: json!({"type": "object"}),
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        _arguments: &'a Value,
+    ) -> stepwise_engine::BoxFuture<'a, Result<String, stepwise_engine::tools::ToolError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_times_out_is_an_error_observation_and_the_agent_goes_on() {
+    let model = FakeModel::start(|request, _| {
+        if tool_results(request).is_empty() {
+            stream_tool_calls(&[
+                ("s1", "stuck", "{}".into()),
+                ("c1", "calculator", json!({"expression": "2+3"}).to_string()),
+            ])
+        } else {
+            stream_answer("The stuck tool timed out; 2+3 is 5.")
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut tools = ToolSet::builtin();
+    tools.register(Stuck);
+    let engine = start_engine_with(
+        &dir.path().join("s.db"),
+        &model.base_url,
+        tools,
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+    );
+    let session = new_session(&engine).await;
+    let id = send(&engine, session, "try the stuck tool", Value::Null).await;
+    let done = wait_for(&engine, id, ExecutionStatus::Completed).await;
+    assert_eq!(done.output, json!("The stuck tool timed out; 2+3 is 5."));
+    let saved = steps(&engine, id).await;
+    let error = saved[0].error.as_ref().unwrap();
+    assert!(error.message.contains("timed out"), "{error:?}");
+    let results = tool_results(&model.requests()[1]);
+    assert!(
+        results[0].1.starts_with("Error: ") && results[0].1.contains("timed out"),
+        "{results:?}"
+    );
+    assert_eq!(results[1], ("c1".into(), "5".into()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
