@@ -5,6 +5,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod bench;
+mod chat;
 mod cleaner;
 mod cleanup;
 mod config;
@@ -52,6 +53,8 @@ enum Command {
     Migrate,
     /// Lists, shows, exports, imports and deletes sessions.
     Sessions(sessions::SessionsArgs),
+    /// A terminal chat with named sessions, on a running server (--server) or in-process.
+    Chat(chat::ChatArgs),
     /// Creates, lists and revokes API keys.
     Keys {
         #[command(subcommand)]
@@ -128,6 +131,12 @@ async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()
         };
         return bench::run(args, database).await;
     }
+    // A chat with a server needs no database of its own.
+    if let Command::Chat(args) = &cli.command
+        && args.server.as_deref().is_some_and(|s| !s.trim().is_empty())
+    {
+        return chat::run_remote(args.clone()).await;
+    }
     let url = DatabaseUrl::resolve(cli.database.as_deref(), cli.data_dir.as_deref())?;
     let opened = db::open(&url)
         .await
@@ -150,6 +159,7 @@ async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()
             })
         }
         Command::Sessions(args) => with_store!(opened, |store| sessions::run(&store, args)),
+        Command::Chat(args) => with_store!(opened, |store| chat::run_local(store, args)),
         Command::Keys { command } => with_store!(opened, |store| keys::run(&store, command)),
         Command::Cleanup(args) => with_store!(opened, |store| cleanup::run(&store, args)),
         Command::Bench(_) => Ok(()),
