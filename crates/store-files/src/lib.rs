@@ -17,7 +17,7 @@ mod load;
 mod state;
 mod writer;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +35,8 @@ use stepwise_core::{
 use stepwise_store::{
     Ack, ApiKeyRecord, Claim, CleanupReport, EventHub, Loaded, MessageQuery, NewEvent,
     NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
-    RetentionPolicy, SessionFilter, SessionPatch, StepAppend, Store, StoreError, StoreStats,
-    Tenant, Transition, cursor,
+    RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
+    StoreError, StoreStats, Tenant, Transition, cursor,
 };
 use tokio::sync::broadcast;
 
@@ -1522,6 +1522,33 @@ impl Store for FileStore {
             decode_errors: self.inner.shared.decode_errors.load(Ordering::Relaxed),
             save_errors: self.inner.shared.save_errors.load(Ordering::Relaxed),
         })
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts> {
+        let state = self.lock();
+        let mut sessions: BTreeMap<&'static str, (SessionStatus, u64)> = BTreeMap::new();
+        for tenant in state.tenants.values() {
+            for session in tenant.sessions.values().filter_map(|c| c.session.as_ref()) {
+                sessions
+                    .entry(session.status.as_str())
+                    .or_insert((session.status, 0))
+                    .1 += 1;
+            }
+        }
+        let mut executions: BTreeMap<&'static str, (ExecutionStatus, u64)> = BTreeMap::new();
+        for (_, entry) in state.all_executions() {
+            let status = entry.execution.status;
+            executions.entry(status.as_str()).or_insert((status, 0)).1 += 1;
+        }
+        Ok(StatusCounts {
+            sessions: sessions.into_values().collect(),
+            executions: executions.into_values().collect(),
+        })
+    }
+
+    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
+        // One process at a time uses the folder.
+        Ok(Some(RetentionLock::local()))
     }
 
     fn backend_name(&self) -> &'static str {

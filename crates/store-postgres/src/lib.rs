@@ -29,9 +29,9 @@ use stepwise_core::{
 };
 use stepwise_store::{
     Ack, ApiKeyRecord, Claim, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
-    NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result, RetentionPolicy,
-    SessionFilter, SessionPatch, StepAppend, Store, StoreError, StoreStats, Tenant, Transition,
-    cursor,
+    NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result, RetentionLock,
+    RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreError,
+    StoreStats, Tenant, Transition, cursor,
 };
 use tokio::sync::{broadcast, watch};
 use tokio_postgres::GenericClient;
@@ -47,6 +47,8 @@ mod embedded {
 
 /// The key of the advisory lock migrations run under ("stepwise" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7374_6570_7769_7365;
+/// The key of the advisory lock a retention pass runs under ("retentio" in ASCII).
+const RETENTION_LOCK: i64 = 0x7265_7465_6e74_696f;
 
 #[derive(Clone)]
 pub struct PgOptions {
@@ -102,6 +104,8 @@ struct Inner {
     /// The session of executions this process has seen, so their saves go to the writer
     /// of their session (see `shard_key`).
     session_of: std::sync::Mutex<std::collections::HashMap<Id, Id>>,
+    /// For connections of their own (the retention lock needs a session).
+    config: tokio_postgres::Config,
     _stop: watch::Sender<bool>,
 }
 
@@ -143,7 +147,11 @@ impl PgStore {
         );
         let (stop, stopped) = watch::channel(false);
         if options.listen {
-            tokio::spawn(relay::run_listener(relay.clone(), config, stopped.clone()));
+            tokio::spawn(relay::run_listener(
+                relay.clone(),
+                config.clone(),
+                stopped.clone(),
+            ));
         }
         tokio::spawn(relay::run_fetcher(
             relay.clone(),
@@ -160,6 +168,7 @@ impl PgStore {
                 decode_errors: AtomicU64::new(0),
                 applied_migrations,
                 session_of: std::sync::Mutex::new(std::collections::HashMap::new()),
+                config: config.clone(),
                 _stop: stop,
             }),
         })
@@ -234,6 +243,13 @@ impl PgStore {
             .fetch_add(skipped, Ordering::Relaxed);
         Loaded { items, skipped }
     }
+}
+
+/// The connection holding the retention lock; dropping the client closes it, which
+/// releases the lock.
+struct HeldLock {
+    _client: tokio_postgres::Client,
+    _driver: tokio::task::JoinHandle<()>,
 }
 
 /// Runs the migrations on a direct connection holding a session advisory lock, so nodes
@@ -1290,6 +1306,65 @@ impl Store for PgStore {
             decode_errors: self.inner.decode_errors.load(Ordering::Relaxed),
             save_errors: self.inner.writer.save_errors.load(Ordering::Relaxed),
         })
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(
+                "SELECT 'session' AS kind, status, COUNT(*) AS n FROM sessions GROUP BY status \
+                 UNION ALL SELECT 'execution', status, COUNT(*) FROM executions GROUP BY status",
+                args![],
+            )
+            .await
+            .map_err(map_pg)?;
+        let mut counts = StatusCounts::default();
+        for row in rows {
+            let kind: String = sql::get(&row, "kind")?;
+            let status: String = sql::get(&row, "status")?;
+            let n = sql::get::<i64>(&row, "n")?.max(0) as u64;
+            if kind == "session" {
+                if let Some(status) = SessionStatus::parse(&status) {
+                    counts.sessions.push((status, n));
+                }
+            } else if let Some(status) = ExecutionStatus::parse(&status) {
+                counts.executions.push((status, n));
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
+        // A session-level advisory lock on a connection of its own: it locks no rows, and
+        // it goes away with the connection, so a node that dies mid-pass releases it.
+        let (client, connection) = self
+            .inner
+            .config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))?;
+        let driver = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "the retention lock connection ended");
+            }
+        });
+        let row = client
+            .query_typed_one(
+                "SELECT pg_try_advisory_lock($1) AS locked",
+                args![RETENTION_LOCK],
+            )
+            .await
+            .map_err(map_pg)?;
+        if sql::get::<bool>(&row, "locked")? {
+            Ok(Some(RetentionLock::holding(HeldLock {
+                _client: client,
+                _driver: driver,
+            })))
+        } else {
+            drop(client);
+            let _ = driver.await;
+            Ok(None)
+        }
     }
 
     fn backend_name(&self) -> &'static str {

@@ -23,8 +23,8 @@ use stepwise_core::{
 use stepwise_store::{
     Ack, ApiKeyRecord, Claim, CleanupReport, EventHub, Loaded, MessageQuery, NewEvent,
     NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
-    RetentionPolicy, SessionFilter, SessionPatch, StepAppend, Store, StoreError, StoreStats,
-    Tenant, Transition, cursor,
+    RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
+    StoreError, StoreStats, Tenant, Transition, cursor,
 };
 use tokio::sync::broadcast;
 
@@ -1280,6 +1280,39 @@ impl Store for SqliteStore {
             decode_errors: self.inner.decode_errors.load(Ordering::Relaxed),
             save_errors: self.inner.writer.save_errors.load(Ordering::Relaxed),
         })
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts> {
+        self.read(|conn, _| {
+            let grouped = |sql: &str| -> Result<Vec<(String, u64)>> {
+                conn.prepare_cached(sql)
+                    .and_then(|mut s| {
+                        s.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+                            .map(|row| row.map(|(status, n)| (status, n.max(0) as u64)))
+                            .collect()
+                    })
+                    .map_err(map_sqlite)
+            };
+            let sessions = grouped("SELECT status, COUNT(*) FROM sessions GROUP BY status")?;
+            let executions = grouped("SELECT status, COUNT(*) FROM executions GROUP BY status")?;
+            Ok(StatusCounts {
+                sessions: sessions
+                    .into_iter()
+                    .filter_map(|(s, n)| SessionStatus::parse(&s).map(|s| (s, n)))
+                    .collect(),
+                executions: executions
+                    .into_iter()
+                    .filter_map(|(s, n)| ExecutionStatus::parse(&s).map(|s| (s, n)))
+                    .collect(),
+            })
+        })
+        .await
+    }
+
+    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
+        // One writer per database file: passes from several processes take turns on the
+        // write lock batch by batch, and each batch re-selects what is still expired.
+        Ok(Some(RetentionLock::local()))
     }
 
     fn backend_name(&self) -> &'static str {

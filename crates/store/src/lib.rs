@@ -234,6 +234,11 @@ pub trait Store: Clone + Send + Sync + 'static {
         dry: bool,
     ) -> impl Future<Output = Result<CleanupReport>> + Send;
 
+    /// Tries to become the one process running a retention pass: `None` when another
+    /// node holds the lock (that node's pass covers every tenant; skip this one). Hold
+    /// the returned lock for the whole pass.
+    fn try_retention_lock(&self) -> impl Future<Output = Result<Option<RetentionLock>>> + Send;
+
     // --- API keys -------------------------------------------------------------------
 
     fn create_api_key(
@@ -260,5 +265,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Whether the database answers (for `/readyz`).
     fn ping(&self) -> impl Future<Output = Result<()>> + Send;
     fn stats(&self) -> impl Future<Output = Result<StoreStats>> + Send;
+    /// Sessions and executions by status over every tenant (a cheap grouped count).
+    fn count_by_status(&self) -> impl Future<Output = Result<StatusCounts>> + Send;
     fn backend_name(&self) -> &'static str;
 }

@@ -317,3 +317,39 @@ pub struct StoreStats {
     pub decode_errors: u64,
     pub save_errors: u64,
 }
+
+/// How many sessions and executions are in each status, over every tenant (for metrics).
+/// Statuses with no rows may be left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    pub sessions: Vec<(SessionStatus, u64)>,
+    pub executions: Vec<(ExecutionStatus, u64)>,
+}
+
+/// Held while this node runs a retention pass. On PostgreSQL it holds a session-level
+/// advisory lock on a connection of its own, so only one node runs a pass at a time;
+/// dropping it releases the lock. Single-process backends hand one out every time.
+#[must_use = "the retention lock is released when this is dropped"]
+pub struct RetentionLock {
+    _held: Option<Box<dyn Send + Sync>>,
+}
+
+impl RetentionLock {
+    /// A lock that holds nothing (backends with one process per database).
+    pub fn local() -> Self {
+        RetentionLock { _held: None }
+    }
+
+    /// A lock that holds `guard` until it is dropped.
+    pub fn holding(guard: impl Send + Sync + 'static) -> Self {
+        RetentionLock {
+            _held: Some(Box::new(guard)),
+        }
+    }
+}
+
+impl std::fmt::Debug for RetentionLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RetentionLock")
+    }
+}

@@ -1,4 +1,4 @@
-use stepwise_core::ExecutionStatus;
+use stepwise_core::{ExecutionStatus, SessionStatus};
 use stepwise_store::{Store, StoreStats};
 
 use crate::Harness;
@@ -96,4 +96,24 @@ pub async fn operations<H: Harness>(harness: &H) {
     create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
     assert_eq!(ok(store.queue_depth().await, "queue_depth"), 2);
     ok(store.stats().await, "stats with work queued");
+
+    // Counts cover every tenant; other cases may share the database, so at least.
+    let counts = ok(store.count_by_status().await, "count_by_status");
+    let active = counts
+        .sessions
+        .iter()
+        .find(|(status, _)| *status == SessionStatus::Active)
+        .map_or(0, |(_, n)| *n);
+    assert!(active >= 1, "the active session is counted: {counts:?}");
+    let pending = counts
+        .executions
+        .iter()
+        .find(|(status, _)| *status == ExecutionStatus::Pending)
+        .map_or(0, |(_, n)| *n);
+    assert!(
+        pending >= 2,
+        "the pending executions are counted: {counts:?}"
+    );
+    // Whether it is granted depends on other nodes; asking must work.
+    drop(ok(store.try_retention_lock().await, "try_retention_lock"));
 }
