@@ -51,6 +51,22 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "STEPWISE_MAX_BODY_BYTES", default_value_t = stepwise_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
     pub max_body_bytes: usize,
+    /// Requests per second each API key (or, without keys, the whole `local` tenant) may send
+    /// to `/v1`; over it, 429 with Retry-After. Fractions are allowed; 0 turns the limit off.
+    #[arg(long, env = "STEPWISE_RATE_LIMIT_PER_SEC", default_value_t = stepwise_server::DEFAULT_RATE_LIMIT_PER_SEC, value_name = "N")]
+    pub rate_limit_per_sec: f64,
+    /// Requests a key may send at once before the per-second rate applies.
+    #[arg(long, env = "STEPWISE_RATE_LIMIT_BURST", default_value_t = stepwise_server::DEFAULT_RATE_LIMIT_BURST, value_name = "N")]
+    pub rate_limit_burst: u32,
+    /// Open event streams (SSE) per session; 0 = no limit.
+    #[arg(long, env = "STEPWISE_MAX_SSE_PER_SESSION", default_value_t = stepwise_server::DEFAULT_MAX_SSE_PER_SESSION, value_name = "N")]
+    pub max_sse_per_session: usize,
+    /// Open event streams (SSE) per tenant; 0 = no limit.
+    #[arg(long, env = "STEPWISE_MAX_SSE_PER_TENANT", default_value_t = stepwise_server::DEFAULT_MAX_SSE_PER_TENANT, value_name = "N")]
+    pub max_sse_per_tenant: usize,
+    /// The only `related_type` values accepted, comma-separated (default: any).
+    #[arg(long, env = "STEPWISE_RELATED_TYPES", value_name = "A,B,...")]
+    pub related_types: Option<String>,
     /// Seconds between two runs of the retention cleaner (the first runs at start); 0 turns
     /// it off.
     #[arg(long, env = "STEPWISE_CLEANUP_INTERVAL_SECS", default_value_t = crate::cleaner::DEFAULT_INTERVAL_SECS, value_name = "SECS")]
@@ -114,6 +130,19 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         ServerConfig {
             open_when_no_keys: loopback || args.insecure_no_auth,
             body_limit: args.max_body_bytes,
+            rate_limit_per_sec: args.rate_limit_per_sec.max(0.0),
+            rate_limit_burst: args.rate_limit_burst,
+            max_sse_per_session: args.max_sse_per_session,
+            max_sse_per_tenant: args.max_sse_per_tenant,
+            related_types: args.related_types.as_deref().and_then(|list| {
+                let types: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                (!types.is_empty()).then_some(types)
+            }),
         },
     );
 

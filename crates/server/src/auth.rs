@@ -28,6 +28,8 @@ pub const LOCAL_USER: &str = "local";
 pub struct Caller {
     pub tenant: Tenant,
     pub user_id: String,
+    /// The API key's id; `None` for the open server's `local` caller.
+    pub key_id: Option<stepwise_core::Id>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -76,6 +78,7 @@ impl AuthCache {
             Some(record) => Some(Caller {
                 tenant: Tenant::new(record.tenant_id)?,
                 user_id: record.user_id,
+                key_id: Some(record.id),
             }),
             None => None,
         };
@@ -158,5 +161,6 @@ fn local_caller() -> Result<Caller, ApiError> {
     Ok(Caller {
         tenant,
         user_id: LOCAL_USER.to_string(),
+        key_id: None,
     })
 }

@@ -12,12 +12,14 @@ use serde::de::DeserializeOwned;
 use stepwise_core::Id;
 use stepwise_store::StoreError;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
     pub field: Option<String>,
+    /// Whole seconds for a `Retry-After` header (429 answers).
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -39,6 +41,7 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -74,10 +77,18 @@ impl ApiError {
     pub fn invalid_state(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_state", message)
     }
+
+    /// 429 `rate_limited` with `Retry-After: seconds` (at least 1).
+    pub fn rate_limited(seconds: u64, message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
+        error.retry_after = Some(seconds.max(1));
+        error
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let retry_after = self.retry_after;
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code.to_string(),
@@ -86,6 +97,12 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(seconds) = retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds.max(1)),
+            );
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

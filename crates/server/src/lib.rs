@@ -10,6 +10,7 @@ mod error;
 mod events;
 mod executions;
 mod http_metrics;
+pub mod limits;
 mod openapi;
 mod ops;
 mod sessions;
@@ -32,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use auth::{AUTH_CACHE_TTL, Caller, LOCAL_TENANT, LOCAL_USER};
 pub use error::{ApiError, ApiResult};
 pub use openapi::openapi_json;
-pub use ops::{record_retention_failure, record_retention_pass};
+pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
 
 /// The default request body limit (api.md: 4 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
@@ -43,13 +44,34 @@ pub struct ServerConfig {
     /// loopback address (or with `--insecure-no-auth`).
     pub open_when_no_keys: bool,
     pub body_limit: usize,
+    /// Requests per second per API key (per tenant when open) on `/v1`; 0 = no limit.
+    pub rate_limit_per_sec: f64,
+    /// Requests a key may send at once before the rate applies.
+    pub rate_limit_burst: u32,
+    /// Open event streams per session / per tenant; 0 = no limit.
+    pub max_sse_per_session: usize,
+    pub max_sse_per_tenant: usize,
+    /// When set, the only `related_type` values accepted.
+    pub related_types: Option<Vec<String>>,
 }
+
+/// `stepwise serve`'s defaults for the limits (a [`ServerConfig::default`] has none, for
+/// embedding and benchmarks).
+pub const DEFAULT_RATE_LIMIT_PER_SEC: f64 = 100.0;
+pub const DEFAULT_RATE_LIMIT_BURST: u32 = 200;
+pub const DEFAULT_MAX_SSE_PER_SESSION: usize = 64;
+pub const DEFAULT_MAX_SSE_PER_TENANT: usize = 512;
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             open_when_no_keys: true,
             body_limit: DEFAULT_BODY_LIMIT,
+            rate_limit_per_sec: 0.0,
+            rate_limit_burst: 0,
+            max_sse_per_session: 0,
+            max_sse_per_tenant: 0,
+            related_types: None,
         }
     }
 }
@@ -59,6 +81,7 @@ pub struct AppState<S: Store> {
     pub engine: Engine<S>,
     pub config: Arc<ServerConfig>,
     auth: Arc<auth::AuthCache>,
+    limits: Arc<limits::Limits>,
     /// Cancelled when the server shuts down: live event streams end so connections close.
     shutdown: CancellationToken,
 }
@@ -69,6 +92,7 @@ impl<S: Store> Clone for AppState<S> {
             engine: self.engine.clone(),
             config: self.config.clone(),
             auth: self.auth.clone(),
+            limits: self.limits.clone(),
             shutdown: self.shutdown.clone(),
         }
     }
@@ -78,6 +102,7 @@ impl<S: Store> AppState<S> {
     pub fn new(engine: Engine<S>, config: ServerConfig) -> Self {
         AppState {
             engine,
+            limits: Arc::new(limits::Limits::new(&config)),
             config: Arc::new(config),
             auth: Arc::default(),
             shutdown: CancellationToken::new(),
@@ -143,6 +168,11 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .route("/snapshots/{id}", get(executions::get_snapshot::<S>))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
+        // Inside auth: the caller is known when its bucket is read.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            limits::rate_limit::<S>,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_caller::<S>,
