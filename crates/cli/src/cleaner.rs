@@ -95,12 +95,17 @@ where
                 }
             });
             match &outcome {
+                Ok(done) if done.skipped => stepwise_server::record_retention_skipped(),
                 Ok(done) => {
                     stepwise_server::record_retention_pass(done.marked_abandoned, &done.deleted)
                 }
                 Err(_) => stepwise_server::record_retention_failure(),
             }
             match outcome {
+                Ok(done) if done.skipped => tracing::debug!(
+                    retry_in_secs = interval.as_secs(),
+                    "retention pass skipped: another node holds the retention lock"
+                ),
                 Ok(done) => tracing::info!(
                     marked_abandoned = done.marked_abandoned,
                     deleted_sessions = done.deleted.sessions,

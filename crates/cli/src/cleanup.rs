@@ -48,23 +48,42 @@ impl RetentionArgs {
 /// What one retention pass changed (or, dry, would change).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PassOutcome {
+    /// Another node held the retention lock, so this pass did nothing.
+    pub skipped: bool,
     pub marked_abandoned: u64,
     pub deleted: CleanupReport,
 }
 
 /// One retention pass as of `now`: mark idle active sessions abandoned, then delete
 /// sessions past retention. `stepwise cleanup` and the server's cleaner both run this.
+/// A pass that changes data holds the store's retention lock throughout (on PostgreSQL,
+/// one node at a time); when another node holds it, the pass is skipped.
 pub async fn retention_pass<S: Store>(
     store: &S,
     policy: RetentionPolicy,
     now: Timestamp,
     dry: bool,
 ) -> Result<PassOutcome, StoreError> {
+    let _lock = if dry {
+        None
+    } else {
+        match store.try_retention_lock().await? {
+            Some(lock) => Some(lock),
+            None => {
+                tracing::debug!("retention pass skipped: another node is running one");
+                return Ok(PassOutcome {
+                    skipped: true,
+                    ..PassOutcome::default()
+                });
+            }
+        }
+    };
     let marked_abandoned = store
         .mark_abandoned(now.minus_days(policy.abandon_after_days), dry)
         .await?;
     let deleted = store.cleanup_old_sessions(now, policy, dry).await?;
     Ok(PassOutcome {
+        skipped: false,
         marked_abandoned,
         deleted,
     })
@@ -74,12 +93,14 @@ pub async fn run<S: Store>(store: &S, args: CleanupArgs) -> anyhow::Result<()> {
     let policy = args.retention.policy();
     let dry = args.dry_run;
     let PassOutcome {
+        skipped,
         marked_abandoned: marked,
         deleted,
     } = retention_pass(store, policy, Timestamp::now(), dry).await?;
     if args.json {
         let out = json!({
             "dry_run": dry,
+            "skipped": skipped,
             "policy": {
                 "abandon_after_days": policy.abandon_after_days,
                 "completed_days": policy.completed_days,
@@ -90,6 +111,10 @@ pub async fn run<S: Store>(store: &S, args: CleanupArgs) -> anyhow::Result<()> {
             "deleted": deleted,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    if skipped {
+        println!("skipped: another node is running a retention pass right now");
         return Ok(());
     }
     let (mark_verb, delete_verb) = if dry {

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use auth::{AUTH_CACHE_TTL, Caller, LOCAL_TENANT, LOCAL_USER};
 pub use error::{ApiError, ApiResult};
 pub use openapi::openapi_json;
-pub use ops::{record_retention_failure, record_retention_pass};
+pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
 
 /// The default request body limit (api.md: 4 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;

@@ -64,6 +64,13 @@ pub fn record_retention_pass(marked_abandoned: u64, deleted: &CleanupReport) {
     }
 }
 
+static RETENTION_SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a pass skipped because another node held the retention lock.
+pub fn record_retention_skipped() {
+    RETENTION_SKIPPED.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Counts a retention pass that failed (the store answered an error).
 pub fn record_retention_failure() {
     RETENTION_PASSES.fetch_add(1, Ordering::Relaxed);
@@ -85,6 +92,11 @@ fn retention_metrics(text: &mut String) {
         "stepwise_retention_failures_total",
         "Retention cleaner passes that failed.",
         RETENTION_FAILURES.load(Ordering::Relaxed),
+    );
+    counter(
+        "stepwise_retention_skipped_total",
+        "Retention passes skipped because another node held the retention lock.",
+        RETENTION_SKIPPED.load(Ordering::Relaxed),
     );
     counter(
         "stepwise_retention_marked_abandoned_total",
