@@ -149,9 +149,12 @@ struct TokensV1 {
 
 impl From<StepDocV1> for StepBody {
     fn from(v1: StepDocV1) -> Self {
+        // An end past the last writable time (a nonsense duration) is left out: it could
+        // not be written back.
         let ended_at = match (v1.started_at, v1.duration_ms) {
             (Some(start), Some(ms)) if ms.is_finite() && ms >= 0.0 => {
                 Some(Timestamp(start.0.saturating_add((ms * 1000.0) as i64)))
+                    .filter(|end| *end <= Timestamp::MAX)
             }
             _ => None,
         };
@@ -372,6 +375,28 @@ mod tests {
             Err(DecodeError::Compression(_))
         ));
         assert!(decode_value(&[0x28, 0xB5, 0x2F, 0xFD, 0xFF]).is_err());
+    }
+
+    #[test]
+    fn version_one_nonsense_numbers_upgrade_without_panic_or_drift() {
+        // Found by fuzzing: token counts that overflowed on adding (a panic in a debug
+        // build), and a duration whose end could not be written back.
+        let body = decode_step(
+            br#"{"version":1,"tokens":{"prompt":18446744073709551615,"completion":1},
+                "started_at":"2025-11-07T10:30:00Z","duration_ms":1e300}"#,
+        )
+        .expect("decodes");
+        assert_eq!(
+            body.token_usage,
+            TokenUsage {
+                input: u64::MAX,
+                output: 1,
+                total: u64::MAX
+            }
+        );
+        assert!(body.started_at.is_some());
+        assert_eq!(body.ended_at, None);
+        assert_eq!(decode_step(&encode_step(&body, 0)), Ok(body));
     }
 
     #[test]

@@ -448,6 +448,9 @@ fn upgrade_v0(value: Value) -> Result<Value, DocumentError> {
                 "a message needs its text in `content`, `text` or `contents`",
             )
         })?;
+        // The old format has no message times: keep their order after the session's start
+        // (never past the last writable time).
+        let created = Timestamp(created_at.0.saturating_add(i as i64 + 1)).min(Timestamp::MAX);
         messages.push(json!({
             "id": new_id(),
             "session_id": session_id,
@@ -458,8 +461,7 @@ fn upgrade_v0(value: Value) -> Result<Value, DocumentError> {
             "related_id": null,
             "context_url": null,
             "metadata": {},
-            // The old format has no message times: keep their order after the session's start.
-            "created_at": Timestamp(created_at.0.saturating_add(i as i64 + 1)),
+            "created_at": created,
         }));
     }
     let mut metadata = Map::new();

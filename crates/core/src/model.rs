@@ -159,18 +159,20 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// Counts saturate at `u64::MAX`: they come from agents and stored payloads, and a
+    /// nonsense count must not wrap (or panic in a debug build).
     pub fn new(input: u64, output: u64) -> Self {
         TokenUsage {
             input,
             output,
-            total: input + output,
+            total: input.saturating_add(output),
         }
     }
 
     pub fn add(&mut self, other: &TokenUsage) {
-        self.input += other.input;
-        self.output += other.output;
-        self.total += other.total;
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.total = self.total.saturating_add(other.total);
     }
 }
 
@@ -432,5 +434,22 @@ mod schema_tests {
         let schema = serde_json::to_string(&<EventType as utoipa::PartialSchema>::schema())
             .unwrap_or_default();
         assert!(schema.contains("\"step.completed\""), "{schema}");
+    }
+
+    #[test]
+    fn token_counts_saturate_instead_of_overflowing() {
+        // Found by fuzzing (a stored v1 step with a huge prompt count panicked in a debug
+        // build); the same sum runs when a step's usage is added to its execution's.
+        let mut usage = TokenUsage::new(u64::MAX - 1, 5);
+        assert_eq!(usage.total, u64::MAX);
+        usage.add(&TokenUsage::new(3, u64::MAX));
+        assert_eq!(
+            usage,
+            TokenUsage {
+                input: u64::MAX,
+                output: u64::MAX,
+                total: u64::MAX
+            }
+        );
     }
 }

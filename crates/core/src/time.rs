@@ -15,6 +15,12 @@ pub struct Timestamp(pub i64);
 static LAST_NOW: AtomicI64 = AtomicI64::new(0);
 
 impl Timestamp {
+    /// The earliest time Stepwise reads and writes, `0000-01-01T00:00:00.000000Z`
+    /// (RFC 3339 years have four digits).
+    pub const MIN: Timestamp = Timestamp(-62_167_219_200_000_000);
+    /// The latest, `9999-12-31T23:59:59.999999Z`.
+    pub const MAX: Timestamp = Timestamp(253_402_300_799_999_999);
+
     /// The current time. Two calls in one process never return the same value, so rows
     /// ordered by server time keep the order in which they were created.
     pub fn now() -> Self {
@@ -48,11 +54,14 @@ impl Timestamp {
     }
 
     /// Parses RFC 3339 (any offset, any fraction); the result is truncated to microseconds.
+    /// A time whose UTC form falls outside [`Timestamp::MIN`]..=[`Timestamp::MAX`] (such as
+    /// `9999-12-31T23:59:59-01:00`) is refused: it could not be written back.
     pub fn parse(text: &str) -> Option<Self> {
         let dt = OffsetDateTime::parse(text, &Rfc3339).ok()?;
         i64::try_from(dt.unix_timestamp_nanos() / 1_000)
             .ok()
             .map(Timestamp)
+            .filter(|t| (Timestamp::MIN..=Timestamp::MAX).contains(t))
     }
 
     pub fn to_rfc3339(self) -> String {
@@ -119,6 +128,19 @@ mod tests {
             Timestamp::parse("2026-01-06T13:34:56.123456789+01:00"),
             Some(t)
         );
+    }
+
+    #[test]
+    fn times_that_cannot_be_written_back_are_refused() {
+        // Found by fuzzing: these parsed, then were written as a year of five digits (or a
+        // negative one) that no reader accepts, so an exported document failed to import.
+        assert_eq!(Timestamp::parse("9999-12-31T23:59:59-23:59"), None);
+        assert_eq!(Timestamp::parse("0000-01-01T00:00:00+00:01"), None);
+        for t in [Timestamp::MIN, Timestamp::MAX] {
+            assert_eq!(Timestamp::parse(&t.to_rfc3339()), Some(t));
+        }
+        assert_eq!(Timestamp::MAX.to_rfc3339(), "9999-12-31T23:59:59.999999Z");
+        assert_eq!(Timestamp::MIN.to_rfc3339(), "0000-01-01T00:00:00.000000Z");
     }
 
     #[test]

@@ -734,3 +734,23 @@ fn a_seed_004_session_file_is_upgraded() {
     let err = parse_document(bad.as_bytes(), &limits()).unwrap_err();
     assert_eq!(err.field(), Some("session.name"));
 }
+
+#[test]
+fn times_that_cannot_be_written_back_are_refused_or_kept_in_range() {
+    // Found by fuzzing. A time whose UTC form is past year 9999 used to parse, and its
+    // export (a five-digit year) could not be imported again.
+    let late = FIXTURE_V0.replace("\"2025-01-15T10:45:00\"", "\"9999-12-31T23:59:59-01:00\"");
+    let err = parse_document(late.as_bytes(), &limits()).unwrap_err();
+    assert_eq!(err.field(), Some("updated_at"), "{err}");
+    // A format-0 file started at the last writable time: its messages, one microsecond
+    // apart, stay at that time rather than fall off the end.
+    let last = FIXTURE_V0
+        .replace("\"2025-01-15T10:30:00\"", "\"9999-12-31T23:59:59.999998\"")
+        .replace("\"2025-01-15T10:45:00\"", "null");
+    let doc = parse_document(last.as_bytes(), &limits())
+        .unwrap_or_else(|e| panic!("a file at the end of time is read: {e}"));
+    assert_eq!(doc.messages.len(), 4);
+    assert!(doc.messages.iter().all(|m| m.created_at <= Timestamp::MAX));
+    let again = serde_json::to_vec(&doc).unwrap_or_default();
+    assert_eq!(parse_document(&again, &limits()), Ok(doc));
+}
