@@ -11,8 +11,10 @@ mod events;
 mod executions;
 mod http_metrics;
 pub mod limits;
+mod metered;
 mod openapi;
 mod ops;
+mod request_id;
 mod sessions;
 mod ui_assets;
 
@@ -32,8 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{AUTH_CACHE_TTL, Caller, LOCAL_TENANT, LOCAL_USER};
 pub use error::{ApiError, ApiResult};
+pub use metered::Metered;
 pub use openapi::openapi_json;
 pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
+pub use request_id::{REQUEST_ID_HEADER, RequestId};
 
 /// The default request body limit (api.md: 4 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
@@ -82,6 +86,8 @@ pub struct AppState<S: Store> {
     pub config: Arc<ServerConfig>,
     auth: Arc<auth::AuthCache>,
     limits: Arc<limits::Limits>,
+    /// Sessions and executions by status, kept a few seconds so scrapes stay cheap.
+    status_cache: Arc<ops::StatusCache>,
     /// Cancelled when the server shuts down: live event streams end so connections close.
     shutdown: CancellationToken,
 }
@@ -93,6 +99,7 @@ impl<S: Store> Clone for AppState<S> {
             config: self.config.clone(),
             auth: self.auth.clone(),
             limits: self.limits.clone(),
+            status_cache: self.status_cache.clone(),
             shutdown: self.shutdown.clone(),
         }
     }
@@ -105,6 +112,7 @@ impl<S: Store> AppState<S> {
             limits: Arc::new(limits::Limits::new(&config)),
             config: Arc::new(config),
             auth: Arc::default(),
+            status_cache: Arc::default(),
             shutdown: CancellationToken::new(),
         }
     }
@@ -190,6 +198,16 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.body_limit))
+        // Outermost: every request (fallbacks too) gets a request id and a span with it.
+        .layer(middleware::from_fn(request_id::assign))
+        .with_state(state)
+}
+
+/// `/metrics` alone, for a separate metrics listener (`serve --metrics-listen`).
+pub fn metrics_app<S: Store>(state: AppState<S>) -> Router {
+    Router::new()
+        .route("/metrics", get(ops::metrics::<S>))
+        .fallback(not_found)
         .with_state(state)
 }
 

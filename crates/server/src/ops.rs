@@ -6,8 +6,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use stepwise_store::{CleanupReport, Store};
+use stepwise_core::{ExecutionStatus, SessionStatus};
+use stepwise_store::{CleanupReport, StatusCounts, Store};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -113,6 +115,65 @@ fn retention_metrics(text: &mut String) {
     }
 }
 
+/// How long a count of sessions and executions by status is served from memory.
+pub const STATUS_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// The last count by status and when it was taken.
+#[derive(Default)]
+pub struct StatusCache(tokio::sync::Mutex<Option<(Instant, StatusCounts)>>);
+
+impl StatusCache {
+    /// The cached counts while fresh, else a new count (one scrape at a time asks the
+    /// store; the others wait for its answer). `None` when the store cannot answer.
+    async fn get<S: Store>(&self, store: &S) -> Option<StatusCounts> {
+        let mut cached = self.0.lock().await;
+        if let Some((at, counts)) = cached.as_ref()
+            && at.elapsed() < STATUS_CACHE_TTL
+        {
+            return Some(counts.clone());
+        }
+        match store.count_by_status().await {
+            Ok(counts) => {
+                *cached = Some((Instant::now(), counts.clone()));
+                Some(counts)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count sessions and executions by status");
+                None
+            }
+        }
+    }
+}
+
+fn status_gauges(text: &mut String, counts: &StatusCounts) {
+    let name = "stepwise_sessions_by_status";
+    text.push_str(&format!(
+        "# HELP {name} Sessions in each status (every tenant).\n# TYPE {name} gauge\n"
+    ));
+    for status in SessionStatus::ALL {
+        let n: u64 = counts
+            .sessions
+            .iter()
+            .filter(|(s, _)| s == status)
+            .map(|(_, n)| n)
+            .sum();
+        text.push_str(&format!("{name}{{status=\"{}\"}} {n}\n", status.as_str()));
+    }
+    let name = "stepwise_executions_by_status";
+    text.push_str(&format!(
+        "# HELP {name} Executions in each status (every tenant).\n# TYPE {name} gauge\n"
+    ));
+    for status in ExecutionStatus::ALL {
+        let n: u64 = counts
+            .executions
+            .iter()
+            .filter(|(s, _)| s == status)
+            .map(|(_, n)| n)
+            .sum();
+        text.push_str(&format!("{name}{{status=\"{}\"}} {n}\n", status.as_str()));
+    }
+}
+
 /// Prometheus text: queue depth, running executions, SSE subscribers, store figures.
 pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
     let store = state.store();
@@ -163,7 +224,11 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
             stats.save_errors,
         );
     }
+    if let Some(counts) = state.status_cache.get(store).await {
+        status_gauges(&mut text, &counts);
+    }
     retention_metrics(&mut text);
+    crate::metered::write_metrics(&mut text);
     crate::http_metrics::write_metrics(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -1,0 +1,418 @@
+//! [`Metered`]: a [`Store`] that times the saves and loads going through it, for
+//! `/metrics`. `stepwise serve` wraps its store in it, so the engine, the HTTP handlers and
+//! the cleaner all go through the same timings.
+//!
+//! - Save latency: from the call that queues a step, snapshot or event until its write is
+//!   durable (the [`Ack`] resolves) — whether or not the caller awaits the `Ack`. Messages
+//!   are written directly; their latency is the call's.
+//! - Load latency: restoring a session's agent memory (`list_session_steps`) and reading
+//!   its messages.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use stepwise_core::Timestamp;
+use stepwise_core::{Event, Execution, Id, Message, Session, SessionDocument, Snapshot, Step};
+use stepwise_store::{
+    Ack, ApiKeyRecord, Claim, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
+    NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result, RetentionLock,
+    RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreStats,
+    Tenant, Transition,
+};
+use tokio::sync::broadcast;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// What a histogram sample measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Timed {
+    SaveStep,
+    SaveSnapshot,
+    SaveEvent,
+    SaveMessage,
+    LoadMemory,
+    LoadMessages,
+}
+
+impl Timed {
+    const ALL: [Timed; 6] = [
+        Timed::SaveStep,
+        Timed::SaveSnapshot,
+        Timed::SaveEvent,
+        Timed::SaveMessage,
+        Timed::LoadMemory,
+        Timed::LoadMessages,
+    ];
+
+    fn kind(self) -> &'static str {
+        match self {
+            Timed::SaveStep => "step",
+            Timed::SaveSnapshot => "snapshot",
+            Timed::SaveEvent => "event",
+            Timed::SaveMessage => "message",
+            Timed::LoadMemory => "memory",
+            Timed::LoadMessages => "messages",
+        }
+    }
+
+    fn is_save(self) -> bool {
+        !matches!(self, Timed::LoadMemory | Timed::LoadMessages)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Histogram {
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum_secs: f64,
+}
+
+const EMPTY: Histogram = Histogram {
+    buckets: [0; BUCKETS.len()],
+    count: 0,
+    sum_secs: 0.0,
+};
+
+/// One histogram per [`Timed`], for the whole process.
+static HISTOGRAMS: Mutex<[Histogram; 6]> = Mutex::new([EMPTY; 6]);
+
+/// Adds one sample.
+pub fn observe(what: Timed, took: Duration) {
+    let secs = took.as_secs_f64();
+    let mut all = HISTOGRAMS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(index) = Timed::ALL.iter().position(|t| *t == what) else {
+        return;
+    };
+    let h = &mut all[index];
+    h.count += 1;
+    h.sum_secs += secs;
+    for (bucket, bound) in h.buckets.iter_mut().zip(BUCKETS) {
+        if secs <= bound {
+            *bucket += 1;
+        }
+    }
+}
+
+/// Appends the save and load histograms in Prometheus text format.
+pub fn write_metrics(text: &mut String) {
+    let all = *HISTOGRAMS.lock().unwrap_or_else(|p| p.into_inner());
+    for (name, help, saves) in [
+        (
+            "stepwise_save_duration_seconds",
+            "Time from queuing a save until it is durable, by kind.",
+            true,
+        ),
+        (
+            "stepwise_load_duration_seconds",
+            "Time to load a session's agent memory or messages, by kind.",
+            false,
+        ),
+    ] {
+        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
+        for (what, h) in Timed::ALL.iter().zip(all.iter()) {
+            if what.is_save() != saves {
+                continue;
+            }
+            let labels = format!("kind=\"{}\"", what.kind());
+            for (bound, count) in BUCKETS.iter().zip(h.buckets) {
+                text.push_str(&format!(
+                    "{name}_bucket{{{labels},le=\"{bound}\"}} {count}\n"
+                ));
+            }
+            text.push_str(&format!(
+                "{name}_bucket{{{labels},le=\"+Inf\"}} {}\n{name}_sum{{{labels}}} {}\n{name}_count{{{labels}}} {}\n",
+                h.count, h.sum_secs, h.count
+            ));
+        }
+    }
+}
+
+/// A store that records save and load latency; everything else passes straight through.
+#[derive(Clone)]
+pub struct Metered<S: Store> {
+    inner: S,
+}
+
+impl<S: Store> Metered<S> {
+    pub fn new(inner: S) -> Self {
+        Metered { inner }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// Hands back an `Ack` that resolves with `ack`, timing `ack` from `started` on the way,
+/// even when the caller drops its `Ack` (fire-and-forget saves are timed too).
+fn timed_ack<T: Send + 'static>(what: Timed, started: Instant, ack: Ack<T>) -> Ack<T> {
+    let (tx, out) = Ack::channel();
+    tokio::spawn(async move {
+        let result = ack.await;
+        if result.is_ok() {
+            observe(what, started.elapsed());
+        }
+        let _ = tx.send(result);
+    });
+    out
+}
+
+impl<S: Store> Store for Metered<S> {
+    async fn create_session(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
+        self.inner.create_session(tenant, new).await
+    }
+
+    async fn get_session(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
+        self.inner.get_session(tenant, id).await
+    }
+
+    async fn find_session_by_name(&self, tenant: &Tenant, name: &str) -> Result<Option<Session>> {
+        self.inner.find_session_by_name(tenant, name).await
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant: &Tenant,
+        filter: SessionFilter,
+        page: PageRequest,
+    ) -> Result<Page<Session>> {
+        self.inner.list_sessions(tenant, filter, page).await
+    }
+
+    async fn update_session(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        patch: SessionPatch,
+    ) -> Result<Option<Session>> {
+        self.inner.update_session(tenant, id, patch).await
+    }
+
+    async fn delete_session(&self, tenant: &Tenant, id: Id) -> Result<bool> {
+        self.inner.delete_session(tenant, id).await
+    }
+
+    async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+        let started = Instant::now();
+        let message = self.inner.append_message(tenant, new).await?;
+        observe(Timed::SaveMessage, started.elapsed());
+        Ok(message)
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        query: MessageQuery,
+    ) -> Result<Vec<Message>> {
+        let started = Instant::now();
+        let messages = self.inner.list_messages(tenant, session_id, query).await?;
+        observe(Timed::LoadMessages, started.elapsed());
+        Ok(messages)
+    }
+
+    async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
+        self.inner.create_execution(tenant, new).await
+    }
+
+    async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
+        self.inner.get_execution(tenant, id).await
+    }
+
+    async fn list_executions(&self, tenant: &Tenant, session_id: Id) -> Result<Vec<Execution>> {
+        self.inner.list_executions(tenant, session_id).await
+    }
+
+    async fn transition_execution(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        transition: Transition,
+    ) -> Result<Execution> {
+        self.inner
+            .transition_execution(tenant, id, transition)
+            .await
+    }
+
+    async fn claim_next(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Option<Claim>> {
+        self.inner.claim_next(worker, lease, max_attempts).await
+    }
+
+    async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {
+        self.inner.renew_leases(worker, ids, lease).await
+    }
+
+    async fn release(&self, worker: &str, id: Id) -> Result<()> {
+        self.inner.release(worker, id).await
+    }
+
+    async fn queue_depth(&self) -> Result<u64> {
+        self.inner.queue_depth().await
+    }
+
+    async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
+        let started = Instant::now();
+        let ack = self.inner.append_step(tenant, new).await?;
+        Ok(timed_ack(Timed::SaveStep, started, ack))
+    }
+
+    async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {
+        self.inner.list_steps(tenant, execution_id).await
+    }
+
+    async fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> Result<Loaded<Step>> {
+        let started = Instant::now();
+        let steps = self.inner.list_session_steps(tenant, session_id).await?;
+        observe(Timed::LoadMemory, started.elapsed());
+        Ok(steps)
+    }
+
+    async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
+        let started = Instant::now();
+        let ack = self.inner.save_snapshot(tenant, new).await?;
+        Ok(timed_ack(Timed::SaveSnapshot, started, ack))
+    }
+
+    async fn list_snapshots(&self, tenant: &Tenant, execution_id: Id) -> Result<Vec<Snapshot>> {
+        self.inner.list_snapshots(tenant, execution_id).await
+    }
+
+    async fn get_snapshot(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
+        self.inner.get_snapshot(tenant, id).await
+    }
+
+    async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
+        let started = Instant::now();
+        let ack = self.inner.append_event(tenant, new).await?;
+        Ok(timed_ack(Timed::SaveEvent, started, ack))
+    }
+
+    async fn list_events(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Event>> {
+        self.inner
+            .list_events(tenant, session_id, after, limit)
+            .await
+    }
+
+    fn subscribe(&self, tenant: &Tenant, session_id: Id) -> broadcast::Receiver<Arc<Event>> {
+        self.inner.subscribe(tenant, session_id)
+    }
+
+    fn publish_live(&self, tenant: &Tenant, event: Event) {
+        self.inner.publish_live(tenant, event)
+    }
+
+    async fn import_document(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        doc: SessionDocument,
+    ) -> Result<Session> {
+        self.inner.import_document(tenant, user_id, doc).await
+    }
+
+    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
+        self.inner.mark_abandoned(cutoff, dry).await
+    }
+
+    async fn cleanup_old_sessions(
+        &self,
+        now: Timestamp,
+        policy: RetentionPolicy,
+        dry: bool,
+    ) -> Result<CleanupReport> {
+        self.inner.cleanup_old_sessions(now, policy, dry).await
+    }
+
+    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
+        self.inner.try_retention_lock().await
+    }
+
+    async fn create_api_key(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        name: Option<String>,
+        key_hash: &str,
+    ) -> Result<ApiKeyRecord> {
+        self.inner
+            .create_api_key(tenant, user_id, name, key_hash)
+            .await
+    }
+
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
+        self.inner.find_api_key(key_hash).await
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.inner.list_api_keys().await
+    }
+
+    async fn revoke_api_key(&self, id: Id) -> Result<bool> {
+        self.inner.revoke_api_key(id).await
+    }
+
+    async fn count_active_api_keys(&self) -> Result<u64> {
+        self.inner.count_active_api_keys().await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.inner.flush().await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        self.inner.stats().await
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts> {
+        self.inner.count_by_status().await
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_land_in_their_kind_and_bucket() {
+        observe(Timed::LoadMemory, Duration::from_micros(300));
+        let mut text = String::new();
+        write_metrics(&mut text);
+        assert!(text.contains("# TYPE stepwise_save_duration_seconds histogram\n"));
+        assert!(text.contains("# TYPE stepwise_load_duration_seconds histogram\n"));
+        let count_line = text
+            .lines()
+            .find(|l| l.starts_with("stepwise_load_duration_seconds_count{kind=\"memory\"}"))
+            .expect("a count line for memory loads");
+        let count: u64 = count_line
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a number");
+        assert!(count >= 1);
+        assert!(text.contains("stepwise_save_duration_seconds_count{kind=\"step\"} "));
+        assert!(!text.contains("stepwise_load_duration_seconds_count{kind=\"step\"}"));
+    }
+}
