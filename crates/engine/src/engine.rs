@@ -1309,6 +1309,22 @@ impl<S: Store> Engine<S> {
                 tracing::warn!(execution = %execution.id, step = number, error = %e, "could not queue a step")
             }
         }
+        // step.completed is queued right behind the step, so both commit in one batch and
+        // subscribers hear of the step as soon as it is durable; the status line follows.
+        let content = if failed {
+            format!("Step {number} failed")
+        } else {
+            format!("Completed step {number}")
+        };
+        self.emit_step(
+            tenant,
+            run,
+            EventType::StepCompleted,
+            number,
+            content,
+            tool.as_deref(),
+        )
+        .await;
         if let Some(session_id) = execution.session_id {
             let prefix = if execution.parent_execution_id.is_some() {
                 "Subagent step"
@@ -1324,20 +1340,6 @@ impl<S: Store> Engine<S> {
             )
             .await;
         }
-        let content = if failed {
-            format!("Step {number} failed")
-        } else {
-            format!("Completed step {number}")
-        };
-        self.emit_step(
-            tenant,
-            run,
-            EventType::StepCompleted,
-            number,
-            content,
-            tool.as_deref(),
-        )
-        .await;
         run.ctx.steps.push(step);
     }
 
