@@ -533,8 +533,84 @@ async fn keys_separate_tenants_and_revocation_reaches_the_server() {
         "not_found",
         "cancel another tenant's execution",
     );
+    // Every write to Alice's session or execution is a 404 for Bob and changes nothing.
+    let step = json!({"step_number": 99, "kind": "action", "model_output": "x"});
+    for (path, body) in [
+        (
+            format!("/v1/sessions/{session}/executions"),
+            json!({"agent_type": "external", "input": "x"}),
+        ),
+        (format!("/v1/executions/{execution}/steps"), step),
+        (
+            format!("/v1/executions/{execution}/snapshots"),
+            json!({"state": {}}),
+        ),
+        (
+            format!("/v1/executions/{execution}/complete"),
+            json!({"output": "x"}),
+        ),
+        (
+            format!("/v1/executions/{execution}/fail"),
+            json!({"error_message": "x"}),
+        ),
+        (
+            format!("/v1/executions/{execution}/pause"),
+            json!({"question": "x"}),
+        ),
+    ] {
+        let (status, body) = as_bob.post(&path, body).await;
+        assert_error(status, &body, 404, "not_found", &path);
+    }
+    let (status, body) = as_bob
+        .send(
+            as_bob
+                .client
+                .patch(as_bob.url(&format!("/v1/sessions/{session}")))
+                .json(&json!({"title": "Bob was here", "status": "closed"})),
+        )
+        .await;
+    assert_error(
+        status,
+        &body,
+        404,
+        "not_found",
+        "PATCH another tenant's session",
+    );
+    let (status, body) = as_bob
+        .send(
+            as_bob
+                .client
+                .delete(as_bob.url(&format!("/v1/sessions/{session}"))),
+        )
+        .await;
+    assert_error(
+        status,
+        &body,
+        404,
+        "not_found",
+        "DELETE another tenant's session",
+    );
     let (_, listed) = as_bob.get("/v1/sessions").await;
     assert_eq!(listed["items"], json!([]));
+    let (_, listed) = as_bob.get("/v1/sessions?status=deleted").await;
+    assert_eq!(listed["items"], json!([]));
+    let untouched = as_bob
+        .store
+        .get_session(&alice, session.parse().expect("id"))
+        .await
+        .expect("read")
+        .expect("Alice's session is still there");
+    assert_eq!(untouched.status.as_str(), "active");
+    assert_eq!(
+        untouched.title,
+        created["title"].as_str().map(str::to_string)
+    );
+    let alice_steps = as_bob
+        .store
+        .list_steps(&alice, execution.parse().expect("id"))
+        .await
+        .expect("steps");
+    assert!(alice_steps.items.iter().all(|s| s.step_number != 99));
 
     // Revoking Bob's key reaches the running server within seconds.
     assert!(
