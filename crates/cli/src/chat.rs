@@ -211,10 +211,9 @@ async fn run_client(api: Api, args: ChatArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(name) = args.session.as_deref() {
-        if let Err(e) = chat.open(name).await {
-            eprintln!("error: {e:#}");
-            anyhow::bail!("cannot open session `{name}`");
-        }
+        chat.open(name)
+            .await
+            .with_context(|| format!("cannot open session `{name}`"))?;
     }
     chat.run().await;
     if tty {
@@ -639,7 +638,8 @@ impl LiveView {
     }
 
     fn clear(&mut self) {
-        if self.drawn {
+        // On a terminal, also wipes a `^C` the terminal echoed.
+        if self.drawn || self.tty {
             print!("\r\x1b[2K");
             let _ = std::io::stdout().flush();
             self.drawn = false;

@@ -1,0 +1,451 @@
+//! `stepwise chat` end to end: the real binary through a real pseudo-terminal (tmux), in a
+//! pipe on the local database, and in a pipe against a running `stepwise serve`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const BIN: &str = env!("CARGO_BIN_EXE_stepwise");
+
+/// Settings of the developer's environment that must not leak into a test.
+const CLEARED: &[&str] = &[
+    "STEPWISE_DATABASE_URL",
+    "STEPWISE_CONFIG",
+    "STEPWISE_TENANT",
+    "STEPWISE_LISTEN",
+    "STEPWISE_SERVER",
+    "STEPWISE_API_KEY",
+    "STEPWISE_LLM_BASE_URL",
+    "STEPWISE_LLM_MODEL",
+    "STEPWISE_LLM_API_KEY",
+];
+
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        Sandbox {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn db(&self) -> String {
+        format!("sqlite://{}", self.path().join("chat.db").display())
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(BIN);
+        command.current_dir(self.path());
+        for var in CLEARED {
+            command.env_remove(var);
+        }
+        command
+            .env("STEPWISE_DATA_DIR", self.path().join("data"))
+            .env("STEPWISE_DEMO_STEP_MS", "20")
+            .env("STEPWISE_LOG", "warn");
+        command
+    }
+
+    /// Runs `stepwise ARGS` with `input` on a pipe as its standard input.
+    fn piped(&self, args: &[&str], input: &str) -> Output {
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stepwise");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        wait_output(child)
+    }
+
+    fn export(&self, session: &str) -> Value {
+        let out = self
+            .command()
+            .args(["--database", &self.db(), "sessions", "export", session])
+            .output()
+            .expect("run export");
+        assert!(
+            out.status.success(),
+            "export {session}: {}",
+            text(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("the export is JSON")
+    }
+}
+
+/// Waits for a child with a deadline (a hung chat fails the test instead of hanging it).
+fn wait_output(mut child: Child) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "stepwise chat did not exit:\nstdout: {}\nstderr: {}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines().map(str::trim).collect()
+}
+
+/// The tool names of every step in an exported session document.
+fn tools_called(document: &Value) -> Vec<String> {
+    document["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .flat_map(|step| step["tool_calls"].as_array().cloned().unwrap_or_default())
+        .filter_map(|call| call["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_pipe_drives_the_chat_on_the_local_database() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.piped(
+        &["--database", &sandbox.db(), "chat"],
+        "2+3\n/list\nask me\nblue\n/bogus\n/quit\n",
+    );
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    let printed = lines(&stdout);
+    assert!(
+        printed.contains(&"5"),
+        "the answer is printed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("step 1 · calculator → 5")),
+        "the step is shown as one line:\n{stdout}"
+    );
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("* ") && l.contains("chat-") && l.contains("active")),
+        "/list marks the default session it created:\n{stdout}"
+    );
+    assert!(
+        printed.contains(&"? What should I use?") && printed.contains(&"You said: blue"),
+        "a paused run asks, and the next line answers it:\n{stdout}"
+    );
+    assert!(
+        stderr.contains("unknown command /bogus") && stderr.contains("/help"),
+        "an unknown command gets a helpful message: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // The unknown command is reported in the exit status, for scripts.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+
+    let out = sandbox.piped(&["--database", &sandbox.db(), "chat"], "2+3\n/quit\n");
+    assert!(
+        out.status.success(),
+        "a clean script exits 0: {}",
+        text(&out.stderr)
+    );
+    assert!(lines(&text(&out.stdout)).contains(&"5"));
+}
+
+struct Serve {
+    child: Child,
+    url: String,
+}
+
+impl Serve {
+    fn start(sandbox: &Sandbox) -> Serve {
+        let mut child = sandbox
+            .command()
+            .args([
+                "--database",
+                &sandbox.db(),
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start stepwise serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("serve printed its address")
+                .expect("a line");
+            if let Some(url) = line.strip_prefix("Stepwise listening on ") {
+                break url.trim().to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Serve { child, url }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_pipe_drives_the_chat_against_a_running_server() {
+    let sandbox = Sandbox::new();
+    let serve = Serve::start(&sandbox);
+    let out = sandbox.piped(
+        &["chat", "--server", &serve.url, "--session", "remote"],
+        "2+3\n/history\n/quit\n",
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+    let printed = lines(&stdout);
+    assert!(printed.contains(&"5"), "{stdout}");
+    assert!(
+        printed.contains(&"you: 2+3") && printed.contains(&"agent: 5"),
+        "{stdout}"
+    );
+
+    // A server that is not there is one clear line and a failure status.
+    drop(serve);
+    let out = sandbox.piped(&["chat", "--server", "http://127.0.0.1:9"], "2+3\n");
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("cannot reach the Stepwise server") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
+
+/// A tmux server of the test's own (private socket), killed when the test ends.
+struct Tmux {
+    socket: String,
+    target: String,
+}
+
+impl Tmux {
+    fn start(command: &str) -> Tmux {
+        let found = Command::new("tmux").arg("-V").output();
+        assert!(
+            found.as_ref().is_ok_and(|o| o.status.success()),
+            "tmux is needed for the pseudo-terminal test of `stepwise chat` (.ci/run installs it: apt-get install tmux)"
+        );
+        let tmux = Tmux {
+            socket: format!("stepwise-chat-test-{}", std::process::id()),
+            target: "chat".into(),
+        };
+        tmux.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            &tmux.target,
+            "-x",
+            "200",
+            "-y",
+            "50",
+            command,
+        ]);
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
+        assert!(
+            out.status.success(),
+            "tmux {args:?} failed: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// Types a line and presses Enter.
+    fn type_line(&self, line: &str) {
+        self.run(&["send-keys", "-t", &self.target, "-l", line]);
+        self.run(&["send-keys", "-t", &self.target, "Enter"]);
+    }
+
+    /// The whole pane, scrollback included.
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-J", "-S", "-", "-t", &self.target])
+    }
+
+    /// Polls the pane until `ready` holds, or fails with what the screen showed.
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "timed out waiting for {what}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the chat shows its `prompt` for the `count`-th time, as the last line.
+    fn wait_prompt(&self, prompt: &str, count: usize) -> String {
+        let marker = format!("{prompt}>");
+        self.wait_for(&format!("prompt {marker} #{count}"), |screen| {
+            let lines: Vec<&str> = screen.lines().map(str::trim).collect();
+            let last = lines.iter().rev().find(|l| !l.is_empty());
+            lines.iter().filter(|l| l.starts_with(&marker)).count() >= count
+                && last == Some(&marker.as_str())
+        })
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+fn sh_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+fn sh_path(path: &Path) -> String {
+    sh_quote(&path.display().to_string())
+}
+
+#[test]
+fn a_terminal_chat_switches_sessions_without_carrying_memory_over() {
+    let sandbox = Sandbox::new();
+    let data: PathBuf = sandbox.path().join("data");
+    let unset: String = CLEARED.iter().map(|v| format!("-u {v} ")).collect();
+    let command = format!(
+        "cd {dir} && env {unset}STEPWISE_DATA_DIR={data} STEPWISE_DEMO_STEP_MS=20 STEPWISE_LOG=warn \
+         {bin} --database {db} chat --session alpha; echo \"chat exited with status $?\"; sleep 600",
+        dir = sh_path(sandbox.path()),
+        data = sh_path(&data),
+        bin = sh_quote(BIN),
+        db = sh_quote(&sandbox.db()),
+    );
+    let tmux = Tmux::start(&command);
+
+    let screen = tmux.wait_prompt("alpha", 1);
+    assert!(screen.contains("new session alpha"), "{screen}");
+
+    tmux.type_line("2+3");
+    let screen = tmux.wait_prompt("alpha", 2);
+    assert!(
+        lines(&screen).contains(&"5"),
+        "alpha answers 2+3:\n{screen}"
+    );
+    assert!(
+        screen.contains("step 1 · calculator → 5"),
+        "the step shows live as one line:\n{screen}"
+    );
+
+    tmux.type_line("/new beta");
+    let screen = tmux.wait_prompt("beta", 1);
+    assert!(screen.contains("new session beta"), "{screen}");
+    tmux.type_line("time");
+    let screen = tmux.wait_prompt("beta", 2);
+    assert!(
+        screen.contains("step 1 · clock →"),
+        "beta reads the clock:\n{screen}"
+    );
+
+    tmux.type_line("/switch alpha");
+    let screen = tmux.wait_prompt("alpha", 3);
+    assert!(
+        screen.contains("switched to alpha: 2 message(s)"),
+        "{screen}"
+    );
+
+    tmux.type_line("/history");
+    let screen = tmux.wait_prompt("alpha", 4);
+    let at = screen
+        .rfind("history of alpha")
+        .unwrap_or_else(|| panic!("/history printed its header:\n{screen}"));
+    let history: Vec<&str> = lines(&screen[at..])
+        .into_iter()
+        .take_while(|l| !l.starts_with("alpha>"))
+        .collect();
+    assert_eq!(
+        history,
+        vec!["history of alpha (2 message(s)):", "you: 2+3", "agent: 5"],
+        "alpha's history only:\n{screen}"
+    );
+
+    // Ctrl-C once cancels the running execution; the chat stays.
+    tmux.type_line("steps: 1000");
+    tmux.wait_for("the long run's second step", |s| {
+        s.contains("step 2 · calculator → 2")
+    });
+    tmux.run(&["send-keys", "-t", &tmux.target, "C-c"]);
+    let screen = tmux.wait_prompt("alpha", 5);
+    assert!(
+        lines(&screen).contains(&"cancelled"),
+        "Ctrl-C cancels the run:\n{screen}"
+    );
+
+    tmux.type_line("/quit");
+    let screen = tmux.wait_for("the chat to exit", |s| {
+        s.contains("chat exited with status")
+    });
+    assert!(
+        screen.contains("chat exited with status 0"),
+        "/quit exits 0:\n{screen}"
+    );
+    drop(tmux);
+
+    // The agent memory of alpha holds its own steps and none of beta's.
+    let alpha = sandbox.export("alpha");
+    let alpha_tools = tools_called(&alpha);
+    assert!(
+        alpha_tools.contains(&"calculator".to_string()),
+        "{alpha_tools:?}"
+    );
+    assert!(
+        !alpha_tools.contains(&"clock".to_string()),
+        "no step of beta in alpha: {alpha_tools:?}"
+    );
+    let beta_tools = tools_called(&sandbox.export("beta"));
+    assert_eq!(beta_tools, vec!["clock".to_string()]);
+}
