@@ -41,8 +41,25 @@ struct Cli {
     /// ~/.local/share/stepwise.
     #[arg(long, global = true, env = "STEPWISE_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Log lines on stderr: `text`, or `json` (one object a line, with the request id of
+    /// the HTTP request a line belongs to).
+    #[arg(
+        long,
+        global = true,
+        env = "STEPWISE_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text,
+        value_name = "FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -86,7 +103,7 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
 
     let is_serve = matches!(cli.command, Command::Serve(_));
-    init_tracing(if is_serve { "info" } else { "warn" });
+    init_tracing(if is_serve { "info" } else { "warn" }, cli.log_format);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -111,15 +128,25 @@ fn database_source(matches: &clap::ArgMatches) -> Option<ValueSource> {
     source
 }
 
-fn init_tracing(default_level: &str) {
+fn init_tracing(default_level: &str, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("STEPWISE_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_level));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        // One JSON object a line: the event's fields at the top level, and the fields of
+        // the span it happened in (an HTTP request's `request_id`) under "span".
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()> {

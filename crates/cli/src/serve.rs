@@ -71,6 +71,10 @@ pub struct ServeArgs {
     /// it off.
     #[arg(long, env = "STEPWISE_CLEANUP_INTERVAL_SECS", default_value_t = crate::cleaner::DEFAULT_INTERVAL_SECS, value_name = "SECS")]
     pub cleanup_interval_secs: u64,
+    /// Also serve `GET /metrics` alone on this address (for a scraper on an internal
+    /// network); `/metrics` stays on the main address too.
+    #[arg(long, env = "STEPWISE_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     #[command(flatten)]
     pub retention: crate::cleanup::RetentionArgs,
 }
@@ -102,6 +106,9 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         let _ = std::io::stderr().flush();
         std::process::exit(EXIT_NO_KEYS);
     }
+    // Everything below (engine, handlers, cleaner) saves and loads through the timings
+    // `/metrics` reports.
+    let store = stepwise_server::Metered::new(store);
 
     let mut agents = AgentRegistry::new();
     agents.register(DEMO_AGENT, DemoAgent::from_env());
@@ -164,12 +171,38 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
             stop_rx.clone(),
         )
     });
+    let mut metrics_local = None;
+    let metrics_server = match &args.metrics_listen {
+        Some(metrics_addr) => {
+            let metrics_addr = resolve(metrics_addr)?;
+            let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
+                .await
+                .with_context(|| format!("cannot listen on {metrics_addr} for metrics"))?;
+            metrics_local = Some(
+                metrics_listener
+                    .local_addr()
+                    .context("cannot read the metrics listen address")?,
+            );
+            let mut metrics_stop = stop_rx.clone();
+            Some(tokio::spawn(stepwise_server::launch_metrics(
+                metrics_listener,
+                state.clone(),
+                async move {
+                    let _ = metrics_stop.wait_for(|stop| *stop).await;
+                },
+            )))
+        }
+        None => None,
+    };
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
         let _ = server_stop.wait_for(|stop| *stop).await;
     }));
     println!("Stepwise listening on http://{local}");
     println!("Default agent: {default_agent}");
+    if let Some(metrics_local) = metrics_local {
+        println!("Metrics on http://{metrics_local}/metrics");
+    }
     if keys == 0 {
         println!(
             "No API keys exist: the API is open as tenant 'local' (create one with `stepwise keys create`)."
@@ -195,6 +228,16 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the HTTP server stopped with an error"),
         Ok(Err(e)) => tracing::warn!(error = %e, "the HTTP server task failed"),
         Err(_) => tracing::warn!("open connections did not close in time"),
+    }
+    if let Some(metrics_server) = metrics_server {
+        match tokio::time::timeout(Duration::from_secs(1), metrics_server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "the metrics listener stopped with an error")
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener task failed"),
+            Err(_) => tracing::warn!("metrics connections did not close in time"),
+        }
     }
     if let Some(cleaner) = cleaner {
         cleaner.join(Duration::from_secs(1)).await;

@@ -211,6 +211,17 @@ pub fn metrics_app<S: Store>(state: AppState<S>) -> Router {
         .with_state(state)
 }
 
+/// Serves [`metrics_app`] on `listener` until `shutdown` resolves.
+pub async fn launch_metrics<S: Store>(
+    listener: TcpListener,
+    state: AppState<S>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, metrics_app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
