@@ -716,7 +716,13 @@ impl LiveView {
                             format!("{tool} → {}", clip(&observation, 80))
                         }
                         (Some(tool), None) => tool,
-                        (None, _) => step.summary.unwrap_or_else(|| data.content.clone()),
+                        (None, _) => step.summary.unwrap_or_else(|| {
+                            if data.content.contains("failed") {
+                                "failed".to_string()
+                            } else {
+                                "done".to_string()
+                            }
+                        }),
                     };
                     let text = format!("  step {n} · {detail}");
                     if self.tty {
