@@ -372,23 +372,7 @@ impl Store for FileStore {
         check_depth("metadata", [&new.metadata])?;
         check_name(&new.name)?;
         let now = self.now();
-        let session = Session {
-            id: new_id(),
-            tenant_id: tenant.as_str().to_string(),
-            user_id: new.user_id,
-            name: new.name,
-            title: new.title,
-            status: SessionStatus::Active,
-            related_type: new.related_type,
-            related_id: new.related_id,
-            initial_context_url: new.initial_context_url,
-            metadata: new.metadata,
-            last_execution_id: None,
-            last_snapshot_id: None,
-            message_count: 0,
-            created_at: now,
-            updated_at: now,
-        };
+        let session = new.into_session(tenant, now);
         let ack = {
             let mut state = self.lock();
             let ts = tenant_state(&mut state, &self.inner.shared.root, tenant.as_str());
@@ -587,28 +571,13 @@ impl Store for FileStore {
 
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         check_depth("metadata", [&new.metadata])?;
-        let now = self.now();
-        let message = Message {
-            id: new_id(),
-            session_id: new.session_id,
-            role: new.role,
-            content: new.content,
-            execution_id: new.execution_id,
-            related_type: new.related_type,
-            related_id: new.related_id,
-            context_url: new.context_url,
-            metadata: new.metadata,
-            created_at: now,
-        };
+        let session_id = new.session_id;
         let ack = {
             let mut state = self.lock();
             // Read the clock under the lock, so concurrent appends are stored in time order.
             let now = self.now();
-            let message = Message {
-                created_at: now,
-                ..message
-            };
-            let Some(container) = state.session_mut(tenant.as_str(), new.session_id) else {
+            let message = new.into_message(now);
+            let Some(container) = state.session_mut(tenant.as_str(), session_id) else {
                 return Err(StoreError::NotFound("session"));
             };
             container.messages.push(message.clone());
@@ -619,7 +588,7 @@ impl Store for FileStore {
             state.touch(
                 &Key {
                     tenant: tenant.as_str().to_string(),
-                    session: Some(new.session_id),
+                    session: Some(session_id),
                 },
                 true,
             );
@@ -665,38 +634,8 @@ impl Store for FileStore {
 
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
         check_depth("input", [&new.input, &new.agent_config, &new.metadata])?;
-        if !matches!(
-            new.status,
-            ExecutionStatus::Pending | ExecutionStatus::Running
-        ) {
-            return Err(StoreError::invalid(
-                "status",
-                "a new execution is pending or running",
-            ));
-        }
         let now = self.now();
-        let execution = Execution {
-            id: new_id(),
-            session_id: new.session_id,
-            parent_execution_id: new.parent_execution_id,
-            tenant_id: tenant.as_str().to_string(),
-            user_id: new.user_id,
-            agent_type: new.agent_type,
-            agent_config: new.agent_config,
-            status: new.status,
-            input: new.input,
-            output: Value::Null,
-            last_snapshot_id: None,
-            step_count: 0,
-            token_usage: Default::default(),
-            metadata: new.metadata,
-            error_message: None,
-            attempts: 0,
-            started_at: (new.status == ExecutionStatus::Running).then_some(now),
-            completed_at: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let execution = new.into_execution(tenant, now)?;
         let ack = {
             let mut state = self.lock();
             let now = self.now();
@@ -1080,26 +1019,10 @@ impl Store for FileStore {
 
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
         check_depth("state", [&new.state])?;
-        let now = self.now();
-        let snapshot = Snapshot {
-            id: new_id(),
-            execution_id: new.execution_id,
-            parent_snapshot_id: new.parent_snapshot_id,
-            agent_id: new.agent_id,
-            agent_name: new.agent_name,
-            step_number: new.step_number,
-            is_final: new.is_final,
-            debug_mode: new.debug_mode,
-            state: new.state,
-            created_at: now,
-        };
         let mut state = self.lock();
         let now = self.now();
-        let snapshot = Snapshot {
-            created_at: now,
-            ..snapshot
-        };
-        if state.exec(tenant.as_str(), new.execution_id).is_none() {
+        let snapshot = new.into_snapshot(now);
+        if state.exec(tenant.as_str(), snapshot.execution_id).is_none() {
             return Err(StoreError::NotFound("execution"));
         }
         if let Some(parent) = snapshot.parent_snapshot_id
@@ -1113,7 +1036,7 @@ impl Store for FileStore {
                 "no such snapshot",
             ));
         }
-        let Some((key, entry)) = state.exec_mut(tenant.as_str(), new.execution_id) else {
+        let Some((key, entry)) = state.exec_mut(tenant.as_str(), snapshot.execution_id) else {
             return Err(StoreError::NotFound("execution"));
         };
         entry.execution.last_snapshot_id = Some(snapshot.id);
@@ -1415,14 +1338,7 @@ impl Store for FileStore {
         name: Option<String>,
         key_hash: &str,
     ) -> Result<ApiKeyRecord> {
-        let record = ApiKeyRecord {
-            id: new_id(),
-            name,
-            tenant_id: tenant.as_str().to_string(),
-            user_id: user_id.to_string(),
-            created_at: self.now(),
-            revoked_at: None,
-        };
+        let record = ApiKeyRecord::new(tenant, user_id, name, self.now());
         let ack = {
             let mut state = self.lock();
             if state.api_keys.iter().any(|k| k.hash == key_hash) {

@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use serde_json::Value;
 use stepwise_core::codec::{self, DEFAULT_COMPRESS_THRESHOLD};
 use stepwise_core::name::validate_name;
 use stepwise_core::{
@@ -373,23 +372,7 @@ impl Store for PgStore {
     async fn create_session(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
         check_name(&new.name)?;
         let now = self.now();
-        let session = Session {
-            id: new_id(),
-            tenant_id: tenant.as_str().to_string(),
-            user_id: new.user_id,
-            name: new.name,
-            title: new.title,
-            status: SessionStatus::Active,
-            related_type: new.related_type,
-            related_id: new.related_id,
-            initial_context_url: new.initial_context_url,
-            metadata: new.metadata,
-            last_execution_id: None,
-            last_snapshot_id: None,
-            message_count: 0,
-            created_at: now,
-            updated_at: now,
-        };
+        let session = new.into_session(tenant, now);
         let s = &session;
         let client = self.client().await?;
         client
@@ -534,18 +517,7 @@ impl Store for PgStore {
 
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         let now = self.now();
-        let message = Message {
-            id: new_id(),
-            session_id: new.session_id,
-            role: new.role,
-            content: new.content,
-            execution_id: new.execution_id,
-            related_type: new.related_type,
-            related_id: new.related_id,
-            context_url: new.context_url,
-            metadata: new.metadata,
-            created_at: now,
-        };
+        let message = new.into_message(now);
         let m = &message;
         // One statement: the session row is bumped only if it exists for this tenant, and
         // the message is inserted only then.
@@ -609,38 +581,8 @@ impl Store for PgStore {
     }
 
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
-        if !matches!(
-            new.status,
-            ExecutionStatus::Pending | ExecutionStatus::Running
-        ) {
-            return Err(StoreError::invalid(
-                "status",
-                "a new execution is pending or running",
-            ));
-        }
         let now = self.now();
-        let execution = Execution {
-            id: new_id(),
-            session_id: new.session_id,
-            parent_execution_id: new.parent_execution_id,
-            tenant_id: tenant.as_str().to_string(),
-            user_id: new.user_id,
-            agent_type: new.agent_type,
-            agent_config: new.agent_config,
-            status: new.status,
-            input: new.input,
-            output: Value::Null,
-            last_snapshot_id: None,
-            step_count: 0,
-            token_usage: Default::default(),
-            metadata: new.metadata,
-            error_message: None,
-            attempts: 0,
-            started_at: (new.status == ExecutionStatus::Running).then_some(now),
-            completed_at: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let execution = new.into_execution(tenant, now)?;
         let e = &execution;
         let mut client = self.client().await?;
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
@@ -973,18 +915,7 @@ impl Store for PgStore {
             ));
         }
         let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
-        let snapshot = Snapshot {
-            id: new_id(),
-            execution_id: new.execution_id,
-            parent_snapshot_id: new.parent_snapshot_id,
-            agent_id: new.agent_id,
-            agent_name: new.agent_name,
-            step_number: new.step_number,
-            is_final: new.is_final,
-            debug_mode: new.debug_mode,
-            state: new.state,
-            created_at: self.now(),
-        };
+        let snapshot = new.into_snapshot(self.now());
         self.inner
             .writer
             .snapshot(
@@ -1204,14 +1135,7 @@ impl Store for PgStore {
         name: Option<String>,
         key_hash: &str,
     ) -> Result<ApiKeyRecord> {
-        let record = ApiKeyRecord {
-            id: new_id(),
-            name,
-            tenant_id: tenant.as_str().to_string(),
-            user_id: user_id.to_string(),
-            created_at: self.now(),
-            revoked_at: None,
-        };
+        let record = ApiKeyRecord::new(tenant, user_id, name, self.now());
         let r = &record;
         let client = self.client().await?;
         client

@@ -13,7 +13,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
-use serde_json::Value;
 use stepwise_core::codec::{self, DEFAULT_COMPRESS_THRESHOLD};
 use stepwise_core::name::validate_name;
 use stepwise_core::{
@@ -389,23 +388,7 @@ impl Store for SqliteStore {
     async fn create_session(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
         check_name(&new.name)?;
         let now = self.now();
-        let session = Session {
-            id: new_id(),
-            tenant_id: tenant.as_str().to_string(),
-            user_id: new.user_id,
-            name: new.name,
-            title: new.title,
-            status: SessionStatus::Active,
-            related_type: new.related_type,
-            related_id: new.related_id,
-            initial_context_url: new.initial_context_url,
-            metadata: new.metadata,
-            last_execution_id: None,
-            last_snapshot_id: None,
-            message_count: 0,
-            created_at: now,
-            updated_at: now,
-        };
+        let session = new.into_session(tenant, now);
         self.write(move |conn, _| {
             let s = &session;
             conn.prepare_cached(
@@ -557,18 +540,7 @@ impl Store for SqliteStore {
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
-        let message = Message {
-            id: new_id(),
-            session_id: new.session_id,
-            role: new.role,
-            content: new.content,
-            execution_id: new.execution_id,
-            related_type: new.related_type,
-            related_id: new.related_id,
-            context_url: new.context_url,
-            metadata: new.metadata,
-            created_at: now,
-        };
+        let message = new.into_message(now);
         self.write(move |conn, _| {
             let m = &message;
             let touched = conn
@@ -627,38 +599,8 @@ impl Store for SqliteStore {
     }
 
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
-        if !matches!(
-            new.status,
-            ExecutionStatus::Pending | ExecutionStatus::Running
-        ) {
-            return Err(StoreError::invalid(
-                "status",
-                "a new execution is pending or running",
-            ));
-        }
         let now = self.now();
-        let execution = Execution {
-            id: new_id(),
-            session_id: new.session_id,
-            parent_execution_id: new.parent_execution_id,
-            tenant_id: tenant.as_str().to_string(),
-            user_id: new.user_id,
-            agent_type: new.agent_type,
-            agent_config: new.agent_config,
-            status: new.status,
-            input: new.input,
-            output: Value::Null,
-            last_snapshot_id: None,
-            step_count: 0,
-            token_usage: Default::default(),
-            metadata: new.metadata,
-            error_message: None,
-            attempts: 0,
-            started_at: (new.status == ExecutionStatus::Running).then_some(now),
-            completed_at: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let execution = new.into_execution(tenant, now)?;
         self.write(move |conn, _| {
             let e = &execution;
             if let Some(session_id) = e.session_id
@@ -937,18 +879,7 @@ impl Store for SqliteStore {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
-        let snapshot = Snapshot {
-            id: new_id(),
-            execution_id: new.execution_id,
-            parent_snapshot_id: new.parent_snapshot_id,
-            agent_id: new.agent_id,
-            agent_name: new.agent_name,
-            step_number: new.step_number,
-            is_final: new.is_final,
-            debug_mode: new.debug_mode,
-            state: new.state,
-            created_at: now,
-        };
+        let snapshot = new.into_snapshot(now);
         self.inner
             .writer
             .submit(move |conn, _| {
@@ -1194,14 +1125,7 @@ impl Store for SqliteStore {
         name: Option<String>,
         key_hash: &str,
     ) -> Result<ApiKeyRecord> {
-        let record = ApiKeyRecord {
-            id: new_id(),
-            name,
-            tenant_id: tenant.as_str().to_string(),
-            user_id: user_id.to_string(),
-            created_at: self.now(),
-            revoked_at: None,
-        };
+        let record = ApiKeyRecord::new(tenant, user_id, name, self.now());
         let key_hash = key_hash.to_string();
         self.write(move |conn, _| {
             let r = &record;

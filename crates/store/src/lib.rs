@@ -18,6 +18,7 @@
 mod ack;
 mod error;
 mod hub;
+mod records;
 mod restore;
 mod types;
 
