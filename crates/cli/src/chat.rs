@@ -616,6 +616,8 @@ struct LiveView {
     frame: usize,
     drawn: bool,
     steps: HashMap<u64, StepLine>,
+    /// A finished step without a tool, printed once its summary arrives.
+    pending: Option<(u64, bool)>,
 }
 
 impl LiveView {
@@ -626,6 +628,7 @@ impl LiveView {
             frame: 0,
             drawn: false,
             steps: HashMap::new(),
+            pending: None,
         }
     }
 
@@ -655,10 +658,38 @@ impl LiveView {
         self.steps.entry(number).or_default()
     }
 
+    /// Prints a finished step as one line.
+    fn print_step(&mut self, n: u64, failed: bool) {
+        let step = self.steps.remove(&n).unwrap_or_default();
+        let detail = match (step.tool, step.observation) {
+            (Some(tool), Some(observation)) => format!("{tool} → {}", clip(&observation, 80)),
+            (Some(tool), None) => tool,
+            (None, _) => step
+                .summary
+                .unwrap_or_else(|| if failed { "failed" } else { "done" }.to_string()),
+        };
+        let text = format!("  step {n} · {detail}");
+        if self.tty {
+            self.line(&format!("\x1b[2m{text}\x1b[0m"));
+        } else {
+            self.line(&text);
+        }
+    }
+
     /// Takes one event of the execution; `Some` when the execution ended or paused.
     fn event(&mut self, data: &EventData) -> Option<Outcome> {
         let number = data.metadata["step_number"].as_u64();
         let tool = data.metadata["tool"].as_str().map(str::to_string);
+        // A step waiting for its summary is printed without it once anything else comes.
+        let is_summary = data.event_type == "message.created"
+            && data.metadata["role"].as_str() == Some("info")
+            && data.content.starts_with("Step ");
+        if data.event_type != "message.delta"
+            && !is_summary
+            && let Some((n, failed)) = self.pending.take()
+        {
+            self.print_step(n, failed);
+        }
         match data.event_type.as_str() {
             "execution.queued" => self.status = "queued behind another run".into(),
             "execution.started" => self.status = "thinking".into(),
@@ -675,10 +706,12 @@ impl LiveView {
             }
             "tool.completed" => {
                 if let Some(n) = number {
+                    // "calculator returned 5" → "5"; "calculator failed: x" → "failed: x".
                     let observation = match &tool {
                         Some(tool) => data
                             .content
                             .strip_prefix(&format!("{tool} returned "))
+                            .or_else(|| data.content.strip_prefix(&format!("{tool} ")))
                             .unwrap_or(&data.content),
                         None => &data.content,
                     };
@@ -693,6 +726,12 @@ impl LiveView {
                     && let Ok(n) = n.parse::<u64>()
                 {
                     self.step(n).summary = Some(summary.to_string());
+                    if let Some((pending, failed)) = self.pending
+                        && pending == n
+                    {
+                        self.pending = None;
+                        self.print_step(n, failed);
+                    }
                 }
             }
             "message.delta" => {
@@ -709,26 +748,16 @@ impl LiveView {
             }
             "step.completed" => {
                 if let Some(n) = number {
-                    let step = self.steps.remove(&n).unwrap_or_default();
-                    let tool = tool.or(step.tool);
-                    let detail = match (tool, step.observation) {
-                        (Some(tool), Some(observation)) => {
-                            format!("{tool} → {}", clip(&observation, 80))
-                        }
-                        (Some(tool), None) => tool,
-                        (None, _) => step.summary.unwrap_or_else(|| {
-                            if data.content.contains("failed") {
-                                "failed".to_string()
-                            } else {
-                                "done".to_string()
-                            }
-                        }),
-                    };
-                    let text = format!("  step {n} · {detail}");
-                    if self.tty {
-                        self.line(&format!("\x1b[2m{text}\x1b[0m"));
+                    let failed = data.content.contains("failed");
+                    let step = self.steps.entry(n).or_default();
+                    if tool.is_some() {
+                        step.tool = tool;
+                    }
+                    // A step without a tool waits for its summary ("final answer").
+                    if step.tool.is_some() || step.summary.is_some() {
+                        self.print_step(n, failed);
                     } else {
-                        self.line(&text);
+                        self.pending = Some((n, failed));
                     }
                     self.status = format!("step {} · thinking", n + 1);
                 }
