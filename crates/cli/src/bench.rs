@@ -20,6 +20,7 @@ use stepwise_store_sqlite::SqliteStore;
 use crate::db::{self, DatabaseUrl};
 
 mod postgres;
+mod retention;
 
 /// The corpus as the workload names it, relative to the working directory.
 const SHARED_CORPUS: &str = "../shared/bench/steps.jsonl.gz";
@@ -40,6 +41,11 @@ pub enum BenchCommand {
     /// this command line (settings from the environment or stepwise.toml are ignored here,
     /// so a benchmark never writes into your real database by accident).
     Steps(StepsArgs),
+    /// Deletes N expired sessions (each with a message, an execution, steps and an event)
+    /// in one retention pass while a server on the same store keeps serving requests:
+    /// delete time and the longest request stall. Fresh temporary SQLite database unless
+    /// --database is given on this command line (it must be empty).
+    Retention(retention::RetentionArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -68,6 +74,7 @@ pub struct StepsArgs {
 pub async fn run(args: BenchArgs, database: Option<&str>) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Steps(steps) => run_steps(steps, database).await,
+        BenchCommand::Retention(args) => retention::run(args, database).await,
     }
 }
 
