@@ -17,7 +17,7 @@ mod load;
 mod state;
 mod writer;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1181,7 +1181,7 @@ impl Store for FileStore {
             }),
         )?;
         check_depth("snapshots", doc.snapshots.iter().map(|s| &s.state))?;
-        let container = rekey(tenant, user_id, doc, self.now());
+        let container = rekey(tenant, user_id, doc, self.now())?;
         let Some(session) = container.session.clone() else {
             return Err(StoreError::invalid(
                 "session",
@@ -1480,98 +1480,47 @@ fn keys_key() -> Key {
     }
 }
 
-/// The document as a new session of `tenant`: fresh ids throughout, references inside
-/// the document rewritten, references to anything outside it dropped. An imported
-/// execution has no worker, so one that was half-way is cancelled.
-fn rekey(tenant: &Tenant, user_id: &str, doc: SessionDocument, now: Timestamp) -> Container {
-    use std::collections::HashMap;
-    let mut ids: HashMap<Id, Id> = HashMap::new();
-    let mut fresh = |old: Id| *ids.entry(old).or_insert_with(new_id);
-    let session_id = fresh(doc.session.id);
-    for e in &doc.executions {
-        fresh(e.id);
-    }
-    for s in &doc.snapshots {
-        fresh(s.id);
-    }
-    let map = |old: Option<Id>| old.and_then(|o| ids.get(&o).copied());
-    let mut session = doc.session;
-    session.id = session_id;
-    session.tenant_id = tenant.as_str().to_string();
-    session.user_id = user_id.to_string();
-    session.last_execution_id = map(session.last_execution_id);
-    session.last_snapshot_id = map(session.last_snapshot_id);
-    session.message_count = doc.messages.len() as u64;
-    if session.status == SessionStatus::Deleted {
-        session.status = SessionStatus::Active;
-    }
-    session.updated_at = now;
-    let mut messages: Vec<Message> = doc
-        .messages
-        .into_iter()
-        .map(|mut m| {
-            m.id = new_id();
-            m.session_id = session_id;
-            m.execution_id = map(m.execution_id);
-            m
-        })
-        .collect();
+/// The document as a new session of `tenant` ([`stepwise_store::rekey_document`]), laid
+/// out as this store keeps a session in memory.
+fn rekey(
+    tenant: &Tenant,
+    user_id: &str,
+    doc: SessionDocument,
+    now: Timestamp,
+) -> Result<Container> {
+    let doc = stepwise_store::rekey_document(tenant, user_id, doc, now)?;
+    let mut messages = doc.messages;
     messages.sort_by_key(|x| (x.created_at, x.id));
     let mut executions: Vec<ExecEntry> = doc
         .executions
         .into_iter()
-        .map(|mut e| {
-            e.id = map(Some(e.id)).unwrap_or_else(new_id);
-            e.session_id = Some(session_id);
-            e.parent_execution_id = map(e.parent_execution_id);
-            e.last_snapshot_id = map(e.last_snapshot_id);
-            e.tenant_id = tenant.as_str().to_string();
-            e.user_id = user_id.to_string();
-            if !e.status.is_finished() && e.status != ExecutionStatus::Paused {
-                e.status = ExecutionStatus::Cancelled;
-                e.completed_at.get_or_insert(now);
-            }
-            ExecEntry {
-                execution: e,
-                steps: Default::default(),
-                lease: None,
-                resume_answer: None,
-            }
+        .map(|execution| ExecEntry {
+            execution,
+            steps: Default::default(),
+            lease: None,
+            resume_answer: None,
         })
         .collect();
     executions.sort_by(|a, b| {
         (a.execution.created_at, a.execution.id).cmp(&(b.execution.created_at, b.execution.id))
     });
-    for mut step in doc.steps {
-        let Some(exec) = map(Some(step.execution_id)) else {
-            continue;
-        };
-        step.id = new_id();
-        step.execution_id = exec;
-        step.session_id = Some(session_id);
-        if let Some(entry) = executions.iter_mut().find(|e| e.execution.id == exec) {
+    for step in doc.steps {
+        if let Some(entry) = executions
+            .iter_mut()
+            .find(|e| e.execution.id == step.execution_id)
+        {
             entry
                 .steps
                 .insert(step.step_number, StoredStep::Decoded(step));
         }
     }
-    let known: HashSet<Id> = executions.iter().map(|e| e.execution.id).collect();
-    let mut snapshots: Vec<Snapshot> = doc
-        .snapshots
-        .into_iter()
-        .filter_map(|mut s| {
-            s.id = map(Some(s.id))?;
-            s.execution_id = map(Some(s.execution_id)).filter(|e| known.contains(e))?;
-            s.parent_snapshot_id = map(s.parent_snapshot_id);
-            Some(s)
-        })
-        .collect();
+    let mut snapshots = doc.snapshots;
     snapshots.sort_by_key(|x| (x.created_at, x.id));
-    Container {
-        session: Some(session),
+    Ok(Container {
+        session: Some(doc.session),
         messages,
         executions,
         snapshots,
         ..Container::default()
-    }
+    })
 }

@@ -1,13 +1,9 @@
 //! Importing a session document: validated and re-keyed before the writer sees it, then
 //! written in one transaction (all or nothing).
 
-use std::collections::HashMap;
-
 use rusqlite::{Connection, params};
 use stepwise_core::codec;
-use stepwise_core::document::FORMAT_VERSION;
-use stepwise_core::name::validate_name;
-use stepwise_core::{Id, Session, SessionDocument, SessionStatus, Timestamp, new_id};
+use stepwise_core::{Session, SessionDocument, Timestamp};
 use stepwise_store::{Result, StoreError, Tenant};
 
 use crate::rows::{bid, json_text, opt_bid};
@@ -19,100 +15,16 @@ pub(crate) struct Plan {
     snapshot_states: Vec<Vec<u8>>,
 }
 
-/// Checks the document and gives every record a fresh id in `tenant`. References to ids
-/// that are not in the document are dropped, never followed.
+/// Re-keys the document into `tenant` ([`stepwise_store::rekey_document`]) and encodes
+/// its payloads the way this store keeps them.
 pub(crate) fn plan(
     tenant: &Tenant,
     user_id: &str,
-    mut doc: SessionDocument,
+    doc: SessionDocument,
     now: Timestamp,
     threshold: usize,
 ) -> Result<Plan> {
-    if doc.format_version != FORMAT_VERSION {
-        return Err(StoreError::invalid(
-            "format_version",
-            format!(
-                "unsupported format_version {} (this build reads {FORMAT_VERSION})",
-                doc.format_version
-            ),
-        ));
-    }
-    if let Some(name) = &doc.session.name {
-        validate_name(name)?;
-    }
-    let mut ids: HashMap<Id, Id> = HashMap::new();
-    let mut fresh = |old: Id| *ids.entry(old).or_insert_with(new_id);
-    let session_id = fresh(doc.session.id);
-    for e in &doc.executions {
-        fresh(e.id);
-    }
-    for s in &doc.snapshots {
-        fresh(s.id);
-    }
-    for m in &doc.messages {
-        fresh(m.id);
-    }
-    let map = |old: Option<Id>| old.and_then(|o| ids.get(&o).copied());
-
-    let s = &mut doc.session;
-    s.id = session_id;
-    s.tenant_id = tenant.as_str().to_string();
-    s.user_id = user_id.to_string();
-    s.last_execution_id = map(s.last_execution_id);
-    s.last_snapshot_id = map(s.last_snapshot_id);
-    s.message_count = doc.messages.len() as u64;
-    if s.status == SessionStatus::Deleted {
-        s.status = SessionStatus::Active;
-    }
-    s.updated_at = now;
-    for m in &mut doc.messages {
-        m.id = ids[&m.id];
-        m.session_id = session_id;
-        m.execution_id = map(m.execution_id);
-    }
-    let known: std::collections::HashSet<Id> = doc.executions.iter().map(|e| e.id).collect();
-    for e in &mut doc.executions {
-        e.id = ids[&e.id];
-        e.session_id = Some(session_id);
-        e.parent_execution_id = map(e.parent_execution_id);
-        e.last_snapshot_id = map(e.last_snapshot_id);
-        e.tenant_id = tenant.as_str().to_string();
-        e.user_id = user_id.to_string();
-        if !e.status.is_finished() && e.status != stepwise_core::ExecutionStatus::Paused {
-            // An imported run has no worker: it cannot be half-way through.
-            e.status = stepwise_core::ExecutionStatus::Cancelled;
-            e.completed_at.get_or_insert(now);
-        }
-    }
-    let mut seen_steps = std::collections::HashSet::new();
-    for st in &mut doc.steps {
-        if !known.contains(&st.execution_id) {
-            return Err(StoreError::invalid(
-                "steps",
-                "a step refers to an execution that is not in the document",
-            ));
-        }
-        if st.step_number == 0 || !seen_steps.insert((st.execution_id, st.step_number)) {
-            return Err(StoreError::invalid(
-                "steps",
-                format!("step number {} is missing or repeated", st.step_number),
-            ));
-        }
-        st.id = new_id();
-        st.execution_id = ids[&st.execution_id];
-        st.session_id = Some(session_id);
-    }
-    for sn in &mut doc.snapshots {
-        if !known.contains(&sn.execution_id) {
-            return Err(StoreError::invalid(
-                "snapshots",
-                "a snapshot refers to an execution that is not in the document",
-            ));
-        }
-        sn.id = ids[&sn.id];
-        sn.execution_id = ids[&sn.execution_id];
-        sn.parent_snapshot_id = map(sn.parent_snapshot_id);
-    }
+    let doc = stepwise_store::rekey_document(tenant, user_id, doc, now)?;
     let step_payloads = doc
         .steps
         .iter()

@@ -19,6 +19,7 @@ mod ack;
 mod error;
 mod hub;
 mod records;
+mod rekey;
 mod restore;
 mod types;
 
@@ -34,6 +35,7 @@ use tokio::sync::broadcast;
 pub use ack::{Ack, AckSender};
 pub use error::{Result, StoreError};
 pub use hub::{EventHub, SUBSCRIBER_BUFFER};
+pub use rekey::rekey_document;
 pub use restore::{export_session, restore_memory};
 pub use types::*;
 
