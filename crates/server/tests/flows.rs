@@ -596,3 +596,76 @@ async fn open_streams_end_when_the_server_stops() {
         .expect("the stream ended")
         .expect("reader");
 }
+
+/// A client that stops reading while a burst of events goes out: the server cannot keep
+/// the burst in memory for it (its live buffer holds a few dozen events), so once the
+/// socket is full it falls behind — and then catches up from the store instead of
+/// dropping the stream. When the client reads again, every event arrives, in order,
+/// once, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_reading_catches_up_without_a_gap() {
+    use stepwise_core::EventType;
+    use stepwise_store::{NewEvent, NewSession, Store, Tenant};
+
+    let server = TestServer::start().await;
+    let tenant = Tenant::new(stepwise_server::LOCAL_TENANT).expect("tenant");
+    let session = server
+        .store
+        .create_session(
+            &tenant,
+            NewSession {
+                user_id: "u".into(),
+                ..NewSession::default()
+            },
+        )
+        .await
+        .expect("session");
+    let event = |n: usize| NewEvent {
+        session_id: session.id,
+        message_id: None,
+        execution_id: None,
+        event_type: EventType::StepCompleted,
+        // 2 KB each: the burst (20 MB) is larger than any socket buffer on the way.
+        content: format!("{n:06} {}", "x".repeat(2048)),
+        metadata: json!({"step_number": n}),
+    };
+    server
+        .store
+        .append_event(&tenant, event(1))
+        .await
+        .expect("queue")
+        .await
+        .expect("durable");
+    let mut stream = server.events(&session.id.to_string(), None).await;
+    let first = stream.next().await.expect("the first event");
+    assert_eq!(first.id, Some(1));
+
+    // The client reads nothing while 10,000 more events are committed.
+    const BURST: usize = 10_000;
+    let mut last = None;
+    for n in 2..=BURST + 1 {
+        last = Some(
+            server
+                .store
+                .append_event(&tenant, event(n))
+                .await
+                .expect("queue"),
+        );
+    }
+    last.expect("an ack").await.expect("durable");
+
+    for n in 2..=BURST + 1 {
+        let next = stream
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("the stream ended before event {n}"));
+        assert_eq!(next.id, Some(n as i64), "no gap, no duplicate");
+        assert!(
+            next.data["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with(&format!("{n:06} "))),
+            "event {n} carries its own content"
+        );
+    }
+    server.stop().await;
+}

@@ -11,9 +11,10 @@ use stepwise_core::{Event, Id};
 use crate::Tenant;
 use tokio::sync::broadcast;
 
-/// How many events a subscriber may fall behind before it is dropped (it then reconnects
-/// with `Last-Event-ID`, and the replay fills the gap from the store).
-pub const SUBSCRIBER_BUFFER: usize = 1024;
+/// How many events a subscriber may fall behind the live channel of its session. One that
+/// falls further behind catches up from the store (the server's event streams do), so this
+/// only bounds memory: every session being watched keeps a buffer of this many slots.
+pub const SUBSCRIBER_BUFFER: usize = 64;
 
 #[derive(Clone, Default)]
 pub struct EventHub {
