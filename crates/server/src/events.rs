@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::limits::SubscriberSlot;
 use crate::error::{ApiError, ApiQuery, ApiResult, path_id};
 
 /// Keep-alive comments on idle streams (api.md: at least every 15 s).
@@ -65,18 +66,25 @@ pub async fn stream<S: Store>(
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let session_id = path_id(&id, "id")?;
+    // Both are checked; the header wins when both are given.
+    let from_query = match &query.after {
+        Some(text) => parse_position(text, "after")?,
+        None => 0,
+    };
     let after = match headers.get("last-event-id") {
         Some(value) => parse_position(value.to_str().unwrap_or("x"), "Last-Event-ID")?,
-        None => match &query.after {
-            Some(text) => parse_position(text, "after")?,
-            None => 0,
-        },
+        None => from_query,
     };
     let store = state.store().clone();
     store
         .get_session(&caller.tenant, session_id)
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
+    // Over the per-session or per-tenant limit of open streams: 429 before anything opens.
+    let slot = state
+        .limits
+        .subscribers
+        .acquire(caller.tenant.as_str(), session_id)?;
     // Subscribe before reading the store: anything committed after this point reaches
     // the receiver, anything before it is in the replay.
     let live = store.subscribe(&caller.tenant, session_id);
@@ -90,6 +98,7 @@ pub async fn stream<S: Store>(
         live,
         shutdown: state.shutdown.clone(),
         _open: OpenStream::new(),
+        _slot: slot,
     };
     let events = futures_util::stream::unfold(cursor, |mut cursor| async move {
         let event = cursor.next().await?;
@@ -121,6 +130,7 @@ struct EventCursor<S: Store> {
     live: broadcast::Receiver<Arc<Event>>,
     shutdown: CancellationToken,
     _open: OpenStream,
+    _slot: SubscriberSlot,
 }
 
 impl<S: Store> EventCursor<S> {
@@ -166,8 +176,14 @@ impl<S: Store> EventCursor<S> {
                     return Some((*event).clone());
                 }
                 Err(RecvError::Lagged(missed)) => {
-                    tracing::info!(session = %self.session_id, missed, "a slow event subscriber was disconnected");
-                    return None;
+                    // The client reads slower than events come: the live buffer moved on
+                    // without it. Catch up from the store (where every stored event is),
+                    // page by page at the client's pace, then go live again; nothing
+                    // grows without bound. Only live-only deltas of the gap are lost.
+                    tracing::debug!(session = %self.session_id, missed, "a slow event subscriber catches up from the store");
+                    self.replaying = true;
+                    self.backlog.clear();
+                    continue;
                 }
                 Err(RecvError::Closed) => return None,
             }
