@@ -17,7 +17,8 @@
 # compiles libFuzzer's C++ sources, so a C++ compiler (g++) must be installed.
 #
 # New inputs found during a run go to fuzz/target/corpus-run/<target>/ (not committed);
-# crashing inputs to fuzz/artifacts/<target>/, with the command to reproduce them.
+# crashing inputs to fuzz/artifacts/<target>/, with the command to reproduce them. After a
+# long run, `fuzz/minimise.py TARGET BUDGET` folds the new inputs into the committed corpus.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
