@@ -109,12 +109,12 @@ impl ExecutionStatus {
     /// running) when its worker's lease expired; that is a claim, not a transition.
     pub fn can_become(self, next: ExecutionStatus) -> bool {
         use ExecutionStatus::*;
-        match (self, next) {
-            (Pending, Running | Cancelled | Failed) => true,
-            (Running, Paused | Completed | Failed | Cancelled | Pending) => true,
-            (Paused, Running | Pending | Cancelled | Failed) => true,
-            _ => false,
-        }
+        matches!(
+            (self, next),
+            (Pending, Running | Cancelled | Failed)
+                | (Running, Paused | Completed | Failed | Cancelled | Pending)
+                | (Paused, Running | Pending | Cancelled | Failed)
+        )
     }
 }
 

@@ -2,6 +2,8 @@
 //! exactly; hostile ones are refused with a clear error and never a panic; an older
 //! format (seed 004's session file) is upgraded.
 
+#![allow(clippy::unwrap_used, clippy::type_complexity)]
+
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::{Value, json};
@@ -656,7 +658,7 @@ fn records_must_belong_to_the_document() {
             ..d.steps[0].clone()
         };
         d.steps.push(copy);
-        checks.push((d, &"steps[]"[..]));
+        checks.push((d, "steps[]"));
     }
     if !doc.snapshots.is_empty() {
         let mut d = doc.clone();

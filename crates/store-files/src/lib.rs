@@ -1026,10 +1026,10 @@ impl Store for FileStore {
             return Err(StoreError::NotFound("execution"));
         }
         if let Some(parent) = snapshot.parent_snapshot_id
-            && !state
+            && state
                 .snapshots
                 .get(&parent)
-                .is_some_and(|k| k.tenant == tenant.as_str())
+                .is_none_or(|k| k.tenant != tenant.as_str())
         {
             return Err(StoreError::invalid(
                 "parent_snapshot_id",

@@ -18,6 +18,8 @@ pub(crate) struct Key {
 
 /// A stored step, or what is left of one that could not be decoded (kept as it was, so
 /// rewriting the file never destroys it, and counted whenever it is read).
+// Nearly every stored step is decoded; boxing it would cost an allocation per step.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub(crate) enum StoredStep {
     Decoded(Step),

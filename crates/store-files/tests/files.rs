@@ -3,6 +3,8 @@
 //! files, a damaged file skipped while the others load, names that could escape the
 //! folder refused, one process at a time.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 
 use serde_json::{Value, json};

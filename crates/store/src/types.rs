@@ -111,7 +111,7 @@ pub mod cursor {
 
     pub fn decode(cursor: &str) -> Result<(Timestamp, Id)> {
         let bad = || StoreError::invalid("cursor", "the cursor is not one this server issued");
-        if cursor.len() % 2 != 0 || cursor.len() > 200 {
+        if !cursor.len().is_multiple_of(2) || cursor.len() > 200 {
             return Err(bad());
         }
         let bytes: Option<Vec<u8>> = (0..cursor.len())
