@@ -424,6 +424,12 @@ fn upgrade_v0(value: Value) -> Result<Value, DocumentError> {
     let created_at = time("created_at")?.unwrap_or_default();
     let updated_at = time("updated_at")?.unwrap_or(created_at).max(created_at);
     let session_id = new_id();
+    if !matches!(
+        old.get("thread"),
+        None | Some(Value::Null | Value::Object(_))
+    ) {
+        return Err(DocumentError::invalid("thread", "must be an object"));
+    }
     let empty = Vec::new();
     let old_messages = match old.get("thread").and_then(|t| t.get("messages")) {
         None | Some(Value::Null) => &empty,

@@ -14,8 +14,12 @@ use stepwise_store::{NewExecution, NewSnapshot, NewStep, Store, Transition};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult, path_id};
-use crate::sessions::{MAX_CONTENT_BYTES, check_metadata, paginate};
+use crate::sessions::{MAX_CONTENT_BYTES, MAX_CONTENT_CHARS, check_metadata, paginate};
 use crate::{AppState, List};
+
+/// Longest `error_message` of `POST /v1/executions/{id}/fail`, in characters.
+pub const MAX_ERROR_CHARS: usize = 65_536;
+pub use crate::limits::MAX_TOOL_CALLS_PER_STEP;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct PageQuery {
@@ -70,6 +74,23 @@ pub struct FailBody {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct PauseBody {
     pub question: String,
+}
+
+/// Reads a JSON body into `T`, taking whole numbers written as floats (`3.0`, which JSON
+/// Schema calls an integer) at the `integers` pointers as integers.
+fn typed_body<T: serde::de::DeserializeOwned>(mut body: Value, integers: &[&str]) -> ApiResult<T> {
+    for pointer in integers {
+        if let Some(number) = body.pointer_mut(pointer)
+            && number.is_f64()
+            && let Some(f) = number.as_f64()
+            && f.fract() == 0.0
+            && (0.0..=9_007_199_254_740_992.0).contains(&f)
+        {
+            *number = Value::from(f as u64);
+        }
+    }
+    serde_json::from_value(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid: {e}")))
 }
 
 async fn load<S: Store>(state: &AppState<S>, caller: &Caller, id: &str) -> ApiResult<Execution> {
@@ -214,10 +235,12 @@ pub async fn open_external<S: Store>(
             })?;
             let parent = store.get_execution(&caller.tenant, parent_id).await?;
             if parent.is_none_or(|p| p.session_id != Some(session.id)) {
-                return Err(ApiError::invalid(
-                    "parent_execution_id",
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
                     "the parent execution is not in this session",
-                ));
+                )
+                .with_field("parent_execution_id"));
             }
             Some(parent_id)
         }
@@ -255,8 +278,17 @@ pub async fn append_step<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
-    ApiJson(input): ApiJson<StepInput>,
+    ApiJson(input): ApiJson<Value>,
 ) -> ApiResult<impl IntoResponse> {
+    let input: StepInput = typed_body(
+        input,
+        &[
+            "/step_number",
+            "/token_usage/input",
+            "/token_usage/output",
+            "/token_usage/total",
+        ],
+    )?;
     let execution = load_external(&state, &caller, &id).await?;
     let kind = match &input.kind {
         None => StepKind::Action,
@@ -269,6 +301,12 @@ pub async fn append_step<S: Store>(
             .map_err(|_| ApiError::invalid("step_number", "too many steps"))?,
     };
     let mut body = input.body;
+    if body.tool_calls.len() > MAX_TOOL_CALLS_PER_STEP {
+        return Err(ApiError::invalid(
+            "tool_calls",
+            format!("a step holds at most {MAX_TOOL_CALLS_PER_STEP} tool calls"),
+        ));
+    }
     if body.token_usage.total == 0 {
         body.token_usage.total = body.token_usage.input + body.token_usage.output;
     }
@@ -319,8 +357,9 @@ pub async fn save_snapshot<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
-    ApiJson(input): ApiJson<SnapshotInput>,
+    ApiJson(input): ApiJson<Value>,
 ) -> ApiResult<impl IntoResponse> {
+    let input: SnapshotInput = typed_body(input, &["/step_number"])?;
     let execution = load_external(&state, &caller, &id).await?;
     let parent_snapshot_id = match &input.parent_snapshot_id {
         None => None,
@@ -337,7 +376,7 @@ pub async fn save_snapshot<S: Store>(
                 .await?
                 .is_none()
             {
-                return Err(ApiError::invalid("parent_snapshot_id", "no such snapshot"));
+                return Err(ApiError::not_found("parent snapshot").with_field("parent_snapshot_id"));
             }
             Some(parent)
         }
@@ -404,11 +443,11 @@ pub async fn complete<S: Store>(
 ) -> ApiResult<Json<Execution>> {
     let execution = load_external(&state, &caller, &id).await?;
     if let Some(text) = &body.final_message
-        && text.len() > MAX_CONTENT_BYTES
+        && text.chars().count() > MAX_CONTENT_CHARS
     {
         return Err(ApiError::invalid(
             "final_message",
-            "final_message is longer than 1 MiB",
+            format!("final_message is longer than {MAX_CONTENT_CHARS} characters"),
         ));
     }
     // Steps queued before this call are durable before the execution reads as finished.
@@ -462,10 +501,11 @@ pub async fn fail<S: Store>(
     ApiJson(body): ApiJson<FailBody>,
 ) -> ApiResult<Json<Execution>> {
     let execution = load_external(&state, &caller, &id).await?;
-    if body.error_message.trim().is_empty() || body.error_message.len() > 64 * 1024 {
+    if body.error_message.trim().is_empty() || body.error_message.chars().count() > MAX_ERROR_CHARS
+    {
         return Err(ApiError::invalid(
             "error_message",
-            "error_message must be 1 to 65536 bytes",
+            format!("error_message must be 1 to {MAX_ERROR_CHARS} characters, not only spaces"),
         ));
     }
     state.store().flush().await?;
@@ -520,10 +560,10 @@ pub async fn pause<S: Store>(
     ApiJson(body): ApiJson<PauseBody>,
 ) -> ApiResult<Json<Execution>> {
     let execution = load_external(&state, &caller, &id).await?;
-    if body.question.trim().is_empty() || body.question.len() > MAX_CONTENT_BYTES {
+    if body.question.trim().is_empty() || body.question.chars().count() > MAX_CONTENT_CHARS {
         return Err(ApiError::invalid(
             "question",
-            "question must not be empty (and at most 1 MiB)",
+            format!("question must not be empty (and at most {MAX_CONTENT_CHARS} characters)"),
         ));
     }
     state.store().flush().await?;

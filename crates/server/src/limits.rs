@@ -25,6 +25,10 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::{AppState, ServerConfig};
 
+/// Longest message `content` (and an external agent's final message or question), in characters.
+pub const MAX_CONTENT_CHARS: usize = 100_000;
+/// Tool calls one step may hold (`POST /v1/executions/{id}/steps`).
+pub const MAX_TOOL_CALLS_PER_STEP: usize = 64;
 /// Longest context URL accepted (before and after canonicalisation).
 pub const MAX_URL_CHARS: usize = 2048;
 /// Largest `metadata` object, serialized as JSON.
@@ -46,7 +50,7 @@ pub const URL_PATTERN: &str = concat!(
     r"|([A-Za-z0-9][A-Za-z0-9-]{0,62}\.)*[A-Za-z][A-Za-z0-9-]{0,62})",
     r"(:[0-9]{1,4})?",
     r"(/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?",
-    r"(\?[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*)?",
+    r"(\?[A-Za-z0-9._~!$&()*+,;=:@%/?-]*)?",
     r"(#[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*)?$",
 );
 
@@ -74,9 +78,8 @@ pub fn canonical_url(field: &str, text: &str) -> ApiResult<String> {
             ),
         ));
     }
-    let url = url::Url::parse(text).map_err(|e| {
-        ApiError::invalid(field, format!("{field} is not a valid URL: {e}"))
-    })?;
+    let url = url::Url::parse(text)
+        .map_err(|e| ApiError::invalid(field, format!("{field} is not a valid URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
         return Err(ApiError::invalid(
             field,
@@ -84,7 +87,8 @@ pub fn canonical_url(field: &str, text: &str) -> ApiResult<String> {
         ));
     }
     let canonical = String::from(url);
-    if canonical.chars().count() > MAX_URL_CHARS {
+    // Canonical form may add the `/` of an empty path; nothing it does grows a URL further.
+    if canonical.chars().count() > MAX_URL_CHARS + 1 {
         return Err(ApiError::invalid(
             field,
             format!("{field} is longer than {MAX_URL_CHARS} characters once canonical"),
@@ -387,13 +391,20 @@ mod tests {
     #[test]
     fn canonical_urls() {
         for (given, canonical) in [
-            ("HTTP://Example.COM:80/a/../b?x=1#f", "http://example.com/b?x=1#f"),
+            (
+                "HTTP://Example.COM:80/a/../b?x=1#f",
+                "http://example.com/b?x=1#f",
+            ),
             ("https://example.com:443", "https://example.com/"),
             ("https://example.com:8443/p", "https://example.com:8443/p"),
             ("http://127.0.0.1:7777/x", "http://127.0.0.1:7777/x"),
             ("http://localhost", "http://localhost/"),
         ] {
-            assert_eq!(canonical_url("u", given).as_deref(), Ok(canonical), "{given}");
+            assert_eq!(
+                canonical_url("u", given).as_deref(),
+                Ok(canonical),
+                "{given}"
+            );
         }
         for bad in [
             "javascript:alert(1)",

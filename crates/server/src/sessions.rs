@@ -25,11 +25,14 @@ use stepwise_store::{
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult, path_id};
-use crate::{AppState, List};
+use crate::limits::{canonical_url, canonical_url_opt, check_related_type};
+use crate::{AppState, List, ServerConfig};
 
 pub const MAX_TITLE_CHARS: usize = 500;
 pub const MAX_REF_CHARS: usize = 256;
-pub const MAX_URL_CHARS: usize = 2048;
+pub use crate::limits::MAX_CONTENT_CHARS;
+pub use crate::limits::MAX_URL_CHARS;
+/// Longest free text an external agent sends (a step, a final message, a question).
 pub const MAX_CONTENT_BYTES: usize = 1024 * 1024;
 /// Rows a document may hold per kind (the body limit bounds it too).
 pub const MAX_DOCUMENT_ROWS: usize = 100_000;
@@ -132,7 +135,10 @@ pub fn check_text(field: &str, value: &Option<String>, max_chars: usize) -> ApiR
 pub fn check_metadata(field: &str, value: &Option<Value>) -> ApiResult<Value> {
     match value {
         None | Some(Value::Null) => Ok(Value::Null),
-        Some(Value::Object(_)) => Ok(value.clone().unwrap_or(Value::Null)),
+        Some(object @ Value::Object(_)) => {
+            crate::limits::check_metadata_limits(field, object)?;
+            Ok(object.clone())
+        }
         Some(_) => Err(ApiError::invalid(
             field,
             format!("{field} must be a JSON object"),
@@ -184,17 +190,22 @@ pub fn paginate<T>(
     })
 }
 
-fn validate_session_body(body: &CreateSessionBody) -> ApiResult<NewSession> {
-    check_text("title", &body.title, MAX_TITLE_CHARS)?;
-    check_text("related_type", &body.related_type, MAX_REF_CHARS)?;
-    check_text("related_id", &body.related_id, MAX_REF_CHARS)?;
-    check_text(
-        "initial_context_url",
-        &body.initial_context_url,
-        MAX_URL_CHARS,
+fn validate_session_body(
+    config: &ServerConfig,
+    prefix: &str,
+    body: &CreateSessionBody,
+) -> ApiResult<NewSession> {
+    let field = |name: &str| format!("{prefix}{name}");
+    check_text(&field("title"), &body.title, MAX_TITLE_CHARS)?;
+    check_text(&field("related_type"), &body.related_type, MAX_REF_CHARS)?;
+    check_related_type(config, &field("related_type"), &body.related_type)?;
+    check_text(&field("related_id"), &body.related_id, MAX_REF_CHARS)?;
+    let initial_context_url = canonical_url_opt(
+        &field("initial_context_url"),
+        body.initial_context_url.clone(),
     )?;
     if let Some(name) = &body.name {
-        validate_name(name).map_err(|e| ApiError::invalid("name", e.to_string()))?;
+        validate_name(name).map_err(|e| ApiError::invalid(&field("name"), e.to_string()))?;
     }
     Ok(NewSession {
         user_id: String::new(),
@@ -202,8 +213,8 @@ fn validate_session_body(body: &CreateSessionBody) -> ApiResult<NewSession> {
         title: body.title.clone(),
         related_type: body.related_type.clone(),
         related_id: body.related_id.clone(),
-        initial_context_url: body.initial_context_url.clone(),
-        metadata: check_metadata("metadata", &body.metadata)?,
+        initial_context_url,
+        metadata: check_metadata(&field("metadata"), &body.metadata)?,
     })
 }
 
@@ -226,7 +237,7 @@ pub async fn create<S: Store>(
     caller: Caller,
     ApiJson(body): ApiJson<CreateSessionBody>,
 ) -> ApiResult<impl IntoResponse> {
-    let mut new = validate_session_body(&body)?;
+    let mut new = validate_session_body(&state.config, "", &body)?;
     new.user_id = caller.user_id.clone();
     let session = state.store().create_session(&caller.tenant, new).await?;
     Ok((StatusCode::CREATED, Json(session)))
@@ -385,7 +396,15 @@ pub async fn list_messages<S: Store>(
                 limit: Some(limit + 1),
             },
         )
-        .await?;
+        .await
+        .map_err(|e| match e {
+            // A message id that is not in this session: like any unknown id, 404.
+            stepwise_store::StoreError::Invalid {
+                field: Some("after"),
+                message,
+            } => ApiError::new(StatusCode::NOT_FOUND, "not_found", message).with_field("after"),
+            e => ApiError::from(e),
+        })?;
     let next_cursor = if items.len() > limit as usize {
         items.truncate(limit as usize);
         items
@@ -397,7 +416,9 @@ pub async fn list_messages<S: Store>(
     Ok(Json(List { items, next_cursor }))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn message_input(
+    config: &ServerConfig,
     content: String,
     related_type: Option<String>,
     related_id: Option<String>,
@@ -408,12 +429,16 @@ fn message_input(
     if content.trim().is_empty() {
         return Err(ApiError::invalid("content", "content must not be empty"));
     }
-    if content.len() > MAX_CONTENT_BYTES {
-        return Err(ApiError::invalid("content", "content is longer than 1 MiB"));
+    if content.chars().count() > MAX_CONTENT_CHARS {
+        return Err(ApiError::invalid(
+            "content",
+            format!("content is longer than {MAX_CONTENT_CHARS} characters"),
+        ));
     }
     check_text("related_type", &related_type, MAX_REF_CHARS)?;
+    check_related_type(config, "related_type", &related_type)?;
     check_text("related_id", &related_id, MAX_REF_CHARS)?;
-    check_text("context_url", &context_url, MAX_URL_CHARS)?;
+    let context_url = canonical_url_opt("context_url", context_url)?;
     let agent = match agent {
         None => None,
         Some(agent) => {
@@ -452,6 +477,7 @@ pub async fn post_message<S: Store>(
 ) -> ApiResult<impl IntoResponse> {
     let id = path_id(&id, "id")?;
     let input = message_input(
+        &state.config,
         body.content,
         body.related_type,
         body.related_id,
@@ -483,6 +509,7 @@ pub async fn post_message_new_session<S: Store>(
     ApiJson(body): ApiJson<NewSessionMessageBody>,
 ) -> ApiResult<impl IntoResponse> {
     let input = message_input(
+        &state.config,
         body.content,
         body.related_type,
         body.related_id,
@@ -503,7 +530,8 @@ pub async fn post_message_new_session<S: Store>(
             ),
         ));
     }
-    let mut new = validate_session_body(&body.session.unwrap_or_default())?;
+    let mut new =
+        validate_session_body(&state.config, "session.", &body.session.unwrap_or_default())?;
     new.user_id = caller.user_id.clone();
     let session = state.store().create_session(&caller.tenant, new).await?;
     let submitted = state
@@ -597,12 +625,45 @@ pub async fn import<S: Store>(
             None => error,
         }
     })?;
+    let mut document = document;
     validate_document(&document)?;
+    check_document_context(&state.config, &mut document)?;
     let session = state
         .store()
         .import_document(&caller.tenant, &caller.user_id, document)
         .await?;
     Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// The seed 002 context of an imported document: `related_type`s from the allow-list, context
+/// URLs valid and made canonical (the document's size limit bounds its metadata).
+pub fn check_document_context(config: &ServerConfig, doc: &mut SessionDocument) -> ApiResult<()> {
+    let session = &mut doc.session;
+    check_related_type(config, "session.related_type", &session.related_type)?;
+    if let Some(url) = &session.initial_context_url {
+        session.initial_context_url = Some(canonical_url("session.initial_context_url", url)?);
+    }
+    for (i, message) in doc.messages.iter_mut().enumerate() {
+        check_text(
+            &format!("messages[{i}].related_type"),
+            &message.related_type,
+            MAX_REF_CHARS,
+        )?;
+        check_related_type(
+            config,
+            &format!("messages[{i}].related_type"),
+            &message.related_type,
+        )?;
+        check_text(
+            &format!("messages[{i}].related_id"),
+            &message.related_id,
+            MAX_REF_CHARS,
+        )?;
+        if let Some(url) = &message.context_url {
+            message.context_url = Some(canonical_url(&format!("messages[{i}].context_url"), url)?);
+        }
+    }
+    Ok(())
 }
 
 /// Checks a session document before anything is written: version, sizes, names, and that
