@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stepwise_core::codec::{decode_step, decode_value, encode_step, encode_value, unpack};
 use stepwise_core::codec::MAX_INFLATED_BYTES;
+use stepwise_core::codec::{decode_step, decode_value, encode_step, encode_value, unpack};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(json) = unpack(data) {

@@ -83,7 +83,9 @@ fuzz_target!(|input: Input| {
             .collect(),
         code: input.code,
         observations: input.observations,
-        error: input.error.map(|(kind, message)| StepError { kind, message }),
+        error: input
+            .error
+            .map(|(kind, message)| StepError { kind, message }),
         output: input.output.into_value(1),
         token_usage: TokenUsage {
             input: input.usage.0,
