@@ -402,5 +402,22 @@ async fn a_step_with_too_many_tool_calls_is_refused() {
         .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["step_number"], json!(2));
+
+    // Import refuses a document whose tool call has a name of the wrong type, or too many
+    // tool calls in a step, and writes nothing.
+    let (status, document) = server.get(&format!("/v1/sessions/{session}/export")).await;
+    assert_eq!(status, 200, "{document}");
+    let before = session_count(&server).await;
+    let mut wrong = document.clone();
+    wrong["steps"][0]["tool_calls"][0]["name"] = json!(5);
+    let (status, body) = server.post("/v1/sessions/import", wrong).await;
+    assert_refused(status, &body, 400, "invalid_request", None);
+    let mut crowded = document.clone();
+    crowded["steps"][0]["tool_calls"] = json!(calls(300));
+    let (status, body) = server.post("/v1/sessions/import", crowded).await;
+    assert_refused(status, &body, 400, "invalid_request", None);
+    assert_eq!(session_count(&server).await, before, "nothing was imported");
+    let (status, body) = server.post("/v1/sessions/import", document).await;
+    assert_eq!(status, 201, "{body}");
     server.stop().await;
 }
