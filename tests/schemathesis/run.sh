@@ -3,7 +3,7 @@
 # live `stepwise serve`: a fresh SQLite file, a free loopback port, and an API key made with
 # `stepwise keys create`. Every check runs (schemathesis.toml beside this script lists the few
 # places where api.md differs from a check's default); any failure exits non-zero. Generation is
-# deterministic and no example database is kept, so two runs send the same requests. The last
+# deterministic (which keeps no example database), so two runs send the same requests. The last
 # line gives the figures: test cases generated, failures, errors.
 #   bash tests/schemathesis/run.sh              uses target/debug/stepwise (built if missing)
 #   STEPWISE_BIN=path bash run.sh               uses that binary
@@ -87,7 +87,7 @@ set -o pipefail
 (cd "$tmp" && "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
   --header "Authorization: Bearer $key" \
   --max-examples "$max_examples" \
-  --generation-deterministic --generation-database none \
+  --generation-deterministic \
   --workers 1 \
   --request-timeout 10 \
   --report junit --report-dir "$report" \
