@@ -230,27 +230,84 @@ impl Inner {
 
     /// Decodes step rows, skipping (and counting) the ones that cannot be decoded.
     fn decode_steps(&self, rows: Vec<StepRow>) -> Loaded<Step> {
-        let mut items = Vec::with_capacity(rows.len());
+        let decoded = decode_rows(rows);
+        let mut items = Vec::with_capacity(decoded.len());
         let mut skipped = 0;
-        for row in rows {
-            match codec::decode_step(&row.payload) {
-                Ok(body) => items.push(Step::from_body(
-                    row.id,
-                    row.execution_id,
-                    row.session_id,
-                    row.step_number,
-                    row.kind,
-                    body,
-                    row.created_at,
-                )),
-                Err(e) => {
+        for step in decoded {
+            match step {
+                Ok(step) => items.push(step),
+                Err((execution, number, e)) => {
                     skipped += 1;
-                    tracing::warn!(execution = %row.execution_id, step = row.step_number, error = %e, "skipping a stored step that cannot be decoded");
+                    tracing::warn!(%execution, step = number, error = %e, "skipping a stored step that cannot be decoded");
                 }
             }
         }
         self.decode_errors.fetch_add(skipped, Ordering::Relaxed);
         Loaded { items, skipped }
+    }
+}
+
+/// Rows from which a long restore is decoded on several threads (below it, one thread is
+/// quicker than starting others).
+const PARALLEL_DECODE_ROWS: usize = 256;
+
+type Decoded = std::result::Result<Step, (Id, u32, codec::DecodeError)>;
+
+/// Decodes the rows' payloads, in order. Decompressing and parsing is most of a restore's
+/// time, and rows are independent: a long session is split over the machine's cores.
+fn decode_rows(rows: Vec<StepRow>) -> Vec<Decoded> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if rows.len() < PARALLEL_DECODE_ROWS || threads < 2 {
+        return rows.into_iter().map(decode_row).collect();
+    }
+    let chunk = rows.len().div_ceil(threads);
+    let mut rows = rows;
+    let mut chunks = Vec::with_capacity(threads);
+    while rows.len() > chunk {
+        let rest = rows.split_off(chunk);
+        chunks.push(std::mem::replace(&mut rows, rest));
+    }
+    chunks.push(rows);
+    std::thread::scope(|scope| {
+        let mut first = None;
+        let mut handles = Vec::with_capacity(chunks.len());
+        for (k, part) in chunks.into_iter().enumerate() {
+            if k == 0 {
+                first = Some(part);
+            } else {
+                handles.push(
+                    scope.spawn(move || part.into_iter().map(decode_row).collect::<Vec<_>>()),
+                );
+            }
+        }
+        // This thread decodes the first part while the others decode theirs.
+        let mut out: Vec<Decoded> = first
+            .unwrap_or_default()
+            .into_iter()
+            .map(decode_row)
+            .collect();
+        for handle in handles {
+            match handle.join() {
+                Ok(part) => out.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}
+
+fn decode_row(row: StepRow) -> Decoded {
+    match codec::decode_step(&row.payload) {
+        Ok(body) => Ok(Step::from_body(
+            row.id,
+            row.execution_id,
+            row.session_id,
+            row.step_number,
+            row.kind,
+            body,
+            row.created_at,
+        )),
+        Err(e) => Err((row.execution_id, row.step_number, e)),
     }
 }
 
@@ -321,18 +378,22 @@ struct StepRow {
     payload: Vec<u8>,
 }
 
+/// A step row of `STEP_COLS`, read by position.
 fn step_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StepRow> {
-    let kind: String = row.get("kind")?;
+    let kind = match row.get_ref(4)? {
+        rusqlite::types::ValueRef::Text(text) => std::str::from_utf8(text)
+            .ok()
+            .and_then(stepwise_core::StepKind::parse),
+        _ => None,
+    };
     Ok(StepRow {
-        id: row.get::<_, rows::Bid>("id")?.0,
-        execution_id: row.get::<_, rows::Bid>("execution_id")?.0,
-        session_id: row.get::<_, Option<rows::Bid>>("session_id")?.map(|b| b.0),
-        step_number: row
-            .get::<_, i64>("step_number")?
-            .clamp(0, i64::from(u32::MAX)) as u32,
-        kind: stepwise_core::StepKind::parse(&kind).unwrap_or(stepwise_core::StepKind::Action),
-        created_at: Timestamp(row.get("created_at")?),
-        payload: row.get("payload")?,
+        id: row.get::<_, rows::Bid>(0)?.0,
+        execution_id: row.get::<_, rows::Bid>(1)?.0,
+        session_id: row.get::<_, Option<rows::Bid>>(2)?.map(|b| b.0),
+        step_number: row.get::<_, i64>(3)?.clamp(0, i64::from(u32::MAX)) as u32,
+        kind: kind.unwrap_or(stepwise_core::StepKind::Action),
+        created_at: Timestamp(row.get(5)?),
+        payload: row.get(6)?,
     })
 }
 
