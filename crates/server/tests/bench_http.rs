@@ -1,5 +1,5 @@
 //! The HTTP benchmark runs end to end (tiny sizes here; the real figures come from
-//! `stepwise bench http` or `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`).
+//! `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`).
 
 use std::time::Duration;
 
