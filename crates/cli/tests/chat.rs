@@ -258,17 +258,25 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn start(command: &str) -> Tmux {
+    fn start(name: &str, command: &str) -> Tmux {
         let found = Command::new("tmux").arg("-V").output();
         assert!(
             found.as_ref().is_ok_and(|o| o.status.success()),
             "tmux is needed for the pseudo-terminal test of `stepwise chat` (.ci/run installs it: apt-get install tmux)"
         );
         let tmux = Tmux {
-            socket: format!("stepwise-chat-test-{}", std::process::id()),
+            socket: format!("stepwise-chat-test-{}-{name}", std::process::id()),
             target: "chat".into(),
         };
+        // The pane stays after the chat exits, so its exit status can be read.
         tmux.run(&[
+            "start-server",
+            ";",
+            "set-option",
+            "-wg",
+            "remain-on-exit",
+            "on",
+            ";",
             "new-session",
             "-d",
             "-s",
@@ -295,6 +303,21 @@ impl Tmux {
             text(&out.stderr)
         );
         text(&out.stdout)
+    }
+
+    /// The chat's exit status once its pane is dead.
+    fn exit_status(&self) -> Option<i32> {
+        let shown = self.run(&[
+            "display-message",
+            "-p",
+            "-t",
+            &self.target,
+            "#{pane_dead} #{pane_dead_status}",
+        ]);
+        match shown.trim().split_once(' ') {
+            Some(("1", status)) => status.parse().ok(),
+            _ => None,
+        }
     }
 
     /// Types a line and presses Enter.
@@ -358,14 +381,14 @@ fn a_terminal_chat_switches_sessions_without_carrying_memory_over() {
     let data: PathBuf = sandbox.path().join("data");
     let unset: String = CLEARED.iter().map(|v| format!("-u {v} ")).collect();
     let command = format!(
-        "cd {dir} && env {unset}STEPWISE_DATA_DIR={data} STEPWISE_DEMO_STEP_MS=20 STEPWISE_LOG=warn \
-         {bin} --database {db} chat --session alpha; echo \"chat exited with status $?\"; sleep 600",
+        "cd {dir} && exec env {unset}STEPWISE_DATA_DIR={data} STEPWISE_DEMO_STEP_MS=20 STEPWISE_LOG=warn \
+         {bin} --database {db} chat --session alpha",
         dir = sh_path(sandbox.path()),
         data = sh_path(&data),
         bin = sh_quote(BIN),
         db = sh_quote(&sandbox.db()),
     );
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::start("switch", &command);
 
     let screen = tmux.wait_prompt("alpha", 1);
     assert!(screen.contains("new session alpha"), "{screen}");
@@ -426,13 +449,19 @@ fn a_terminal_chat_switches_sessions_without_carrying_memory_over() {
     );
 
     tmux.type_line("/quit");
-    let screen = tmux.wait_for("the chat to exit", |s| {
-        s.contains("chat exited with status")
-    });
-    assert!(
-        screen.contains("chat exited with status 0"),
-        "/quit exits 0:\n{screen}"
-    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = tmux.exit_status() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "/quit did not end the chat:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, 0, "/quit exits 0:\n{}", tmux.screen());
     drop(tmux);
 
     // The agent memory of alpha holds its own steps and none of beta's.
@@ -448,4 +477,52 @@ fn a_terminal_chat_switches_sessions_without_carrying_memory_over() {
     );
     let beta_tools = tools_called(&sandbox.export("beta"));
     assert_eq!(beta_tools, vec!["clock".to_string()]);
+}
+
+#[test]
+fn ctrl_c_twice_quits_a_running_terminal_chat() {
+    let sandbox = Sandbox::new();
+    let unset: String = CLEARED.iter().map(|v| format!("-u {v} ")).collect();
+    let command = format!(
+        "cd {dir} && exec env {unset}STEPWISE_DATA_DIR={data} STEPWISE_DEMO_STEP_MS=20 STEPWISE_LOG=warn \
+         {bin} --database {db} chat --session long",
+        dir = sh_path(sandbox.path()),
+        data = sh_path(&sandbox.path().join("data")),
+        bin = sh_quote(BIN),
+        db = sh_quote(&sandbox.db()),
+    );
+    let tmux = Tmux::start("ctrl-c", &command);
+    tmux.wait_prompt("long", 1);
+    tmux.type_line("steps: 1000");
+    tmux.wait_for("the run's second step", |s| {
+        s.contains("step 2 · calculator → 2")
+    });
+    // Signals sent together may merge into one: the second follows the first's answer.
+    tmux.run(&["send-keys", "-t", &tmux.target, "C-c"]);
+    tmux.wait_for("the first Ctrl-C to cancel", |s| {
+        s.contains("cancelling...")
+    });
+    tmux.run(&["send-keys", "-t", &tmux.target, "C-c"]);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = tmux.exit_status() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "two Ctrl-C did not end the chat:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, 0, "{}", tmux.screen());
+    drop(tmux);
+    // The run did not go on after the chat left: it was cancelled, or went back to the
+    // queue at a step boundary (to resume with the next chat or server).
+    let document = sandbox.export("long");
+    let status = document["executions"][0]["status"].as_str().unwrap_or("");
+    assert!(
+        ["cancelled", "pending"].contains(&status),
+        "the run is {status}"
+    );
 }
