@@ -7,7 +7,7 @@
 # line gives the figures: test cases generated, failures, errors.
 #   bash tests/schemathesis/run.sh              uses target/debug/stepwise (built if missing)
 #   STEPWISE_BIN=path bash run.sh               uses that binary
-#   MAX_EXAMPLES=N bash run.sh                  test cases per operation and phase (default 25)
+#   MAX_EXAMPLES=N bash run.sh                  test cases per operation and phase (default 100: about 2.5 minutes)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,7 +17,7 @@ if [ ! -x "$bin" ]; then
   (cd "$root" && cargo build -p stepwise)
 fi
 bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
-max_examples="${MAX_EXAMPLES:-25}"
+max_examples="${MAX_EXAMPLES:-100}"
 
 if [ "$(id -u)" = 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
 
