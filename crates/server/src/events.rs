@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::limits::SubscriberSlot;
 use crate::error::{ApiError, ApiQuery, ApiResult, path_id};
+use crate::limits::SubscriberSlot;
 
 /// Keep-alive comments on idle streams (api.md: at least every 15 s).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
