@@ -1,5 +1,6 @@
 //! `stepwise serve --log-format json`: every stderr line is one JSON object, and the lines
 //! of an HTTP request carry its request id; an API key sent with a request never appears.
+//! `--metrics-listen` serves `/metrics` alone on a second address.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -29,6 +30,7 @@ fn json_logs_are_one_object_a_line_with_the_request_id() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_stepwise"))
         .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .arg("--database")
         .arg(format!("sqlite://{}", dir.path().join("s.db").display()))
         // Request lines are logged at debug.
@@ -42,15 +44,20 @@ fn json_logs_are_one_object_a_line_with_the_request_id() {
         .expect("start stepwise serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut out_lines = BufReader::new(stdout).lines();
-    let addr = loop {
+    let mut addr = None;
+    let metrics_addr = loop {
         let line = out_lines
             .next()
-            .expect("serve printed its address")
+            .expect("serve printed its addresses")
             .expect("a line");
         if let Some(url) = line.strip_prefix("Stepwise listening on http://") {
-            break url.trim().to_string();
+            addr = Some(url.trim().to_string());
+        }
+        if let Some(url) = line.strip_prefix("Metrics on http://") {
+            break url.trim().trim_end_matches("/metrics").to_string();
         }
     };
+    let addr = addr.expect("the API address comes first");
     std::thread::spawn(move || for _ in out_lines {});
     let (tx, rx) = mpsc::channel::<String>();
     let stderr = child.stderr.take().expect("stderr");
@@ -77,6 +84,16 @@ fn json_logs_are_one_object_a_line_with_the_request_id() {
             .contains("x-request-id: logs-test-42"),
         "{answer}"
     );
+
+    // The separate metrics listener serves /metrics and nothing else.
+    let metrics = get(&metrics_addr, "/metrics", &[]);
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("stepwise_sessions_by_status{status=\"active\"}"),
+        "{metrics}"
+    );
+    let other = get(&metrics_addr, "/v1/sessions", &[]);
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
 
     let mut seen = Vec::new();
     let deadline = Instant::now() + DEADLINE;

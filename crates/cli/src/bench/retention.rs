@@ -7,7 +7,8 @@
 //! 2. The clock moves to now; a real server (API and two workers running the demo agent)
 //!    listens on loopback over the same store.
 //! 3. Before: a few clients, each alternating `GET /v1/sessions` and
-//!    `POST /v1/sessions/{id}/messages` on its own session, paced, for a few seconds.
+//!    `POST /v1/sessions/{id}/messages` on its own session, paced, for a few seconds
+//!    (after one unmeasured second of the same).
 //! 4. During: the same clients while one retention pass (the one `stepwise cleanup` and the
 //!    server's cleaner run) deletes the N sessions.
 //!
@@ -166,6 +167,14 @@ async fn measure<S: Store>(
         sessions.push(id);
     }
     let interval = Duration::from_millis(args.request_interval_ms);
+
+    // A second of unmeasured requests first: the setup's last checkpoint and the first
+    // connections are not what the figure is about.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = spawn_load(&addr, &sessions, interval, stop.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::SeqCst);
+    collect(load).await?;
 
     eprintln!(
         "before: {} clients for {} s",
