@@ -390,7 +390,7 @@ fn spawn_load(addr: &str, sessions: &[String], interval: Duration, stop: Arc<Ato
                 while !stop.load(Ordering::SeqCst) {
                     ticker.tick().await;
                     let started = Instant::now();
-                    let (status, body) = if turn % 2 == 0 {
+                    let (status, body) = if turn.is_multiple_of(2) {
                         http(&addr, "GET", "/v1/sessions?limit=20", None).await?
                     } else {
                         let message = json!({"content": format!("hello {turn}")}).to_string();
