@@ -121,9 +121,15 @@ impl SqliteStore {
             .map(|m| m.to_string())
             .collect();
         let hub = EventHub::new();
-        let (writer, handle) =
-            Writer::start(conn, hub.clone(), options.queue_capacity, options.max_batch)
-                .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
+        let checkpoints = connect(path, &options, false)?;
+        let (writer, handle) = Writer::start(
+            conn,
+            checkpoints,
+            hub.clone(),
+            options.queue_capacity,
+            options.max_batch,
+        )
+        .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
@@ -322,6 +328,7 @@ fn connect(path: &Path, options: &SqliteOptions, writer: bool) -> Result<Connect
         .map_err(map_sqlite)?;
     let pragmas = if writer {
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; \
+         PRAGMA wal_autocheckpoint = 0; \
          PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000;"
     } else {
         "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000; PRAGMA mmap_size = 268435456;"

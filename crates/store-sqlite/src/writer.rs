@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use stepwise_core::Event;
@@ -32,8 +33,12 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// Starts the writer thread on `conn`, and the checkpoint thread on `checkpoints` (a
+    /// second connection to the same file): the writer never checkpoints itself, so no
+    /// save waits for the WAL to be copied into the database and synced.
     pub(crate) fn start(
         conn: Connection,
+        checkpoints: Connection,
         hub: EventHub,
         capacity: usize,
         max_batch: usize,
@@ -41,9 +46,21 @@ impl Writer {
         let (tx, rx) = mpsc::channel::<Job>(capacity);
         let save_errors = Arc::new(AtomicU64::new(0));
         let errors = save_errors.clone();
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        let checkpointer = std::thread::Builder::new()
+            .name("stepwise-sqlite-checkpoint".into())
+            .spawn(move || run_checkpoints(checkpoints, woken))?;
         let handle = std::thread::Builder::new()
             .name("stepwise-sqlite-writer".into())
-            .spawn(move || run(conn, rx, hub, max_batch.max(1), errors))?;
+            .spawn(move || {
+                let mut conn = conn;
+                run(&mut conn, rx, hub, max_batch.max(1), errors, &wake);
+                drop(wake);
+                let _ = checkpointer.join();
+                // Every sender is gone: the queue is drained. Fold the WAL back so the
+                // files at rest are small; failing that is harmless.
+                let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+            })?;
         Ok((
             Writer {
                 tx,
@@ -104,11 +121,12 @@ impl Writer {
 }
 
 fn run(
-    mut conn: Connection,
+    conn: &mut Connection,
     mut rx: mpsc::Receiver<Job>,
     hub: EventHub,
     max_batch: usize,
     save_errors: Arc<AtomicU64>,
+    checkpoint: &std::sync::mpsc::SyncSender<()>,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
     while let Some(first) = rx.blocking_recv() {
@@ -120,7 +138,7 @@ fn run(
             }
         }
         let mut published = Published::new();
-        let (finishes, committed) = run_batch(&mut conn, jobs.drain(..), &mut published);
+        let (finishes, committed) = run_batch(conn, jobs.drain(..), &mut published);
         if committed.is_err() {
             save_errors.fetch_add(finishes.len() as u64, Ordering::Relaxed);
             published.clear();
@@ -132,10 +150,40 @@ fn run(
         for finish in finishes {
             finish(committed.clone());
         }
+        if committed.is_ok() {
+            // A checkpoint is due (or already pending: then this is a no-op).
+            let _ = checkpoint.try_send(());
+        }
     }
-    // Every sender is gone: the queue is drained. Fold the WAL back so the files at rest
-    // are small; failing that is harmless.
-    let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+}
+
+/// The shortest time between two checkpoints: the WAL holds at most about this much
+/// writing beyond the database file, and a busy store does not sync all the time.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// Copies committed pages from the WAL into the database file after commits, on a thread
+/// of its own: a PASSIVE checkpoint never blocks the writer or the readers, and it lets
+/// SQLite start the WAL over from its beginning once every page is copied. Ends when the
+/// writer goes away.
+fn run_checkpoints(conn: Connection, woken: std::sync::mpsc::Receiver<()>) {
+    while woken.recv().is_ok() {
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "a WAL checkpoint failed; the next commit tries again");
+        }
+        let until = Instant::now() + CHECKPOINT_INTERVAL;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match woken.recv_timeout(left) {
+                // Commits during the pause are covered by the next checkpoint.
+                Ok(()) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
 }
 
 type Finish = Box<dyn FnOnce(Result<()>) + Send>;

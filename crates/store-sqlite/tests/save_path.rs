@@ -142,3 +142,62 @@ async fn subscribers_get_events_after_commit_with_increasing_ids() {
         vec![46, 47, 48, 49, 50]
     );
 }
+
+/// Saves never checkpoint the WAL themselves (that would stall them for a sync); a
+/// thread of the store does it in the background, so committed pages reach the database
+/// file while the store stays open and the WAL does not grow without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_is_checkpointed_in_the_background_while_the_store_is_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("s.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let tenant = Tenant::new("t1").expect("tenant");
+    let (_, exec_id) = execution(&store, &tenant).await;
+    let db_size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let before = db_size();
+    for i in 1..=1000u32 {
+        let ack = store
+            .append_step(
+                &tenant,
+                NewStep {
+                    execution_id: exec_id,
+                    step_number: i,
+                    kind: StepKind::Action,
+                    body: body(i),
+                },
+            )
+            .await
+            .expect("queued");
+        if i % 100 == 0 {
+            ack.await.expect("durable");
+        }
+    }
+    // One more commit after the checkpointer's pause, so it runs over all of the above.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut step = 1000u32;
+    while db_size() < before + 500_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file stayed at {} bytes (from {before}): nothing was checkpointed",
+            db_size()
+        );
+        step += 1;
+        store
+            .append_step(
+                &tenant,
+                NewStep {
+                    execution_id: exec_id,
+                    step_number: step,
+                    kind: StepKind::Action,
+                    body: body(step),
+                },
+            )
+            .await
+            .expect("queued")
+            .await
+            .expect("durable");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let wal = std::fs::metadata(dir.path().join("s.db-wal")).map_or(0, |m| m.len());
+    assert!(wal > 0, "the store is still open: its WAL exists");
+}
