@@ -2,7 +2,7 @@
 //! pipe on the local database, and in a pipe against a running `stepwise serve`.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -305,19 +305,11 @@ impl Tmux {
         text(&out.stdout)
     }
 
-    /// The chat's exit status once its pane is dead.
-    fn exit_status(&self) -> Option<i32> {
-        let shown = self.run(&[
-            "display-message",
-            "-p",
-            "-t",
-            &self.target,
-            "#{pane_dead} #{pane_dead_status}",
-        ]);
-        match shown.trim().split_once(' ') {
-            Some(("1", status)) => status.parse().ok(),
-            _ => None,
-        }
+    /// Waits for the chat to end (the shell around it prints its exit status).
+    fn wait_exit(&self, what: &str) -> String {
+        let screen = self.wait_for(&format!("{what} to end the chat"), |s| s.contains(EXITED));
+        let at = screen.rfind(EXITED).unwrap_or(0) + EXITED.len();
+        screen[at..].lines().next().unwrap_or("").trim().to_string()
     }
 
     /// Types a line and presses Enter.
@@ -367,6 +359,24 @@ impl Drop for Tmux {
     }
 }
 
+/// What the shell around the chat prints when it ends, before the exit status.
+const EXITED: &str = "chat exited with status ";
+
+/// A shell command line running the chat on the sandbox's database in a terminal. The
+/// shell catches SIGINT (so Ctrl-C reaches the chat alone, whatever the shell) and prints
+/// the chat's exit status; the pane stays after the shell exits.
+fn chat_command_line(sandbox: &Sandbox, args: &str) -> String {
+    let unset: String = CLEARED.iter().map(|v| format!("-u {v} ")).collect();
+    format!(
+        "cd {dir} && trap : INT; env {unset}STEPWISE_DATA_DIR={data} STEPWISE_DEMO_STEP_MS=20 \
+         STEPWISE_LOG=warn {bin} --database {db} chat {args}; echo \"{EXITED}$?\"",
+        dir = sh_path(sandbox.path()),
+        data = sh_path(&sandbox.path().join("data")),
+        bin = sh_quote(BIN),
+        db = sh_quote(&sandbox.db()),
+    )
+}
+
 fn sh_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
@@ -378,16 +388,7 @@ fn sh_path(path: &Path) -> String {
 #[test]
 fn a_terminal_chat_switches_sessions_without_carrying_memory_over() {
     let sandbox = Sandbox::new();
-    let data: PathBuf = sandbox.path().join("data");
-    let unset: String = CLEARED.iter().map(|v| format!("-u {v} ")).collect();
-    let command = format!(
-        "cd {dir} && exec env {unset}STEPWISE_DATA_DIR={data} STEPWISE_DEMO_STEP_MS=20 STEPWISE_LOG=warn \
-         {bin} --database {db} chat --session alpha",
-        dir = sh_path(sandbox.path()),
-        data = sh_path(&data),
-        bin = sh_quote(BIN),
-        db = sh_quote(&sandbox.db()),
-    );
+    let command = chat_command_line(&sandbox, "--session alpha");
     let tmux = Tmux::start("switch", &command);
 
     let screen = tmux.wait_prompt("alpha", 1);
@@ -449,19 +450,8 @@ fn a_terminal_chat_switches_sessions_without_carrying_memory_over() {
     );
 
     tmux.type_line("/quit");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = tmux.exit_status() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "/quit did not end the chat:\n{}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status, 0, "/quit exits 0:\n{}", tmux.screen());
+    let ended = tmux.wait_exit("/quit");
+    assert_eq!(ended, "0", "/quit exits 0:\n{}", tmux.screen());
     drop(tmux);
 
     // The agent memory of alpha holds its own steps and none of beta's.
@@ -482,15 +472,7 @@ fn a_terminal_chat_switches_sessions_without_carrying_memory_over() {
 #[test]
 fn ctrl_c_twice_quits_a_running_terminal_chat() {
     let sandbox = Sandbox::new();
-    let unset: String = CLEARED.iter().map(|v| format!("-u {v} ")).collect();
-    let command = format!(
-        "cd {dir} && exec env {unset}STEPWISE_DATA_DIR={data} STEPWISE_DEMO_STEP_MS=20 STEPWISE_LOG=warn \
-         {bin} --database {db} chat --session long",
-        dir = sh_path(sandbox.path()),
-        data = sh_path(&sandbox.path().join("data")),
-        bin = sh_quote(BIN),
-        db = sh_quote(&sandbox.db()),
-    );
+    let command = chat_command_line(&sandbox, "--session long");
     let tmux = Tmux::start("ctrl-c", &command);
     tmux.wait_prompt("long", 1);
     tmux.type_line("steps: 1000");
@@ -503,19 +485,8 @@ fn ctrl_c_twice_quits_a_running_terminal_chat() {
         s.contains("cancelling...")
     });
     tmux.run(&["send-keys", "-t", &tmux.target, "C-c"]);
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = tmux.exit_status() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "two Ctrl-C did not end the chat:\n{}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status, 0, "{}", tmux.screen());
+    let ended = tmux.wait_exit("two Ctrl-C");
+    assert_eq!(ended, "0", "{}", tmux.screen());
     drop(tmux);
     // The run did not go on after the chat left: it was cancelled, or went back to the
     // queue at a step boundary (to resume with the next chat or server).
