@@ -219,8 +219,18 @@
   const pageContext = {
     related_type: params.get('related_type') || null,
     related_id: params.get('related_id') || null,
-    context_url: params.get('context_url') || null,
+    context_url: canonicalUrl(params.get('context_url')),
   };
+
+  // The server stores context URLs in their canonical (WHATWG) form; compare like with like.
+  function canonicalUrl(text) {
+    if (!text) return null;
+    try {
+      return new URL(text).href;
+    } catch {
+      return text;
+    }
+  }
 
   function setSessionInUrl(sessionId) {
     const url = new URL(location.href);

@@ -62,6 +62,24 @@ describe('chat panel', () => {
     }
   });
 
+  it('sends a context URL in any spelling; the server keeps it canonical and the page knows it is the same', async () => {
+    const { context, page } = await openPage(browser);
+    try {
+      const spelled = 'HTTPS://App.Example:443/a/../tickets/7';
+      await page.goto(`${BASE}/?related_type=ticket&related_id=7&context_url=${encodeURIComponent(spelled)}`);
+      await send(page, '2+3');
+      await page.locator('#stream .msg-assistant', { hasText: '5' }).waitFor();
+      const sessionId = sessionIdOf(page);
+      const session = (await api('GET', `/v1/sessions/${sessionId}`)).body;
+      assert.equal(session.initial_context_url, 'https://app.example/tickets/7');
+      // The composer's chips hide once the session carries the page's context.
+      await waitFor(async () => await page.locator('#context-chips').isHidden(), 'the composer chips to hide');
+      assert.deepEqual(page.errors, []);
+    } finally {
+      await context.close();
+    }
+  });
+
   it('asks the user a question and resumes with the answer', async () => {
     const { context, page } = await openPage(browser);
     try {
