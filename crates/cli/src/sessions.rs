@@ -353,8 +353,17 @@ async fn import<S: Store>(
     };
     // The same checks as the HTTP import: sizes, nesting, names, references; nothing is
     // written when they refuse the document.
-    let document = parse_document(&bytes, &DocumentLimits::default())
+    let mut document = parse_document(&bytes, &DocumentLimits::default())
         .with_context(|| format!("{} is not a session document", file.display()))?;
+    // Context URLs valid and stored canonical, reference fields within their limits.
+    stepwise_server::check_document_context(
+        &stepwise_server::ServerConfig::default(),
+        &mut document,
+    )
+    .map_err(|e| match &e.field {
+        Some(field) => anyhow::anyhow!("{} is refused: {field}: {}", file.display(), e.message),
+        None => anyhow::anyhow!("{} is refused: {}", file.display(), e.message),
+    })?;
     let session = store.import_document(tenant, user, document).await?;
     // The id alone on the last line, for scripts.
     println!("{}", session.id);

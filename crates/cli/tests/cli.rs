@@ -426,6 +426,34 @@ fn sessions_import_refuses_hostile_documents_and_writes_nothing() {
 }
 
 #[test]
+fn sessions_import_stores_context_urls_canonical_and_refuses_other_schemes() {
+    let sandbox = Sandbox::new();
+    let mut spelled = sample_document();
+    spelled.session.initial_context_url = Some("HTTPS://App.Example:443/a/../tickets/7".into());
+    let input = write_document(sandbox.path(), &spelled);
+    let id =
+        last_line(&sandbox.ok(&["sessions", "import", input.to_str().expect("path")])).to_string();
+    let shown = sandbox.json(&["sessions", "show", &id, "--json"]);
+    assert_eq!(
+        shown["initial_context_url"], "https://app.example/tickets/7",
+        "{shown}"
+    );
+
+    let mut script = sample_document();
+    script.session.initial_context_url = Some("javascript:alert(1)".into());
+    let path = write_document(sandbox.path(), &script);
+    let out = sandbox.run(&["sessions", "import", path.to_str().expect("path")]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "a javascript: URL is refused");
+    assert!(
+        stderr.contains("session.initial_context_url") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    let listed = sandbox.json(&["sessions", "list", "--status", "all", "--json"]);
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
 fn cleanup_dry_run_counts_and_changes_nothing() {
     let sandbox = Sandbox::new();
     let input = write_document(sandbox.path(), &sample_document());

@@ -38,6 +38,7 @@ pub use metered::Metered;
 pub use openapi::openapi_json;
 pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
 pub use request_id::{REQUEST_ID_HEADER, RequestId};
+pub use sessions::check_document_context;
 
 /// The default request body limit (api.md: 4 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
