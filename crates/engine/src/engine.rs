@@ -31,6 +31,8 @@ pub const EXTERNAL_AGENT: &str = "external";
 
 /// How deep subagents may nest (a subagent delegating to a subagent...).
 const MAX_SUBAGENT_DEPTH: u32 = 4;
+/// The most tool calls one step runs (the HTTP API's limit for a posted step, too).
+pub const MAX_TOOL_CALLS_PER_STEP: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -1062,10 +1064,21 @@ impl<S: Store> Engine<S> {
         }
         let mut results: Vec<Option<CallResult>> = vec![None; calls.len()];
         let mut interrupted = false;
+        // A model asking for more calls than a step may hold gets an error for the rest
+        // (each call still has its result, so the model can go on).
+        for result in results.iter_mut().skip(MAX_TOOL_CALLS_PER_STEP) {
+            *result = Some(Err(StepError {
+                kind: "tool_error".into(),
+                message: format!(
+                    "not run: at most {MAX_TOOL_CALLS_PER_STEP} tool calls run in one step"
+                ),
+            }));
+        }
 
         let mut parallel: FuturesOrdered<_> = calls
             .iter()
             .enumerate()
+            .take(MAX_TOOL_CALLS_PER_STEP)
             .filter(|(_, call)| call.name != SUBAGENT)
             .map(|(k, call)| async move {
                 let result = AssertUnwindSafe(self.run_tool(tenant, run, call, ctl))
@@ -1093,7 +1106,7 @@ impl<S: Store> Engine<S> {
         }
         drop(parallel);
 
-        for (k, call) in calls.iter().enumerate() {
+        for (k, call) in calls.iter().enumerate().take(MAX_TOOL_CALLS_PER_STEP) {
             if interrupted || call.name != SUBAGENT {
                 continue;
             }

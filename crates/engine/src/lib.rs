@@ -22,7 +22,10 @@ use std::pin::Pin;
 
 pub use agent::{Agent, AgentContext, AgentError, AgentRegistry, Decision, DeltaSink};
 pub use demo::{DEMO_AGENT, DemoAgent};
-pub use engine::{AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, MessageInput, Submitted};
+pub use engine::{
+    AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, MAX_TOOL_CALLS_PER_STEP, MessageInput,
+    Submitted,
+};
 pub use tools::{Tool, ToolError, ToolSet, ToolSpec};
 
 /// A boxed, sendable future: what agent and tool methods return (so they can be trait

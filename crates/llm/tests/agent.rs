@@ -399,6 +399,47 @@ async fn a_tool_that_times_out_is_an_error_observation_and_the_agent_goes_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_per_step_limit_get_an_error_and_the_rest_run() {
+    let limit = stepwise_engine::MAX_TOOL_CALLS_PER_STEP;
+    let model = FakeModel::start(move |request, _| {
+        if tool_results(request).is_empty() {
+            let calls: Vec<(String, String)> = (1..=limit + 2)
+                .map(|k| {
+                    (
+                        format!("c{k}"),
+                        json!({"expression": format!("{k}*1")}).to_string(),
+                    )
+                })
+                .collect();
+            let calls: Vec<(&str, &str, String)> = calls
+                .iter()
+                .map(|(id, args)| (id.as_str(), "calculator", args.clone()))
+                .collect();
+            stream_tool_calls(&calls)
+        } else {
+            stream_answer("Enough.")
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start_engine(
+        &dir.path().join("s.db"),
+        &model.base_url,
+        ToolSet::builtin(),
+        Duration::from_secs(15),
+    );
+    let session = new_session(&engine).await;
+    let id = send(&engine, session, "count a lot", Value::Null).await;
+    wait_for(&engine, id, ExecutionStatus::Completed).await;
+    let results = tool_results(&model.requests()[1]);
+    assert_eq!(results.len(), limit + 2, "every call has its result");
+    assert_eq!(results[limit - 1], (format!("c{limit}"), limit.to_string()));
+    for (id, text) in &results[limit..] {
+        assert!(text.contains("not run: at most"), "{id}: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_error_is_an_observation_and_the_agent_goes_on() {
     let model = FakeModel::start(|request, _| {
         if tool_results(request).is_empty() {

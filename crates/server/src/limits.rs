@@ -28,7 +28,7 @@ use crate::{AppState, ServerConfig};
 /// Longest message `content` (and an external agent's final message or question), in characters.
 pub const MAX_CONTENT_CHARS: usize = 100_000;
 /// Tool calls one step may hold (`POST /v1/executions/{id}/steps`).
-pub const MAX_TOOL_CALLS_PER_STEP: usize = 64;
+pub use stepwise_engine::MAX_TOOL_CALLS_PER_STEP;
 /// Longest context URL accepted (before and after canonicalisation).
 pub const MAX_URL_CHARS: usize = 2048;
 /// Largest `metadata` object, serialized as JSON.
