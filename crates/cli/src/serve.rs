@@ -106,6 +106,19 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         let _ = std::io::stderr().flush();
         std::process::exit(EXIT_NO_KEYS);
     }
+    if !loopback && args.insecure_no_auth {
+        let warning = if keys == 0 {
+            format!(
+                "serving {addr} WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who can reach                  it reads and writes tenant `local`. Create an API key to close it."
+            )
+        } else {
+            format!(
+                "--insecure-no-auth is given for {addr}, but API keys exist, so every request                  still needs one"
+            )
+        };
+        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
+    }
     // Everything below (engine, handlers, cleaner) saves and loads through the timings
     // `/metrics` reports.
     let store = stepwise_server::Metered::new(store);

@@ -293,6 +293,43 @@ fn a_public_address_without_api_keys_refuses_to_start() {
     assert!(stderr.contains("API key"), "{stderr}");
 }
 
+#[test]
+fn insecure_no_auth_on_a_public_address_starts_with_a_warning() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stepwise"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--insecure-no-auth"])
+        .arg("--database")
+        .arg(format!(
+            "sqlite://{}",
+            dir.path().join("stepwise.db").display()
+        ))
+        .env("STEPWISE_LOG", "warn")
+        .env_remove("STEPWISE_LISTEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start stepwise serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let listening = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.starts_with("Stepwise listening on http://"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    assert!(listening, "it starts: {stderr}");
+    assert!(
+        stderr.contains("WITHOUT AUTHENTICATION"),
+        "and says it is open: {stderr}"
+    );
+}
+
 /// The `tool-calling` agent in the real binary, pointed at a fake model over loopback:
 /// the process is killed (SIGKILL) once step 3 of 6 is durable and the model has been
 /// asked for turn 4; after a restart on the same database the model is asked for turns
