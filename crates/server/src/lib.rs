@@ -62,8 +62,8 @@ pub struct ServerConfig {
 
 /// `stepwise serve`'s defaults for the limits (a [`ServerConfig::default`] has none, for
 /// embedding and benchmarks).
-pub const DEFAULT_RATE_LIMIT_PER_SEC: f64 = 100.0;
-pub const DEFAULT_RATE_LIMIT_BURST: u32 = 200;
+pub const DEFAULT_RATE_LIMIT_PER_SEC: f64 = 1000.0;
+pub const DEFAULT_RATE_LIMIT_BURST: u32 = 2000;
 pub const DEFAULT_MAX_SSE_PER_SESSION: usize = 64;
 pub const DEFAULT_MAX_SSE_PER_TENANT: usize = 512;
 
