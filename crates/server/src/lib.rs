@@ -64,8 +64,8 @@ pub struct ServerConfig {
 /// embedding and benchmarks).
 pub const DEFAULT_RATE_LIMIT_PER_SEC: f64 = 1000.0;
 pub const DEFAULT_RATE_LIMIT_BURST: u32 = 2000;
-pub const DEFAULT_MAX_SSE_PER_SESSION: usize = 64;
-pub const DEFAULT_MAX_SSE_PER_TENANT: usize = 512;
+pub const DEFAULT_MAX_SSE_PER_SESSION: usize = 2000;
+pub const DEFAULT_MAX_SSE_PER_TENANT: usize = 10_000;
 
 impl Default for ServerConfig {
     fn default() -> Self {
