@@ -135,11 +135,11 @@ struct EventCursor<S: Store> {
 
 impl<S: Store> EventCursor<S> {
     /// The next event to send; `None` ends the stream.
-    async fn next(&mut self) -> Option<Event> {
+    async fn next(&mut self) -> Option<Sent> {
         loop {
             if let Some(event) = self.backlog.pop_front() {
                 self.last_sent = event.id;
-                return Some(event);
+                return Some(Sent::Replayed(event));
             }
             if self.replaying {
                 match self
@@ -161,7 +161,7 @@ impl<S: Store> EventCursor<S> {
                 received = self.live.recv() => received,
             };
             match received {
-                Ok(event) if event.id == 0 => return Some((*event).clone()),
+                Ok(event) if event.id == 0 => return Some(Sent::Live(event)),
                 Ok(event) if event.id <= self.last_sent => continue,
                 Ok(event) => {
                     if event.id > self.last_sent + 1 {
@@ -173,7 +173,7 @@ impl<S: Store> EventCursor<S> {
                         continue;
                     }
                     self.last_sent = event.id;
-                    return Some((*event).clone());
+                    return Some(Sent::Live(event));
                 }
                 Err(RecvError::Lagged(missed)) => {
                     // The client reads slower than events come: the live buffer moved on
@@ -191,14 +191,60 @@ impl<S: Store> EventCursor<S> {
     }
 }
 
-fn to_sse(event: &Event) -> SseEvent {
-    let data = serde_json::to_string(event).unwrap_or_else(|_| "{}".to_string());
+/// An event on its way to one client: read back from the store, or live (the same
+/// `Arc` goes to every subscriber of the session).
+enum Sent {
+    Replayed(Event),
+    Live(Arc<Event>),
+}
+
+fn to_sse(sent: &Sent) -> SseEvent {
+    let (event, data) = match sent {
+        Sent::Replayed(event) => (event, Arc::from(event_json(event))),
+        Sent::Live(event) => (&**event, live_json(event)),
+    };
     let sse = SseEvent::default()
         .event(event.event_type.as_str())
-        .data(data);
+        .data(&*data);
     if event.id == 0 {
         sse
     } else {
         sse.id(event.id.to_string())
     }
+}
+
+fn event_json(event: &Event) -> String {
+    serde_json::to_string(event).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// How many recent live events keep their JSON text.
+const RECENT_LIVE: usize = 32;
+
+/// Recent live events with their JSON text: a session's subscribers all get the same
+/// `Arc<Event>`, so the first stream to send it serializes it and the others reuse the text
+/// (a thousand viewers of one session cost one serialization an event, not a thousand).
+/// Holding the `Arc` keeps the pointer from being reused while it is here.
+static RECENT: std::sync::Mutex<VecDeque<(Arc<Event>, Arc<str>)>> =
+    std::sync::Mutex::new(VecDeque::new());
+
+fn live_json(event: &Arc<Event>) -> Arc<str> {
+    let cached = recent()
+        .iter()
+        .find(|(e, _)| Arc::ptr_eq(e, event))
+        .map(|(_, json)| json.clone());
+    if let Some(json) = cached {
+        return json;
+    }
+    let json: Arc<str> = Arc::from(event_json(event));
+    let mut list = recent();
+    if list.len() >= RECENT_LIVE {
+        list.pop_front();
+    }
+    list.push_back((event.clone(), json.clone()));
+    json
+}
+
+fn recent() -> std::sync::MutexGuard<'static, VecDeque<(Arc<Event>, Arc<str>)>> {
+    // Nothing in here can be left half-changed by a panic.
+    RECENT.lock().unwrap_or_else(|e| e.into_inner())
 }
