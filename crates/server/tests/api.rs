@@ -214,6 +214,14 @@ async fn bad_input_answers_a_4xx_json_error_never_a_5xx() {
             "invalid_request",
         ),
         (
+            "empty Last-Event-ID",
+            client
+                .get(url(&format!("/v1/sessions/{session}/events")))
+                .header("Last-Event-ID", ""),
+            400,
+            "invalid_request",
+        ),
+        (
             "bad after on events",
             client.get(url(&format!("/v1/sessions/{session}/events?after=-3"))),
             400,
