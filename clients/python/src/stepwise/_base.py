@@ -1,0 +1,910 @@
+"""What both clients share: every endpoint, written once.
+
+Each public method builds a `Call` (method, path, body, query, whether a retry is safe) or
+a small generator ("flow") that yields `Call`s and `Sleep`s and receives the answers. The
+sync client runs them with `httpx.Client`, the async one with `httpx.AsyncClient`; the
+generic parameters only say what each method returns in each of them (a value, or an
+awaitable of it).
+"""
+
+from __future__ import annotations
+
+import json as _json
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Generator, Generic, Iterable, Mapping, TypeVar, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._errors import StepwiseError, error_from_answer
+from ._retry import RetryPolicy, retry_after_seconds
+from ._sse import Event, SSEDecoder, to_event
+from ._version import __version__
+
+DEFAULT_URL = "http://127.0.0.1:7777"
+
+# Execution statuses `wait()` keeps waiting on.
+_UNFINISHED = frozenset({"pending", "running"})
+# Methods retried by default with `request()`.
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request of the API, before it is sent."""
+
+    method: str
+    path: str
+    json: Any = UNSET
+    params: Mapping[str, str] | None = None
+    idempotent: bool = False
+    # "json": the parsed body; "none": nothing (204); "raw": parsed JSON or None.
+    expect: str = "json"
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A pause inside a flow (the async client awaits it)."""
+
+    seconds: float
+
+
+Op = Union[Call, Sleep]
+Flow = Generator[Op, Any, Any]
+
+
+def seg(value: Any, name: str) -> str:
+    """One path segment: an id as a non-empty string, percent-encoded."""
+    if isinstance(value, uuid.UUID):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    return quote(value, safe="")
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    """A JSON body without the fields left at `None`."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def csv(value: str | Iterable[str] | None) -> str | None:
+    """A query value that takes several items: a list is joined with commas."""
+    if value is None or isinstance(value, str):
+        return value
+    return ",".join(value)
+
+
+def query(**params: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        out[key] = str(value)
+    return out
+
+
+def looks_like_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def read_answer(call: Call, response: httpx.Response) -> Any:
+    """The parsed body of a 2xx answer; a `StepwiseError` for any other."""
+    status = response.status_code
+    content = response.content
+    parsed: Any = None
+    parse_failed = False
+    if content:
+        try:
+            parsed = _json.loads(content)
+        except ValueError:
+            parse_failed = True
+    if not 200 <= status < 300:
+        raise error_from_answer(
+            status,
+            parsed,
+            response.text if parse_failed else "",
+            method=call.method,
+            url=str(response.request.url) if _has_request(response) else call.path,
+            reason=response.reason_phrase,
+        )
+    if call.expect == "none":
+        return None
+    if parse_failed:
+        raise StepwiseError(
+            "invalid_response",
+            f"the answer to {call.method} {call.path} is not JSON: {response.text[:200]!r}",
+            status=status,
+            method=call.method,
+            url=call.path,
+        )
+    if call.expect == "json" and parsed is None:
+        raise StepwiseError(
+            "invalid_response",
+            f"the answer to {call.method} {call.path} has no body",
+            status=status,
+            method=call.method,
+            url=call.path,
+        )
+    return parsed
+
+
+def _has_request(response: httpx.Response) -> bool:
+    try:
+        response.request
+    except RuntimeError:
+        return False
+    return True
+
+
+def connection_error(base_url: str, call: Call, exc: Exception) -> StepwiseError:
+    what = type(exc).__name__
+    detail = str(exc) or what
+    return StepwiseError(
+        "connection_error",
+        f"no answer from {base_url} to {call.method} {call.path}: {detail} ({what})",
+        method=call.method,
+        url=base_url.rstrip("/") + call.path,
+    )
+
+
+def next_page(call: Call, answer: Any) -> tuple[list[Any], Call | None]:
+    """The items of one page of a list, and the call for the next page (or `None`)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("items"), list):
+        raise StepwiseError(
+            "invalid_response", f"the answer to GET {call.path} is not a list page"
+        )
+    cursor = answer.get("next_cursor")
+    if not cursor:
+        return answer["items"], None
+    params = dict(call.params or {})
+    params["cursor"] = cursor
+    return answer["items"], replace(call, params=params)
+
+
+# --- events ---------------------------------------------------------------------------
+
+
+class EventStreamState:
+    """Where an event stream stands: the last event id seen, and when to reconnect.
+
+    Both clients drive the connection; this decides what to send and what to keep.
+    Every event with an id at or below the last one seen is dropped, so a replay after a
+    reconnect never yields an event twice.
+    """
+
+    # Between reconnects after failures: exponential up to this, with jitter.
+    max_delay = 5.0
+
+    def __init__(self, session_id: str, after: int | str | None) -> None:
+        self.path = f"/v1/sessions/{seg(session_id, 'session_id')}/events"
+        if after is not None:
+            try:
+                after = int(after)
+            except (TypeError, ValueError):
+                raise ValueError(f"after must be an event id (an integer), got {after!r}") from None
+            if after < 0:
+                raise ValueError(f"after must be >= 0, got {after!r}")
+        self.last_id: int | None = after
+        self.failures = 0
+        self.decoder = SSEDecoder()
+        self.server_retry_ms: int | None = None
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        if self.last_id is not None:
+            headers["Last-Event-ID"] = str(self.last_id)
+        return headers
+
+    def connected(self) -> None:
+        """A stream opened: parse from a clean state."""
+        self.decoder = SSEDecoder()
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        out: list[Event] = []
+        for raw in self.decoder.feed(chunk):
+            event = to_event(raw)
+            if event.id is not None:
+                if self.last_id is not None and event.id <= self.last_id:
+                    continue
+                self.last_id = event.id
+            # A stream that delivers something is a healthy one: back off from zero next time.
+            self.failures = 0
+            out.append(event)
+        if self.decoder.retry is not None:
+            self.server_retry_ms = self.decoder.retry
+        return out
+
+    def answer_delay(self, call: Call, response: httpx.Response) -> float:
+        """After a non-200 answer to the stream request: the wait, or raise."""
+        status = response.status_code
+        if status == 429 or status >= 500:
+            after = retry_after_seconds(response.headers)
+            self.failures += 1
+            return after if after is not None else self.delay()
+        raise_answer(call, response)
+        raise AssertionError("unreachable")
+
+    def delay(self) -> float:
+        """The wait before the next reconnect."""
+        if self.server_retry_ms is not None and self.failures <= 1:
+            return self.server_retry_ms / 1000.0
+        if self.failures <= 1:
+            return 0.05
+        base = min(self.max_delay, 0.1 * (2 ** (self.failures - 1)))
+        return base * (0.5 + random.random() / 2)
+
+    def ended(self) -> float:
+        """The stream ended or broke: count it, and say how long to wait."""
+        self.failures += 1
+        return self.delay()
+
+
+def raise_answer(call: Call, response: httpx.Response) -> None:
+    read_answer(replace(call, expect="raw"), response)
+    raise StepwiseError(
+        "invalid_response",
+        f"unexpected answer {response.status_code} to {call.method} {call.path}",
+        status=response.status_code,
+    )
+
+
+# --- the client surface ---------------------------------------------------------------
+
+_D = TypeVar("_D")  # a dict answer: dict, or Awaitable[dict]
+_OptD = TypeVar("_OptD")  # dict | None, or Awaitable[dict | None]
+_None = TypeVar("_None")  # None, or Awaitable[None]
+_Raw = TypeVar("_Raw")  # Any, or Awaitable[Any]
+_Items = TypeVar("_Items")  # Iterator[dict], or AsyncIterator[dict]
+_Events = TypeVar("_Events")  # Iterator[Event], or AsyncIterator[Event]
+
+
+class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
+    """The endpoints of the Stepwise API; `Stepwise` and `AsyncStepwise` run them."""
+
+    base_url: str
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float | httpx.Timeout = 30.0,
+        max_retries: int = 3,
+        headers: Mapping[str, str] | None = None,
+        backoff: float = 0.25,
+    ) -> None:
+        url = base_url or os.environ.get("STEPWISE_URL") or DEFAULT_URL
+        if "://" not in url:
+            raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
+        self.base_url = url.rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("STEPWISE_API_KEY")
+        self.api_key = key or None
+        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        # An event stream is idle between events; the server sends a keep-alive comment at
+        # least every 15 s, so a read that waits longer than this means a dead connection.
+        self._stream_timeout = httpx.Timeout(
+            connect=self.timeout.connect, read=60.0, write=self.timeout.write, pool=self.timeout.pool
+        )
+        self.max_retries = max_retries
+        self._retry = RetryPolicy(max_retries, backoff=backoff)
+        self._headers: dict[str, str] = {
+            "User-Agent": f"stepwise-python/{__version__}",
+            "Accept": "application/json",
+        }
+        if self.api_key:
+            self._headers["Authorization"] = f"Bearer {self.api_key}"
+        if headers:
+            self._headers.update(headers)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
+
+    # Implemented by each client.
+    def _run(self, flow: Flow | Call) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _items(self, call: Call) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _event_stream(self, state: EventStreamState) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # --- low level --------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        idempotent: bool | None = None,
+    ) -> _Raw:
+        """Sends one request to any path of the API and returns its parsed JSON body.
+
+        The escape hatch for endpoints this client has no method for. `path` starts with
+        ``/`` (e.g. ``/v1/sessions/ID/items``). Returns ``None`` for an empty answer
+        (204). `idempotent` says whether a retry is safe; by default GET, HEAD, OPTIONS,
+        PUT and DELETE are, POST and PATCH are not. Raises `StepwiseError`.
+        """
+        method = method.upper()
+        if not path.startswith("/"):
+            raise ValueError(f"path must start with '/', got {path!r}")
+        if idempotent is None:
+            idempotent = method in _IDEMPOTENT_METHODS
+        return self._run(
+            Call(
+                method,
+                path,
+                json=UNSET if json is None else json,
+                params=query(**params) if params else None,
+                idempotent=idempotent,
+                expect="raw",
+            )
+        )
+
+    # --- operations -------------------------------------------------------------------
+
+    def health(self) -> _D:
+        """``GET /healthz``: whether the server process is up."""
+        return self._run(Call("GET", "/healthz", idempotent=True))
+
+    def ready(self) -> _D:
+        """``GET /readyz``: whether the server can serve (database reachable, migrated)."""
+        return self._run(Call("GET", "/readyz", idempotent=True))
+
+    # --- sessions ---------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        related_type: str | None = None,
+        related_id: str | None = None,
+        initial_context_url: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> _D:
+        """Creates a session (``POST /v1/sessions``) and returns it.
+
+        `name` is unique within the tenant (a second session with the same name is a
+        ``conflict``). Not retried (it could create two sessions), except when the
+        connection could not be opened at all.
+        """
+        return self._run(
+            Call(
+                "POST",
+                "/v1/sessions",
+                json=body(
+                    name=name,
+                    title=title,
+                    related_type=related_type,
+                    related_id=related_id,
+                    initial_context_url=initial_context_url,
+                    metadata=dict(metadata) if metadata is not None else None,
+                ),
+            )
+        )
+
+    def get_session(self, session_id: str) -> _D:
+        """Returns the session with this id (``GET /v1/sessions/{id}``); ``not_found`` otherwise.
+
+        A soft-deleted session is still returned, with ``status: "deleted"``.
+        """
+        return self._run(Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}", idempotent=True))
+
+    def find_session(self, name: str) -> _OptD:
+        """Returns the session with this name in the caller's tenant, or ``None``.
+
+        Deleted sessions are not found (``GET /v1/sessions?name=NAME``).
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        return self._run(_find_session_flow(name))
+
+    def session(self, name_or_id: str, **create_kwargs: Any) -> _D:
+        """Returns a session by id or name, creating it (with that name) when missing.
+
+        An argument that parses as a UUID is looked up as an id first. Otherwise (or when no
+        session has that id) the session with that name is returned; when there is none,
+        one is created with ``name=name_or_id`` and `create_kwargs` (the keyword arguments
+        of `create_session`: ``title``, ``metadata``, ...). Safe against a concurrent
+        creation of the same name.
+        """
+        if not isinstance(name_or_id, str) or not name_or_id:
+            raise ValueError(f"name_or_id must be a non-empty string, got {name_or_id!r}")
+        unknown = set(create_kwargs) - {
+            "title",
+            "related_type",
+            "related_id",
+            "initial_context_url",
+            "metadata",
+        }
+        if unknown:
+            raise TypeError(f"session() got unexpected keyword arguments: {sorted(unknown)}")
+        return self._run(_session_flow(name_or_id, create_kwargs))
+
+    def list_sessions(
+        self,
+        *,
+        status: str | Iterable[str] | None = None,
+        related_type: str | None = None,
+        related_id: str | None = None,
+        name: str | None = None,
+        page_size: int | None = None,
+    ) -> _Items:
+        """Iterates over the tenant's sessions, most recently updated first.
+
+        Follows ``next_cursor`` page after page (`page_size` items per request, 1-500).
+        `status` is one status or several (default: all but ``deleted``). Lazy: nothing is
+        requested until the iteration starts.
+        """
+        return self._items(
+            Call(
+                "GET",
+                "/v1/sessions",
+                params=query(
+                    status=csv(status),
+                    related_type=related_type,
+                    related_id=related_id,
+                    name=name,
+                    limit=page_size,
+                ),
+                idempotent=True,
+            )
+        )
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        status: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> _D:
+        """Changes a session's title, status (active, completed, archived, closed) or metadata.
+
+        Fields left at ``None`` are unchanged. Returns the updated session. Retried like a
+        read: sending the same values twice has the same effect as once.
+        """
+        return self._run(
+            Call(
+                "PATCH",
+                f"/v1/sessions/{seg(session_id, 'session_id')}",
+                json=body(
+                    title=title,
+                    status=status,
+                    metadata=dict(metadata) if metadata is not None else None,
+                ),
+                idempotent=True,
+            )
+        )
+
+    def delete_session(self, session_id: str) -> _None:
+        """Soft-deletes a session (its status becomes ``deleted``)."""
+        return self._run(
+            Call(
+                "DELETE",
+                f"/v1/sessions/{seg(session_id, 'session_id')}",
+                idempotent=True,
+                expect="none",
+            )
+        )
+
+    # --- messages ---------------------------------------------------------------------
+
+    def list_messages(
+        self,
+        session_id: str,
+        *,
+        after: str | None = None,
+        roles: str | Iterable[str] | None = None,
+        page_size: int | None = None,
+    ) -> _Items:
+        """Iterates over a session's messages, oldest first, following ``next_cursor``.
+
+        `after` is a message id (only later messages); `roles` one role or several
+        (``user``, ``assistant``, ``info``, ...).
+        """
+        return self._items(
+            Call(
+                "GET",
+                f"/v1/sessions/{seg(session_id, 'session_id')}/messages",
+                params=query(after=after, roles=csv(roles), limit=page_size),
+                idempotent=True,
+            )
+        )
+
+    def post_message(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        agent: str | Mapping[str, Any] | None = None,
+        related_type: str | None = None,
+        related_id: str | None = None,
+        context_url: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> _D:
+        """Posts a user message to a session; the server's agent answers it.
+
+        Returns the 202 answer ``{session_id, message, execution}``; use
+        ``wait(answer["execution"]["id"])`` for the result. `agent` is an agent type
+        (``"demo"``) or ``{"type": ..., "config": {...}}``. On a session whose latest
+        execution is paused, the message is the answer that resumes it. Not retried.
+        """
+        return self._run(
+            Call(
+                "POST",
+                f"/v1/sessions/{seg(session_id, 'session_id')}/messages",
+                json=_message_body(content, agent, related_type, related_id, context_url, metadata),
+            )
+        )
+
+    def send_message(
+        self,
+        content: str,
+        *,
+        session: Mapping[str, Any] | None = None,
+        agent: str | Mapping[str, Any] | None = None,
+        related_type: str | None = None,
+        related_id: str | None = None,
+        context_url: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> _D:
+        """Creates a session and posts its first message in one call (``POST /v1/messages``).
+
+        `session` holds the new session's fields (``name``, ``title``, ``metadata``, ...).
+        Returns ``{session_id, message, execution}``. Not retried.
+        """
+        payload = _message_body(content, agent, related_type, related_id, context_url, metadata)
+        if session is not None:
+            payload["session"] = dict(session)
+        return self._run(Call("POST", "/v1/messages", json=payload))
+
+    # --- memory, executions, export -----------------------------------------------------
+
+    def get_memory(self, session_id: str) -> _D:
+        """The session's agent memory: ``{restored, steps, summary}``.
+
+        ``restored`` is ``"full"``, ``"summary"`` or ``"empty"``.
+        """
+        return self._run(
+            Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}/memory", idempotent=True)
+        )
+
+    def list_executions(self, session_id: str, *, page_size: int | None = None) -> _Items:
+        """Iterates over a session's executions (subagents' included)."""
+        return self._items(
+            Call(
+                "GET",
+                f"/v1/sessions/{seg(session_id, 'session_id')}/executions",
+                params=query(limit=page_size),
+                idempotent=True,
+            )
+        )
+
+    def export_session(self, session_id: str) -> _D:
+        """The whole session as one JSON document (``format_version``, ``session``,
+        ``messages``, ``executions``, ``steps``, ``snapshots``), importable as it is."""
+        return self._run(
+            Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}/export", idempotent=True)
+        )
+
+    def import_session(self, document: Mapping[str, Any]) -> _D:
+        """Imports a session document (from `export_session`) as a new session; returns it.
+
+        Ids that already exist get new ones. Not retried (it could import twice).
+        """
+        if not isinstance(document, Mapping):
+            raise TypeError(f"document must be a dict, got {type(document).__name__}")
+        return self._run(Call("POST", "/v1/sessions/import", json=dict(document)))
+
+    def get_execution(self, execution_id: str) -> _D:
+        """Returns the execution with this id."""
+        return self._run(
+            Call("GET", f"/v1/executions/{seg(execution_id, 'execution_id')}", idempotent=True)
+        )
+
+    def cancel_execution(self, execution_id: str) -> _D:
+        """Cancels a pending, running or paused execution; returns it.
+
+        A ``conflict`` error when it has already finished.
+        """
+        return self._run(
+            Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/cancel")
+        )
+
+    def list_steps(self, execution_id: str, *, page_size: int | None = None) -> _Items:
+        """Iterates over an execution's steps by ``step_number``."""
+        return self._items(
+            Call(
+                "GET",
+                f"/v1/executions/{seg(execution_id, 'execution_id')}/steps",
+                params=query(limit=page_size),
+                idempotent=True,
+            )
+        )
+
+    def list_snapshots(self, execution_id: str, *, page_size: int | None = None) -> _Items:
+        """Iterates over an execution's snapshots (without their ``state``)."""
+        return self._items(
+            Call(
+                "GET",
+                f"/v1/executions/{seg(execution_id, 'execution_id')}/snapshots",
+                params=query(limit=page_size),
+                idempotent=True,
+            )
+        )
+
+    def get_snapshot(self, snapshot_id: str) -> _D:
+        """Returns one snapshot, with its ``state``."""
+        return self._run(
+            Call("GET", f"/v1/snapshots/{seg(snapshot_id, 'snapshot_id')}", idempotent=True)
+        )
+
+    # --- external agents --------------------------------------------------------------
+
+    def open_execution(
+        self,
+        session_id: str,
+        *,
+        input: Any = None,
+        agent_config: Any = None,
+        parent_execution_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> _D:
+        """Opens an execution for an agent that runs outside the server (``agent_type: external``).
+
+        Returns the execution, ``running``. Record its steps with `append_step`, its state
+        with `save_snapshot`, and end it with `complete_execution`, `fail_execution` or
+        `pause_execution`. Not retried.
+        """
+        payload: dict[str, Any] = {"agent_type": "external", "input": input}
+        payload.update(
+            body(
+                agent_config=agent_config,
+                parent_execution_id=parent_execution_id,
+                metadata=dict(metadata) if metadata is not None else None,
+            )
+        )
+        return self._run(
+            Call("POST", f"/v1/sessions/{seg(session_id, 'session_id')}/executions", json=payload)
+        )
+
+    def append_step(
+        self,
+        execution_id: str,
+        step: Mapping[str, Any],
+        *,
+        step_number: int | None = None,
+    ) -> _D:
+        """Records one step of an external execution; returns the stored step.
+
+        `step` holds the Step fields without ids: ``kind`` (default ``action``),
+        ``model_output``, ``tool_calls`` (``[{id, name, arguments}]``), ``code``,
+        ``observations``, ``error`` (``{kind, message}``), ``output``, ``token_usage``,
+        ``started_at``, ``ended_at``. With `step_number` (or a ``step_number`` in `step`)
+        the write is idempotent, since the same number with the same body is accepted again,
+        so it is retried on connection failures, 5xx and 429; without it the server
+        numbers the step and the call is never retried.
+        """
+        if not isinstance(step, Mapping):
+            raise TypeError(f"step must be a dict, got {type(step).__name__}")
+        payload = dict(step)
+        if step_number is not None:
+            if "step_number" in payload and payload["step_number"] != step_number:
+                raise ValueError(
+                    f"step_number={step_number} differs from step['step_number']={payload['step_number']}"
+                )
+            payload["step_number"] = step_number
+        numbered = payload.get("step_number") is not None
+        return self._run(
+            Call(
+                "POST",
+                f"/v1/executions/{seg(execution_id, 'execution_id')}/steps",
+                json=payload,
+                idempotent=numbered,
+            )
+        )
+
+    def save_snapshot(
+        self,
+        execution_id: str,
+        state: Any,
+        *,
+        step_number: int | None = None,
+        is_final: bool | None = None,
+        parent_snapshot_id: str | None = None,
+        agent_id: str | None = None,
+        agent_name: str | None = None,
+        debug_mode: bool | None = None,
+    ) -> _D:
+        """Saves a snapshot of an execution's state (any JSON); returns it. Not retried."""
+        payload: dict[str, Any] = {"state": state}
+        payload.update(
+            body(
+                step_number=step_number,
+                is_final=is_final,
+                parent_snapshot_id=parent_snapshot_id,
+                agent_id=agent_id,
+                agent_name=agent_name,
+                debug_mode=debug_mode,
+            )
+        )
+        return self._run(
+            Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/snapshots", json=payload)
+        )
+
+    def complete_execution(
+        self, execution_id: str, *, output: Any = None, final_message: str | None = None
+    ) -> _D:
+        """Marks an external execution ``completed`` with its `output` (any JSON).
+
+        `final_message` becomes the session's assistant message. Returns the execution.
+        """
+        payload: dict[str, Any] = {"output": output}
+        if final_message is not None:
+            payload["final_message"] = final_message
+        return self._run(
+            Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/complete", json=payload)
+        )
+
+    def fail_execution(self, execution_id: str, error_message: str) -> _D:
+        """Marks an external execution ``failed`` with a message. Returns the execution."""
+        return self._run(
+            Call(
+                "POST",
+                f"/v1/executions/{seg(execution_id, 'execution_id')}/fail",
+                json={"error_message": error_message},
+            )
+        )
+
+    def pause_execution(self, execution_id: str, question: str) -> _D:
+        """Pauses an external execution with a question for the user.
+
+        The user's next message on the session answers it. Returns the execution.
+        """
+        return self._run(
+            Call(
+                "POST",
+                f"/v1/executions/{seg(execution_id, 'execution_id')}/pause",
+                json={"question": question},
+            )
+        )
+
+    def wait(
+        self, execution_id: str, *, timeout: float | None = None, poll_interval: float = 0.05
+    ) -> _D:
+        """Waits until an execution is no longer ``pending`` or ``running``; returns it.
+
+        The returned execution is ``completed``, ``failed``, ``cancelled`` or ``paused``.
+        Raises `TimeoutError` when `timeout` seconds pass first.
+        """
+        if poll_interval <= 0:
+            raise ValueError("poll_interval must be > 0")
+        return self._run(_wait_flow(seg(execution_id, "execution_id"), timeout, poll_interval))
+
+    # --- events -----------------------------------------------------------------------
+
+    def events(self, session_id: str, *, after: int | str | None = None) -> _Events:
+        """Iterates over a session's events (server-sent events), live, without end.
+
+        Starts with the stored events after event id `after` (all of them when ``None``),
+        then yields new ones as they happen. When the connection drops (server restart,
+        network, proxy timeout) it reconnects by itself with ``Last-Event-ID``, so nothing
+        is missed and nothing is yielded twice. ``message.delta`` events (streamed tokens)
+        are live only: their ``id`` is ``None`` and they are not replayed. Stop by
+        breaking out of the loop or closing the iterator. Raises `StepwiseError` when the
+        server refuses the stream (e.g. ``not_found``).
+        """
+        return self._event_stream(EventStreamState(session_id, after))
+
+
+# --- flows ----------------------------------------------------------------------------
+
+
+def _message_body(
+    content: str,
+    agent: str | Mapping[str, Any] | None,
+    related_type: str | None,
+    related_id: str | None,
+    context_url: str | None,
+    metadata: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    if not isinstance(content, str):
+        raise TypeError(f"content must be a string, got {type(content).__name__}")
+    agent_body: Any = None
+    if isinstance(agent, str):
+        agent_body = {"type": agent}
+    elif agent is not None:
+        agent_body = dict(agent)
+    payload: dict[str, Any] = {"content": content}
+    payload.update(
+        body(
+            agent=agent_body,
+            related_type=related_type,
+            related_id=related_id,
+            context_url=context_url,
+            metadata=dict(metadata) if metadata is not None else None,
+        )
+    )
+    return payload
+
+
+def _find_call(name: str) -> Call:
+    return Call("GET", "/v1/sessions", params={"name": name}, idempotent=True)
+
+
+def _first(answer: Any) -> Any:
+    items = answer.get("items") if isinstance(answer, dict) else None
+    return items[0] if items else None
+
+
+def _find_session_flow(name: str) -> Flow:
+    return _first((yield _find_call(name)))
+
+
+def _session_flow(name_or_id: str, create_kwargs: dict[str, Any]) -> Flow:
+    if looks_like_uuid(name_or_id):
+        try:
+            return (yield Call("GET", f"/v1/sessions/{seg(name_or_id, 'name_or_id')}", idempotent=True))
+        except StepwiseError as e:
+            if e.code != "not_found":
+                raise
+    found = _first((yield _find_call(name_or_id)))
+    if found is not None:
+        return found
+    create = Call(
+        "POST",
+        "/v1/sessions",
+        json=body(name=name_or_id, **create_kwargs),
+    )
+    try:
+        return (yield create)
+    except StepwiseError as e:
+        if e.code != "conflict":
+            raise
+        # Someone else created it in between.
+        found = _first((yield _find_call(name_or_id)))
+        if found is None:
+            raise
+        return found
+
+
+def _wait_flow(execution_path_id: str, timeout: float | None, poll_interval: float) -> Flow:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    call = Call("GET", f"/v1/executions/{execution_path_id}", idempotent=True)
+    while True:
+        execution = yield call
+        status = execution.get("status")
+        if status not in _UNFINISHED:
+            return execution
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"execution {execution.get('id')} is still {status} after {timeout} s"
+                )
+            yield Sleep(min(poll_interval, left))
+        else:
+            yield Sleep(poll_interval)
+

@@ -1,0 +1,131 @@
+"""The one exception type of the client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["StepwiseError"]
+
+# The code used when an answer carries no error body of the API's shape.
+_CODES_BY_STATUS = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_state",
+    429: "rate_limited",
+}
+
+
+class StepwiseError(Exception):
+    """An error answer of the Stepwise API, or no answer at all.
+
+    Attributes:
+        status: the HTTP status (``None`` when no answer arrived, e.g. connection refused).
+        code: the API's snake_case error code (``not_found``, ``conflict``,
+            ``invalid_request``, ``invalid_state``, ``rate_limited``, ...), or
+            ``connection_error`` when the server could not be reached or did not answer.
+        message: the server's human sentence (or what went wrong on the way).
+        field: the request field at fault, when the server names one.
+        method, url: the request that failed, when known.
+        body: the parsed error body (``None`` when it was not JSON).
+
+    ``str(error)`` reads like ``404 not_found: session not found``.
+    """
+
+    status: int | None
+    code: str
+    message: str
+    field: str | None
+    method: str | None
+    url: str | None
+    body: Any
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        field: str | None = None,
+        method: str | None = None,
+        url: str | None = None,
+        body: Any = None,
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.method = method
+        self.url = url
+        self.body = body
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        text = f"{self.code}: {self.message}"
+        if self.status is not None:
+            text = f"{self.status} {text}"
+        if self.field:
+            text += f" (field: {self.field})"
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"StepwiseError(status={self.status!r}, code={self.code!r}, "
+            f"message={self.message!r}, field={self.field!r})"
+        )
+
+    def __reduce__(self) -> Any:
+        # Picklable (pytest-xdist, multiprocessing) despite the keyword-only arguments.
+        return (
+            _rebuild,
+            (self.code, self.message, self.status, self.field, self.method, self.url, self.body),
+        )
+
+
+def _rebuild(
+    code: str,
+    message: str,
+    status: int | None,
+    field: str | None,
+    method: str | None,
+    url: str | None,
+    body: Any,
+) -> StepwiseError:
+    return StepwiseError(
+        code, message, status=status, field=field, method=method, url=url, body=body
+    )
+
+
+def error_from_answer(
+    status: int,
+    body: Any,
+    text: str,
+    *,
+    method: str | None = None,
+    url: str | None = None,
+    reason: str = "",
+) -> StepwiseError:
+    """Builds the error for a non-2xx answer, from the API's error shape when it has one."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("code"), str):
+        field = error.get("field")
+        return StepwiseError(
+            error["code"],
+            str(error.get("message") or reason or "error"),
+            status=status,
+            field=field if isinstance(field, str) else None,
+            method=method,
+            url=url,
+            body=body,
+        )
+    code = _CODES_BY_STATUS.get(status, "server_error" if status >= 500 else "http_error")
+    snippet = " ".join(text.split())[:200]
+    message = f"{reason or 'HTTP error'}" + (f": {snippet}" if snippet else "")
+    if method and url:
+        message += f" ({method} {url})"
+    return StepwiseError(code, message, status=status, method=method, url=url, body=body)
