@@ -1,0 +1,989 @@
+"""Stepwise as the session store of smolagents agents.
+
+```python
+from stepwise import Stepwise
+from stepwise.smolagents import StepwiseMemory
+
+client = Stepwise()
+memory = StepwiseMemory(client, session="alpha")   # a session name or id; created if missing
+memory.attach(agent)                                # any MultiStepAgent: CodeAgent, ToolCallingAgent
+agent.run("...")                                    # every step saved as it finishes
+memory.switch(agent, "beta")                        # agent.memory now holds beta's steps only
+agent.run("...", reset=False)                       # continues beta's conversation
+```
+
+How it hooks into smolagents (1.26):
+
+* ``attach`` registers one callback in the agent's ``step_callbacks`` registry for
+  ``ActionStep``, ``PlanningStep`` and ``FinalAnswerStep``, and wraps the agent's ``run``
+  method on the instance (``agent.run``), so it learns when a run starts (the task), ends
+  with its final answer, or raises. ``run(stream=True)`` keeps working: the generator it
+  returns is wrapped, and a stream closed before its final answer ends the execution as
+  failed. ``detach`` undoes both.
+* Each ``agent.run`` is one Stepwise execution of agent type ``external``
+  (``input = {"task": ..., "reset": ...}``). Its steps are numbered 1, 2, 3, ... in the
+  order they finished: the run's ``task`` step first, then ``planning`` and ``action``
+  steps, and a ``final_answer`` step; the execution then ends ``completed`` (its
+  ``final_message`` is the answer as text) or ``failed`` with the error.
+* Nothing in the agent's thread waits for the network: the callback takes a shallow copy
+  of the finished step and puts it on a queue, and a background thread converts and sends
+  it (``append_step(..., step_number=n)``, so a retried send never writes twice).
+  ``flush()`` waits until everything queued so far is saved; interpreter exit flushes too.
+* A saved step is readable in Stepwise's terms (``kind``, ``model_output``, ``tool_calls``,
+  ``code``, ``observations``, ``error``, ``token_usage``, ``started_at``/``ended_at``) and
+  its ``output`` holds the whole smolagents step as JSON
+  (``{"smolagents": {"version": 1, "type": "ActionStep", "data": {...}}}``), from which
+  ``restore`` rebuilds it. Images are kept as base64 PNG (with Pillow). Not kept: a chat
+  message's ``raw`` provider answer; the steps' ``model_input_messages`` unless
+  ``save_model_input=True`` (each step's prompt is the system prompt plus every step
+  before it, so keeping them grows with the square of the session's length); an
+  ``action_output`` that is not JSON comes back in smolagents' JSON form.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import copy
+import datetime as _dt
+import inspect
+import io
+import json
+import logging
+import math
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from smolagents.memory import (
+    ActionStep,
+    FinalAnswerStep,
+    MemoryStep,
+    PlanningStep,
+    SystemPromptStep,
+    TaskStep,
+    ToolCall,
+)
+from smolagents.models import (
+    ChatMessage,
+    ChatMessageToolCall,
+    ChatMessageToolCallFunction,
+    MessageRole,
+)
+from smolagents.monitoring import Timing, TokenUsage
+from smolagents import utils as _smol_utils
+from smolagents.utils import AgentError, make_json_serializable
+
+from ._errors import StepwiseError
+
+__all__ = ["StepwiseMemory", "PAYLOAD_VERSION", "encode_step", "decode_step"]
+
+logger = logging.getLogger("stepwise.smolagents")
+
+#: Version of the ``output.smolagents`` payload written by this module.
+PAYLOAD_VERSION = 1
+
+_STEP_TYPES = {
+    "ActionStep": "action",
+    "PlanningStep": "planning",
+    "TaskStep": "task",
+    "FinalAnswerStep": "final_answer",
+}
+
+# Errors a stored step may name: smolagents' own AgentError classes only (never an
+# arbitrary import path from the database).
+_ERROR_CLASSES: dict[str, type[AgentError]] = {
+    name: obj
+    for name, obj in vars(_smol_utils).items()
+    if isinstance(obj, type) and issubclass(obj, AgentError)
+}
+
+
+# --- JSON encoding of free-form values ----------------------------------------------------
+#
+# The server keeps JSON objects with their keys sorted, and a tuple is not JSON; both
+# matter to smolagents (a tool call's arguments reach the model through `str(...)`). Plain
+# JSON with sorted keys is stored as it is; anything else is tagged:
+#   {"$dict": [[key, value], ...]}  a dict whose key order (or key types) must be kept
+#   {"$tuple": [...]}               a tuple
+#   {"$float": "nan" | "inf" | "-inf"}
+#   {"$image": {"format": "png", "base64": "..."}}   a PIL image
+#   {"$object": "TypeName", "value": <make_json_serializable(obj)>}  (comes back as value)
+
+_TAGS = ("$dict", "$tuple", "$float", "$image", "$object")
+
+
+def _enc(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        # str subclasses (smolagents' AgentText) are kept as their text.
+        if isinstance(value, str) and type(value) is not str:
+            return str(value)
+        if isinstance(value, int) and not isinstance(value, bool) and type(value) is not int:
+            return int(value)
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return {"$float": "nan"}
+        if math.isinf(value):
+            return {"$float": "inf" if value > 0 else "-inf"}
+        return float(value)
+    if isinstance(value, list):
+        return [_enc(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [_enc(v) for v in value]}
+    if isinstance(value, dict):
+        keys = list(value.keys())
+        plain = (
+            all(type(k) is str for k in keys)
+            and keys == sorted(keys)
+            and not (len(keys) in (1, 2) and keys[0] in _TAGS)
+        )
+        if plain:
+            return {k: _enc(v) for k, v in value.items()}
+        return {"$dict": [[_enc(k), _enc(v)] for k, v in value.items()]}
+    image = _encode_image(value)
+    if image is not None:
+        return {"$image": image}
+    return {"$object": type(value).__name__, "value": make_json_serializable(value)}
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_dec(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (key, inner), = value.items()
+            if key == "$dict":
+                return {_hashable(_dec(k)): _dec(v) for k, v in inner}
+            if key == "$tuple":
+                return tuple(_dec(v) for v in inner)
+            if key == "$float":
+                return float(inner)
+            if key == "$image":
+                return _decode_image(inner)
+        if len(value) == 2 and "$object" in value and "value" in value:
+            return value["value"]
+        return {k: _dec(v) for k, v in value.items()}
+    return value
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(key) if isinstance(key, list) else key
+
+
+def _encode_image(value: Any) -> dict | None:
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow comes with smolagents' image tools
+        return None
+    if not isinstance(value, Image.Image):
+        return None
+    buffer = io.BytesIO()
+    value.save(buffer, format="PNG")
+    encoded: dict[str, Any] = {"format": "png", "base64": base64.b64encode(buffer.getvalue()).decode("ascii")}
+    if value.info:
+        info = {str(k): v for k, v in value.info.items() if isinstance(v, (str, int, float, bool))}
+        if info:
+            encoded["info"] = _enc(info)
+    return encoded
+
+
+def _decode_image(data: dict) -> Any:
+    raw = base64.b64decode(data["base64"])
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover
+        logger.warning("an image of a restored step is kept as PNG bytes: Pillow is not installed")
+        return raw
+    with Image.open(io.BytesIO(raw)) as opened:
+        image = opened.copy()  # a plain Image, as images made in memory are
+    image.info = _dec(data.get("info")) or {}
+    return image
+
+
+# --- smolagents objects <-> JSON ----------------------------------------------------------
+
+
+def _timing(t: Timing | None) -> dict | None:
+    if t is None:
+        return None
+    return {"start_time": _enc(t.start_time), "end_time": _enc(t.end_time)}
+
+
+def _timing_back(d: dict | None) -> Timing | None:
+    if d is None:
+        return None
+    return Timing(start_time=_dec(d["start_time"]), end_time=_dec(d.get("end_time")))
+
+
+def _usage(u: TokenUsage | None) -> dict | None:
+    if u is None:
+        return None
+    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+
+
+def _usage_back(d: dict | None) -> TokenUsage | None:
+    if d is None:
+        return None
+    return TokenUsage(input_tokens=d["input_tokens"], output_tokens=d["output_tokens"])
+
+
+def _message(m: ChatMessage | None) -> dict | None:
+    if m is None:
+        return None
+    role = m.role.value if isinstance(m.role, MessageRole) else m.role
+    return {
+        "role": role,
+        "content": _enc(m.content),
+        "tool_calls": [
+            {
+                "id": tc.id,
+                "type": tc.type,
+                "function": {
+                    "name": tc.function.name,
+                    "arguments": _enc(tc.function.arguments),
+                    "description": tc.function.description,
+                },
+            }
+            for tc in m.tool_calls
+        ]
+        if m.tool_calls is not None
+        else None,
+        "token_usage": _usage(m.token_usage),
+    }
+
+
+def _message_back(d: dict | None) -> ChatMessage | None:
+    if d is None:
+        return None
+    role = d["role"]
+    try:
+        role = MessageRole(role)
+    except ValueError:
+        pass
+    tool_calls = d.get("tool_calls")
+    return ChatMessage(
+        role=role,
+        content=_dec(d.get("content")),
+        tool_calls=[
+            ChatMessageToolCall(
+                function=ChatMessageToolCallFunction(
+                    arguments=_dec(tc["function"]["arguments"]),
+                    name=tc["function"]["name"],
+                    description=tc["function"].get("description"),
+                ),
+                id=tc["id"],
+                type=tc["type"],
+            )
+            for tc in tool_calls
+        ]
+        if tool_calls is not None
+        else None,
+        token_usage=_usage_back(d.get("token_usage")),
+    )
+
+
+def _messages(ms: list[ChatMessage] | None) -> list | None:
+    return None if ms is None else [_message(m) for m in ms]
+
+
+def _messages_back(ds: list | None) -> list[ChatMessage] | None:
+    return None if ds is None else [_message_back(d) for d in ds]
+
+
+def _error(e: Any) -> dict | None:
+    if e is None:
+        return None
+    message = e.message if isinstance(e, AgentError) else e
+    return {"type": type(e).__name__, "message": str(message)}
+
+
+def _error_back(d: dict | None) -> AgentError | None:
+    if d is None:
+        return None
+    cls = _ERROR_CLASSES.get(d.get("type", ""), AgentError)
+    # AgentError.__init__ wants a logger and logs the message: build it without that.
+    error = cls.__new__(cls)
+    Exception.__init__(error, d["message"])
+    error.message = d["message"]
+    return error
+
+
+def _images(images: list | None) -> list | None:
+    return None if images is None else [_enc(i) for i in images]
+
+
+def _images_back(ds: list | None) -> list | None:
+    return None if ds is None else [_dec(d) for d in ds]
+
+
+def _tool_calls(tcs: list[ToolCall] | None) -> list | None:
+    if tcs is None:
+        return None
+    return [{"id": tc.id, "name": tc.name, "arguments": _enc(tc.arguments)} for tc in tcs]
+
+
+def _tool_calls_back(ds: list | None) -> list[ToolCall] | None:
+    if ds is None:
+        return None
+    return [ToolCall(name=d["name"], arguments=_dec(d["arguments"]), id=d["id"]) for d in ds]
+
+
+def _step_data(step: MemoryStep, save_model_input: bool) -> dict:
+    if isinstance(step, ActionStep):
+        return {
+            "step_number": step.step_number,
+            "timing": _timing(step.timing),
+            "model_input_messages": _messages(step.model_input_messages) if save_model_input else None,
+            "tool_calls": _tool_calls(step.tool_calls),
+            "error": _error(step.error),
+            "model_output_message": _message(step.model_output_message),
+            "model_output": _enc(step.model_output),
+            "code_action": step.code_action,
+            "observations": step.observations,
+            "observations_images": _images(step.observations_images),
+            "action_output": _enc(step.action_output),
+            "token_usage": _usage(step.token_usage),
+            "is_final_answer": step.is_final_answer,
+        }
+    if isinstance(step, PlanningStep):
+        return {
+            "model_input_messages": _messages(step.model_input_messages) if save_model_input else None,
+            "model_output_message": _message(step.model_output_message),
+            "plan": step.plan,
+            "timing": _timing(step.timing),
+            "token_usage": _usage(step.token_usage),
+        }
+    if isinstance(step, TaskStep):
+        return {"task": step.task, "task_images": _images(step.task_images)}
+    if isinstance(step, FinalAnswerStep):
+        return {"output": _enc(step.output)}
+    raise TypeError(f"not a step type Stepwise saves: {type(step).__name__}")
+
+
+def _step_from_data(type_name: str, d: dict) -> MemoryStep:
+    if type_name == "ActionStep":
+        return ActionStep(
+            step_number=d["step_number"],
+            timing=_timing_back(d["timing"]),
+            model_input_messages=_messages_back(d.get("model_input_messages")),
+            tool_calls=_tool_calls_back(d.get("tool_calls")),
+            error=_error_back(d.get("error")),
+            model_output_message=_message_back(d.get("model_output_message")),
+            model_output=_dec(d.get("model_output")),
+            code_action=d.get("code_action"),
+            observations=d.get("observations"),
+            observations_images=_images_back(d.get("observations_images")),
+            action_output=_dec(d.get("action_output")),
+            token_usage=_usage_back(d.get("token_usage")),
+            is_final_answer=bool(d.get("is_final_answer", False)),
+        )
+    if type_name == "PlanningStep":
+        return PlanningStep(
+            model_input_messages=_messages_back(d.get("model_input_messages")) or [],
+            model_output_message=_message_back(d["model_output_message"]),
+            plan=d["plan"],
+            timing=_timing_back(d["timing"]),
+            token_usage=_usage_back(d.get("token_usage")),
+        )
+    if type_name == "TaskStep":
+        return TaskStep(task=d["task"], task_images=_images_back(d.get("task_images")))
+    if type_name == "FinalAnswerStep":
+        return FinalAnswerStep(output=_dec(d.get("output")))
+    raise ValueError(f"unknown smolagents step type {type_name!r}")
+
+
+def _rfc3339(t: float | None) -> str | None:
+    if t is None or not isinstance(t, (int, float)) or not math.isfinite(t):
+        return None
+    moment = _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _text(value: Any) -> str | None:
+    """A model output as text (smolagents allows a list of content parts)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list):
+        parts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        return "".join(parts)
+    return str(value)
+
+
+def _arguments_object(name: str, arguments: Any, single_input: str | None) -> dict:
+    """A tool call's arguments as the JSON object Stepwise shows (`tool_calls[].arguments`)."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    if isinstance(arguments, dict):
+        return {str(k): v for k, v in make_json_serializable(arguments).items()}
+    key = single_input or ("code" if name == "python_interpreter" else "input")
+    return {key: make_json_serializable(arguments)}
+
+
+def encode_step(
+    step: MemoryStep,
+    *,
+    save_model_input: bool = False,
+    tool_inputs: dict[str, str] | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """The Stepwise step body (``kind``, ``model_output``, ... ``output``) of a smolagents step.
+
+    ``tool_inputs`` maps a tool's name to its single input's name, so that a tool called
+    with a bare value shows as ``{input_name: value}``.
+    """
+    type_name = type(step).__name__
+    base = next((t for t in type(step).__mro__ if t.__name__ in _STEP_TYPES), None)
+    if base is None:
+        raise TypeError(f"not a step type Stepwise saves: {type_name}")
+    type_name = base.__name__
+    payload: dict[str, Any] = {
+        "version": PAYLOAD_VERSION,
+        "type": type_name,
+        "data": _step_data(step, save_model_input),
+    }
+    if extra:
+        payload.update(extra)
+    body: dict[str, Any] = {"kind": _STEP_TYPES[type_name], "output": {"smolagents": payload}}
+    tool_inputs = tool_inputs or {}
+    if isinstance(step, ActionStep):
+        body["model_output"] = _text(step.model_output)
+        body["tool_calls"] = [
+            {
+                "id": str(tc.id),
+                "name": str(tc.name),
+                "arguments": _arguments_object(tc.name, tc.arguments, tool_inputs.get(tc.name)),
+            }
+            for tc in (step.tool_calls or [])
+        ]
+        body["code"] = step.code_action
+        body["observations"] = step.observations
+        if step.error is not None:
+            body["error"] = {"kind": type(step.error).__name__, "message": str(step.error)}
+        if step.token_usage is not None:
+            body["token_usage"] = _stepwise_usage(step.token_usage)
+        body["started_at"] = _rfc3339(step.timing.start_time if step.timing else None)
+        body["ended_at"] = _rfc3339(step.timing.end_time if step.timing else None)
+    elif isinstance(step, PlanningStep):
+        body["model_output"] = step.plan
+        if step.token_usage is not None:
+            body["token_usage"] = _stepwise_usage(step.token_usage)
+        body["started_at"] = _rfc3339(step.timing.start_time if step.timing else None)
+        body["ended_at"] = _rfc3339(step.timing.end_time if step.timing else None)
+    elif isinstance(step, TaskStep):
+        # Where Stepwise's own agents read a task's text from.
+        body["observations"] = step.task
+    elif isinstance(step, FinalAnswerStep):
+        body["model_output"] = _answer_text(step.output)
+    return body
+
+
+def _stepwise_usage(u: TokenUsage) -> dict:
+    return {"input": int(u.input_tokens), "output": int(u.output_tokens), "total": int(u.total_tokens)}
+
+
+def _answer_text(answer: Any) -> str:
+    if isinstance(answer, str):
+        return str(answer)
+    try:
+        return json.dumps(make_json_serializable(answer), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(answer)
+
+
+def decode_step(stored: dict) -> MemoryStep | None:
+    """The smolagents step a Stepwise step holds (``None`` when it holds none).
+
+    Raises ``ValueError`` when its ``output.smolagents`` payload cannot be decoded.
+    """
+    output = stored.get("output")
+    if not isinstance(output, dict) or "smolagents" not in output:
+        return None
+    payload = output["smolagents"]
+    try:
+        if not isinstance(payload, dict):
+            raise ValueError("the payload is not an object")
+        version = payload.get("version")
+        if version != PAYLOAD_VERSION:
+            raise ValueError(f"unsupported payload version {version!r}")
+        data = payload.get("data")
+        if not isinstance(data, dict):
+            raise ValueError("the payload has no data object")
+        return _step_from_data(str(payload.get("type")), data)
+    except ValueError:
+        raise
+    except Exception as e:  # KeyError, TypeError, a broken image, ...
+        raise ValueError(f"{type(e).__name__}: {e}") from e
+
+
+# --- the background sender ----------------------------------------------------------------
+
+
+class _Run:
+    """One `agent.run`: one Stepwise execution."""
+
+    __slots__ = (
+        "session_id", "task", "reset", "execution_id", "next_number", "task_saved",
+        "finished", "steps_ref", "steps_base", "open_failed", "agent_ref",
+    )
+
+    def __init__(self, session_id: str, task: Any, reset: bool, agent: Any) -> None:
+        self.session_id = session_id
+        self.task = task
+        self.reset = reset
+        self.execution_id: str | None = None
+        self.next_number = 1
+        self.task_saved = False
+        self.finished = False
+        self.open_failed = False
+        self.agent_ref = weakref.ref(agent)
+        # To find the TaskStep `run` appends: the memory's step list before the run (a
+        # reset run replaces the list) and its length.
+        steps = agent.memory.steps
+        self.steps_ref = steps
+        self.steps_base = len(steps)
+
+
+_OPEN, _STEP, _COMPLETE, _FAIL, _MARK, _STOP = range(6)
+
+# The answers that mean the server has an operation already (a retried complete/fail).
+_DONE_CODES = {"invalid_state", "conflict"}
+
+
+class _Sender:
+    """One thread that sends a memory's operations in order."""
+
+    def __init__(self, client: Any, memory: StepwiseMemory) -> None:
+        self.client = client
+        self.memory_ref = weakref.ref(memory)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+        self.errors = 0
+
+    def put(self, item: tuple) -> None:
+        if self.thread is None:
+            self._start()
+        self.queue.put(item)
+
+    def _start(self) -> None:
+        with self.lock:
+            if self.thread is None:
+                thread = threading.Thread(target=self._loop, name="stepwise-smolagents-sender", daemon=True)
+                thread.start()
+                self.thread = thread
+
+    def flush(self, timeout: float | None) -> bool:
+        if self.thread is None or not self.thread.is_alive():
+            return True
+        done = threading.Event()
+        self.queue.put((_MARK, done))
+        return done.wait(timeout)
+
+    def stop(self, timeout: float | None) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            self.queue.put((_STOP,))
+            self.thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            item = self.queue.get()
+            op = item[0]
+            if op == _STOP:
+                return
+            if op == _MARK:
+                item[1].set()
+                continue
+            try:
+                self._send(item)
+            except Exception:  # never let the thread die
+                self.errors += 1
+                logger.exception("stepwise: could not save a smolagents step")
+
+    def _send(self, item: tuple) -> None:
+        op, run = item[0], item[1]
+        memory = self.memory_ref()
+        if op == _OPEN:
+            try:
+                execution = self._call(
+                    lambda: self.client.open_execution(
+                        run.session_id,
+                        input={"task": _answer_text(run.task), "reset": run.reset},
+                        agent_config={"framework": "smolagents", "agent": item[2]},
+                    ),
+                )
+            except StepwiseError as e:
+                run.open_failed = True
+                self.errors += 1
+                logger.error("stepwise: could not open an execution for the run: %s", e)
+                return
+            run.execution_id = execution["id"]
+            return
+        if run.execution_id is None:
+            if not run.open_failed:  # pragma: no cover - _OPEN always comes first
+                logger.error("stepwise: a step of a run without an execution was dropped")
+            self.errors += 1
+            return
+        eid = run.execution_id
+        if op == _STEP:
+            number, step, agent_ref = item[2], item[3], item[4]
+            body = encode_step(
+                step,
+                save_model_input=memory.save_model_input if memory is not None else False,
+                tool_inputs=_tool_inputs(agent_ref()),
+                extra=item[5] if len(item) > 5 else None,
+            )
+            try:
+                self._call(lambda: self.client.append_step(eid, body, step_number=number))
+            except StepwiseError as e:
+                self.errors += 1
+                logger.error("stepwise: step %d of execution %s was not saved: %s", number, eid, e)
+            return
+        if op == _COMPLETE:
+            answer = item[2]
+            text = _answer_text(answer)
+            if len(text) > 100_000:
+                text = text[:99_999] + "…"
+            output = {"final_answer": _enc(answer)}
+            self._finish(lambda: self.client.complete_execution(eid, output=output, final_message=text), eid)
+            return
+        if op == _FAIL:
+            message = str(item[2]).strip() or "the run failed"
+            if len(message) > 65_536:
+                message = message[:65_535] + "…"
+            self._finish(lambda: self.client.fail_execution(eid, message), eid)
+            return
+
+    def _finish(self, call: Callable[[], Any], eid: str) -> None:
+        try:
+            self._call(call, done_codes=_DONE_CODES)
+        except StepwiseError as e:
+            self.errors += 1
+            logger.error("stepwise: could not end execution %s: %s", eid, e)
+
+    def _call(
+        self,
+        call: Callable[[], Any],
+        *,
+        done_codes: set[str] | frozenset = frozenset(),
+        attempts: int = 5,
+    ) -> Any:
+        """Calls again (backing off) while the server cannot be reached or answers 5xx/429.
+
+        The client retries what is safe on its own already; this covers a server that is
+        down for a few seconds (a restart). Steps carry their number, so a step sent twice
+        is saved once; a complete/fail whose first attempt got through answers 409/422 the
+        second time, which counts as done.
+        """
+        delay = 0.2
+        for attempt in range(attempts):
+            try:
+                return call()
+            except StepwiseError as e:
+                if attempt > 0 and e.code in done_codes:
+                    return None
+                transient = e.status is None or e.status >= 500 or e.status == 429
+                if not transient or attempt == attempts - 1:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return None  # pragma: no cover
+
+
+def _tool_inputs(agent: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    if agent is None:
+        return found
+    for source in (getattr(agent, "tools", None), getattr(agent, "managed_agents", None)):
+        for name, tool in (source or {}).items():
+            inputs = getattr(tool, "inputs", None)
+            if isinstance(inputs, dict) and len(inputs) == 1:
+                found[name] = next(iter(inputs))
+    return found
+
+
+_LIVE: weakref.WeakSet[StepwiseMemory] = weakref.WeakSet()
+_EXIT_TIMEOUT = 10.0
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for memory in list(_LIVE):
+        try:
+            memory.flush(timeout=_EXIT_TIMEOUT)
+        except Exception:  # pragma: no cover
+            logger.exception("stepwise: flush at exit failed")
+
+
+# --- the public class ---------------------------------------------------------------------
+
+
+class StepwiseMemory:
+    """A Stepwise session as the memory of smolagents agents.
+
+    Args:
+        client: a ``stepwise.Stepwise`` client.
+        session: a session name or id; a missing session is created with that name.
+        save_model_input: also save each step's ``model_input_messages`` (off by default:
+            they repeat the whole conversation at every step).
+        restore_all_runs: ``restore`` rebuilds the steps of every run of the session. By
+            default it rebuilds what the agent had in memory: the steps from the last run
+            started with ``reset=True`` (smolagents' default, which empties the memory) on.
+        session_kwargs: fields for a session created here (``title``, ``metadata``, ...).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        session: str,
+        *,
+        save_model_input: bool = False,
+        restore_all_runs: bool = False,
+        **session_kwargs: Any,
+    ) -> None:
+        self.client = client
+        self.save_model_input = save_model_input
+        self.restore_all_runs = restore_all_runs
+        self._session_kwargs = session_kwargs
+        self.session: dict = client.session(session, **session_kwargs)
+        self._agent: Any = None
+        self._original_run: Any = None
+        self._run: _Run | None = None
+        self._sender = _Sender(client, self)
+        _LIVE.add(self)
+
+    @property
+    def session_id(self) -> str:
+        return self.session["id"]
+
+    @property
+    def errors(self) -> int:
+        """How many saves failed (each is logged on ``stepwise.smolagents``)."""
+        return self._sender.errors
+
+    # -- attaching --------------------------------------------------------------------------
+
+    def attach(self, agent: Any, *, restore: bool = True) -> StepwiseMemory:
+        """Saves the agent's steps to this session from now on; restores the session's
+        memory into the agent first (``restore=False`` to keep the agent's memory)."""
+        if self._agent is agent:
+            return self
+        if self._agent is not None:
+            raise RuntimeError("this StepwiseMemory is attached to another agent; detach() it first")
+        if getattr(agent, "_stepwise_memory", None) is not None:
+            raise RuntimeError("this agent is attached to another StepwiseMemory; detach() it first")
+        registry = agent.step_callbacks
+        for cls in (ActionStep, PlanningStep, FinalAnswerStep):
+            registry.register(cls, self._on_step)
+        self._original_run = agent.__dict__.get("run")
+        agent.run = self._wrap_run(agent, agent.run)
+        agent._stepwise_memory = self
+        self._agent = agent
+        if restore:
+            self.restore(agent)
+        return self
+
+    def detach(self) -> None:
+        """Stops saving the agent's steps (what is queued is still sent)."""
+        agent = self._agent
+        if agent is None:
+            return
+        callbacks = getattr(agent.step_callbacks, "_callbacks", {})
+        for cls in (ActionStep, PlanningStep, FinalAnswerStep):
+            entries = callbacks.get(cls, [])
+            for cb in list(entries):
+                if getattr(cb, "__self__", None) is self and getattr(cb, "__func__", None) is StepwiseMemory._on_step:
+                    entries.remove(cb)
+        if self._original_run is None:
+            agent.__dict__.pop("run", None)
+        else:
+            agent.run = self._original_run
+        agent._stepwise_memory = None
+        self._agent = None
+        self._original_run = None
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def restore(self, agent: Any | None = None) -> list[MemoryStep]:
+        """Replaces ``agent.memory.steps`` with the steps saved in this session.
+
+        Steps whose smolagents payload cannot be decoded are skipped (a warning is logged).
+        When the server could restore only part of the session (``restored: "summary"``),
+        its context summary comes first, as a ``TaskStep``. Returns the steps.
+        """
+        agent = agent if agent is not None else self._agent
+        if agent is None:
+            raise RuntimeError("restore() needs an agent: pass one or attach() first")
+        if self._run is not None and not self._run.finished and self._run.agent_ref() is agent:
+            raise RuntimeError("cannot restore while the agent is running")
+        steps = self.load()
+        agent.memory.system_prompt = SystemPromptStep(system_prompt=agent.system_prompt)
+        agent.memory.steps = steps
+        return steps
+
+    def load(self) -> list[MemoryStep]:
+        """The smolagents steps saved in this session (what ``restore`` puts in memory)."""
+        memory = self.client.get_memory(self.session_id)
+        steps: list[MemoryStep] = []
+        for stored in memory.get("steps") or []:
+            try:
+                step = decode_step(stored)
+            except ValueError as e:
+                logger.warning(
+                    "stepwise: skipped step %s (number %s of execution %s) of session %s: "
+                    "its smolagents data cannot be decoded: %s",
+                    stored.get("id"), stored.get("step_number"), stored.get("execution_id"),
+                    self.session_id, e,
+                )
+                continue
+            if step is None:
+                logger.debug("stepwise: step %s holds no smolagents step; left out", stored.get("id"))
+                continue
+            if isinstance(step, FinalAnswerStep):
+                continue  # not part of an agent's memory
+            if (
+                isinstance(step, TaskStep)
+                and stored["output"]["smolagents"].get("reset")
+                and not self.restore_all_runs
+            ):
+                steps = []  # this run began by emptying the agent's memory
+            steps.append(step)
+        summary = memory.get("summary")
+        if memory.get("restored") == "summary" and isinstance(summary, dict) and summary.get("text"):
+            steps.insert(0, TaskStep(task=summary["text"]))
+        return steps
+
+    def switch(self, agent: Any, session: str, **session_kwargs: Any) -> StepwiseMemory:
+        """Makes ``session`` (a name or id; created when missing) this memory's session and
+        restores it into the agent: ``agent.memory`` then holds that session's steps only."""
+        if self._run is not None and not self._run.finished:
+            raise RuntimeError("cannot switch sessions while the agent is running")
+        self.session = self.client.session(session, **(session_kwargs or self._session_kwargs))
+        if self._agent is None:
+            self.attach(agent)
+        elif self._agent is not agent:
+            raise RuntimeError("this StepwiseMemory is attached to another agent")
+        else:
+            self.restore(agent)
+        return self
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Waits until every step queued so far is sent (saved, or given up on and logged).
+        Returns False when ``timeout`` seconds passed first."""
+        return self._sender.flush(timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Flushes, detaches and stops the sender thread."""
+        self.flush(timeout)
+        self.detach()
+        self._sender.stop(timeout)
+        _LIVE.discard(self)
+
+    def __enter__(self) -> StepwiseMemory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def _wrap_run(self, agent: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        memory = self
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return original(*args, **kwargs)  # let smolagents say what is wrong
+            bound.apply_defaults()
+            arguments = bound.arguments
+            state = memory._begin(agent, arguments.get("task"), bool(arguments.get("reset", True)))
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as e:
+                memory._end(state, error=e)
+                raise
+            if arguments.get("stream"):
+                return memory._wrap_stream(state, result)
+            memory._end(state)
+            return result
+
+        run.__wrapped__ = original  # type: ignore[attr-defined]
+        run.__doc__ = getattr(original, "__doc__", None)
+        run.__name__ = "run"
+        return run
+
+    def _wrap_stream(self, state: _Run, stream: Iterator[Any]) -> Iterator[Any]:
+        try:
+            yield from stream
+        except GeneratorExit:
+            self._end(state, error="the run's stream was closed before its final answer")
+            raise
+        except BaseException as e:
+            self._end(state, error=e)
+            raise
+        self._end(state)
+
+    def _begin(self, agent: Any, task: Any, reset: bool) -> _Run:
+        previous = self._run
+        if previous is not None and not previous.finished:
+            self._end(previous, error="a new run started before this one ended")
+        state = _Run(self.session_id, task, reset, agent)
+        self._run = state
+        self._sender.put((_OPEN, state, type(agent).__name__))
+        return state
+
+    def _end(self, state: _Run, *, error: Any = None) -> None:
+        if state.finished:
+            return
+        self._save_task(state)
+        state.finished = True
+        if error is None:
+            error = "the run ended without a final answer"
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        self._sender.put((_FAIL, state, error))
+
+    def _save_task(self, state: _Run) -> None:
+        if state.task_saved:
+            return
+        state.task_saved = True
+        agent = state.agent_ref()
+        if agent is None:
+            return
+        steps = agent.memory.steps
+        start = state.steps_base if steps is state.steps_ref else 0
+        for step in steps[start:]:
+            if isinstance(step, TaskStep):
+                number = state.next_number
+                state.next_number += 1
+                self._sender.put(
+                    (_STEP, state, number, copy.copy(step), state.agent_ref, {"reset": state.reset})
+                )
+                return
+
+    def _on_step(self, memory_step: MemoryStep, agent: Any = None) -> None:
+        state = self._run
+        if state is None or state.finished or (agent is not None and agent is not self._agent):
+            return
+        if not state.task_saved:
+            self._save_task(state)
+        number = state.next_number
+        state.next_number += 1
+        # A shallow copy: the step's fields as they are now; converting and sending
+        # happen on the sender thread.
+        self._sender.put((_STEP, state, number, copy.copy(memory_step), state.agent_ref))
+        if isinstance(memory_step, FinalAnswerStep):
+            state.finished = True
+            self._sender.put((_COMPLETE, state, memory_step.output))
