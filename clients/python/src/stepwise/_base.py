@@ -15,7 +15,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Generator, Generic, Iterable, Mapping, TypeVar, Union
+from typing import Any, Generator, Generic, Iterable, Mapping, TypeVar, Union, cast
 from urllib.parse import quote
 
 import httpx
@@ -248,7 +248,7 @@ class EventStreamState:
             return self.server_retry_ms / 1000.0
         if self.failures <= 1:
             return 0.05
-        base = min(self.max_delay, 0.1 * (2 ** (self.failures - 1)))
+        base = min(self.max_delay, 0.1 * (2.0 ** (self.failures - 1)))
         return base * (0.5 + random.random() / 2)
 
     def ended(self) -> float:
@@ -327,6 +327,25 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
     def _event_stream(self, state: EventStreamState) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # Typed views of the above, one per kind of answer.
+    def _dict(self, op: Flow | Call) -> _D:
+        return cast(_D, self._run(op))
+
+    def _opt(self, op: Flow | Call) -> _OptD:
+        return cast(_OptD, self._run(op))
+
+    def _none(self, op: Flow | Call) -> _None:
+        return cast(_None, self._run(op))
+
+    def _raw(self, op: Flow | Call) -> _Raw:
+        return cast(_Raw, self._run(op))
+
+    def _list(self, call: Call) -> _Items:
+        return cast(_Items, self._items(call))
+
+    def _stream(self, state: EventStreamState) -> _Events:
+        return cast(_Events, self._event_stream(state))
+
     # --- low level --------------------------------------------------------------------
 
     def request(
@@ -350,7 +369,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
             raise ValueError(f"path must start with '/', got {path!r}")
         if idempotent is None:
             idempotent = method in _IDEMPOTENT_METHODS
-        return self._run(
+        return self._raw(
             Call(
                 method,
                 path,
@@ -365,11 +384,11 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
     def health(self) -> _D:
         """``GET /healthz``: whether the server process is up."""
-        return self._run(Call("GET", "/healthz", idempotent=True))
+        return self._dict(Call("GET", "/healthz", idempotent=True))
 
     def ready(self) -> _D:
         """``GET /readyz``: whether the server can serve (database reachable, migrated)."""
-        return self._run(Call("GET", "/readyz", idempotent=True))
+        return self._dict(Call("GET", "/readyz", idempotent=True))
 
     # --- sessions ---------------------------------------------------------------------
 
@@ -389,7 +408,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         ``conflict``). Not retried (it could create two sessions), except when the
         connection could not be opened at all.
         """
-        return self._run(
+        return self._dict(
             Call(
                 "POST",
                 "/v1/sessions",
@@ -409,7 +428,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
         A soft-deleted session is still returned, with ``status: "deleted"``.
         """
-        return self._run(Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}", idempotent=True))
+        return self._dict(Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}", idempotent=True))
 
     def find_session(self, name: str) -> _OptD:
         """Returns the session with this name in the caller's tenant, or ``None``.
@@ -418,7 +437,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
-        return self._run(_find_session_flow(name))
+        return self._opt(_find_session_flow(name))
 
     def session(self, name_or_id: str, **create_kwargs: Any) -> _D:
         """Returns a session by id or name, creating it (with that name) when missing.
@@ -440,7 +459,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         }
         if unknown:
             raise TypeError(f"session() got unexpected keyword arguments: {sorted(unknown)}")
-        return self._run(_session_flow(name_or_id, create_kwargs))
+        return self._dict(_session_flow(name_or_id, create_kwargs))
 
     def list_sessions(
         self,
@@ -457,7 +476,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         `status` is one status or several (default: all but ``deleted``). Lazy: nothing is
         requested until the iteration starts.
         """
-        return self._items(
+        return self._list(
             Call(
                 "GET",
                 "/v1/sessions",
@@ -485,7 +504,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         Fields left at ``None`` are unchanged. Returns the updated session. Retried like a
         read: sending the same values twice has the same effect as once.
         """
-        return self._run(
+        return self._dict(
             Call(
                 "PATCH",
                 f"/v1/sessions/{seg(session_id, 'session_id')}",
@@ -500,7 +519,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
     def delete_session(self, session_id: str) -> _None:
         """Soft-deletes a session (its status becomes ``deleted``)."""
-        return self._run(
+        return self._none(
             Call(
                 "DELETE",
                 f"/v1/sessions/{seg(session_id, 'session_id')}",
@@ -524,7 +543,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         `after` is a message id (only later messages); `roles` one role or several
         (``user``, ``assistant``, ``info``, ...).
         """
-        return self._items(
+        return self._list(
             Call(
                 "GET",
                 f"/v1/sessions/{seg(session_id, 'session_id')}/messages",
@@ -551,7 +570,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         (``"demo"``) or ``{"type": ..., "config": {...}}``. On a session whose latest
         execution is paused, the message is the answer that resumes it. Not retried.
         """
-        return self._run(
+        return self._dict(
             Call(
                 "POST",
                 f"/v1/sessions/{seg(session_id, 'session_id')}/messages",
@@ -578,7 +597,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         payload = _message_body(content, agent, related_type, related_id, context_url, metadata)
         if session is not None:
             payload["session"] = dict(session)
-        return self._run(Call("POST", "/v1/messages", json=payload))
+        return self._dict(Call("POST", "/v1/messages", json=payload))
 
     # --- memory, executions, export -----------------------------------------------------
 
@@ -587,13 +606,13 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
         ``restored`` is ``"full"``, ``"summary"`` or ``"empty"``.
         """
-        return self._run(
+        return self._dict(
             Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}/memory", idempotent=True)
         )
 
     def list_executions(self, session_id: str, *, page_size: int | None = None) -> _Items:
         """Iterates over a session's executions (subagents' included)."""
-        return self._items(
+        return self._list(
             Call(
                 "GET",
                 f"/v1/sessions/{seg(session_id, 'session_id')}/executions",
@@ -605,7 +624,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
     def export_session(self, session_id: str) -> _D:
         """The whole session as one JSON document (``format_version``, ``session``,
         ``messages``, ``executions``, ``steps``, ``snapshots``), importable as it is."""
-        return self._run(
+        return self._dict(
             Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}/export", idempotent=True)
         )
 
@@ -616,11 +635,11 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         """
         if not isinstance(document, Mapping):
             raise TypeError(f"document must be a dict, got {type(document).__name__}")
-        return self._run(Call("POST", "/v1/sessions/import", json=dict(document)))
+        return self._dict(Call("POST", "/v1/sessions/import", json=dict(document)))
 
     def get_execution(self, execution_id: str) -> _D:
         """Returns the execution with this id."""
-        return self._run(
+        return self._dict(
             Call("GET", f"/v1/executions/{seg(execution_id, 'execution_id')}", idempotent=True)
         )
 
@@ -629,13 +648,13 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
         A ``conflict`` error when it has already finished.
         """
-        return self._run(
+        return self._dict(
             Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/cancel")
         )
 
     def list_steps(self, execution_id: str, *, page_size: int | None = None) -> _Items:
         """Iterates over an execution's steps by ``step_number``."""
-        return self._items(
+        return self._list(
             Call(
                 "GET",
                 f"/v1/executions/{seg(execution_id, 'execution_id')}/steps",
@@ -646,7 +665,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
     def list_snapshots(self, execution_id: str, *, page_size: int | None = None) -> _Items:
         """Iterates over an execution's snapshots (without their ``state``)."""
-        return self._items(
+        return self._list(
             Call(
                 "GET",
                 f"/v1/executions/{seg(execution_id, 'execution_id')}/snapshots",
@@ -657,7 +676,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
     def get_snapshot(self, snapshot_id: str) -> _D:
         """Returns one snapshot, with its ``state``."""
-        return self._run(
+        return self._dict(
             Call("GET", f"/v1/snapshots/{seg(snapshot_id, 'snapshot_id')}", idempotent=True)
         )
 
@@ -686,7 +705,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 metadata=dict(metadata) if metadata is not None else None,
             )
         )
-        return self._run(
+        return self._dict(
             Call("POST", f"/v1/sessions/{seg(session_id, 'session_id')}/executions", json=payload)
         )
 
@@ -717,7 +736,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 )
             payload["step_number"] = step_number
         numbered = payload.get("step_number") is not None
-        return self._run(
+        return self._dict(
             Call(
                 "POST",
                 f"/v1/executions/{seg(execution_id, 'execution_id')}/steps",
@@ -750,7 +769,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 debug_mode=debug_mode,
             )
         )
-        return self._run(
+        return self._dict(
             Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/snapshots", json=payload)
         )
 
@@ -764,13 +783,13 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         payload: dict[str, Any] = {"output": output}
         if final_message is not None:
             payload["final_message"] = final_message
-        return self._run(
+        return self._dict(
             Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/complete", json=payload)
         )
 
     def fail_execution(self, execution_id: str, error_message: str) -> _D:
         """Marks an external execution ``failed`` with a message. Returns the execution."""
-        return self._run(
+        return self._dict(
             Call(
                 "POST",
                 f"/v1/executions/{seg(execution_id, 'execution_id')}/fail",
@@ -783,7 +802,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
         The user's next message on the session answers it. Returns the execution.
         """
-        return self._run(
+        return self._dict(
             Call(
                 "POST",
                 f"/v1/executions/{seg(execution_id, 'execution_id')}/pause",
@@ -801,7 +820,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         """
         if poll_interval <= 0:
             raise ValueError("poll_interval must be > 0")
-        return self._run(_wait_flow(seg(execution_id, "execution_id"), timeout, poll_interval))
+        return self._dict(_wait_flow(seg(execution_id, "execution_id"), timeout, poll_interval))
 
     # --- events -----------------------------------------------------------------------
 
@@ -816,7 +835,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         breaking out of the loop or closing the iterator. Raises `StepwiseError` when the
         server refuses the stream (e.g. ``not_found``).
         """
-        return self._event_stream(EventStreamState(session_id, after))
+        return self._stream(EventStreamState(session_id, after))
 
 
 # --- flows ----------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class RetryPolicy:
 
     def backoff_delay(self, attempt: int) -> float:
         """The wait before retry number `attempt + 1`: exponential, with jitter in [50%, 100%]."""
-        delay = min(self.max_backoff, self.backoff * (2**attempt))
+        delay = min(self.max_backoff, self.backoff * (2.0**attempt))
         return delay * (0.5 + random.random() / 2)
 
     def after_error(self, exc: Exception, *, idempotent: bool, attempt: int) -> float | None:
