@@ -45,6 +45,7 @@ fn create_session() {}
 
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions",
     params(("status" = Option<String>, Query, description = "Comma-separated statuses; default all but deleted"),
+           ("name" = Option<String>, Query, description = "The session with this name (unique per tenant): at most one item"),
            ("related_type" = Option<String>, Query), ("related_id" = Option<String>, Query),
            ("limit" = Option<u32>, Query, description = "1-500, default 50"), ("cursor" = Option<String>, Query)),
     responses((status = 200, body = SessionList), (status = 400, body = ErrorBody)))]
@@ -565,6 +566,9 @@ fn harden_parameters(path: &str, operation: &mut Value) {
                 json!({"type": "array", "items": {"type": "string", "enum": roles}})
             }
             ("query", "related_type" | "related_id") => text(crate::sessions::MAX_REF_CHARS),
+            ("query", "name") => {
+                json!({"type": "string", "minLength": 1, "maxLength": 64, "pattern": NAME})
+            }
             _ => continue,
         };
         parameter["schema"] = schema;

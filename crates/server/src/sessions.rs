@@ -95,6 +95,8 @@ pub struct MessageAccepted {
 #[derive(Debug, Default, Deserialize)]
 pub struct ListSessionsQuery {
     pub status: Option<String>,
+    /// The session with this name (names are unique per tenant): a list of at most one.
+    pub name: Option<String>,
     pub related_type: Option<String>,
     pub related_id: Option<String>,
     pub limit: Option<String>,
@@ -275,6 +277,23 @@ pub async fn list<S: Store>(
         limit: parse_limit(&query.limit)?,
         cursor: query.cursor,
     };
+    if let Some(name) = &query.name {
+        // Names are unique per tenant: a lookup, not a scan. The other filters still apply.
+        validate_name(name).map_err(|e| ApiError::invalid("name", e.to_string()))?;
+        if let Some(cursor) = &page.cursor {
+            // The one match is on the first page; a cursor reads past it.
+            stepwise_store::cursor::decode(cursor)?;
+        }
+        let found = state
+            .store()
+            .find_session_by_name(&caller.tenant, name)
+            .await?
+            .filter(|s| filter.matches(s) && page.cursor.is_none());
+        return Ok(Json(List {
+            items: found.into_iter().collect(),
+            next_cursor: None,
+        }));
+    }
     let page = state
         .store()
         .list_sessions(&caller.tenant, filter, page)

@@ -374,6 +374,20 @@ async fn sessions_crud_soft_delete_and_pagination() {
         .await;
     assert_eq!(related["items"].as_array().map(Vec::len), Some(1));
 
+    // A name is a lookup: the one session with that name, or none; other filters still apply.
+    let (status, named) = server.get("/v1/sessions?name=first").await;
+    assert_eq!(status, 200, "{named}");
+    assert_eq!(named["items"][0]["id"], json!(id));
+    assert_eq!(named["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(named["next_cursor"], Value::Null);
+    let (_, other) = server.get("/v1/sessions?name=second").await;
+    assert_eq!(other["items"], json!([]));
+    let (_, filtered) = server.get("/v1/sessions?name=first&status=active").await;
+    assert_eq!(filtered["items"], json!([]), "first is completed now");
+    let (status, body) = server.get("/v1/sessions?name=a%2Fb").await;
+    assert_error(status, &body, 400, "invalid_request", "a name with a slash");
+    assert_eq!(body["error"]["field"], json!("name"));
+
     for n in 0..4 {
         let (status, _) = server
             .post("/v1/sessions", json!({"title": format!("s{n}")}))

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 use stepwise_core::{
-    ExecutionStatus, Id, Role, SessionStatus, Step, StepBody, StepKind, Timestamp,
+    ExecutionStatus, Id, Role, Session, SessionStatus, Step, StepBody, StepKind, Timestamp,
 };
 
 use crate::error::{Result, StoreError};
@@ -60,6 +60,26 @@ pub struct SessionFilter {
     pub related_type: Option<String>,
     pub related_id: Option<String>,
     pub user_id: Option<String>,
+}
+
+impl SessionFilter {
+    /// Whether a session passes the filter (what `list_sessions` applies in its query).
+    pub fn matches(&self, session: &Session) -> bool {
+        let status_ok = match &self.statuses {
+            Some(statuses) if !statuses.is_empty() => statuses.contains(&session.status),
+            _ => session.status != SessionStatus::Deleted,
+        };
+        status_ok
+            && self
+                .related_type
+                .as_ref()
+                .is_none_or(|t| session.related_type.as_ref() == Some(t))
+            && self
+                .related_id
+                .as_ref()
+                .is_none_or(|r| session.related_id.as_ref() == Some(r))
+            && self.user_id.as_ref().is_none_or(|u| &session.user_id == u)
+    }
 }
 
 pub const DEFAULT_PAGE_LIMIT: u32 = 50;
