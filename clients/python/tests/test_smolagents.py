@@ -335,6 +335,26 @@ def test_restore_in_a_new_agent_gives_the_same_messages(client, name, kind):
         assert json.dumps(left, default=str) == json.dumps(right, default=str)
 
 
+def test_task_images_come_back_and_are_stored_once_per_run(client, name):
+    from PIL import Image
+
+    images = [Image.new("RGB", (4, 4), (200, 10, 10)), Image.new("L", (2, 3), 7)]
+    agent = tool_agent(tool_script())
+    memory = StepwiseMemory(client, session=name).attach(agent)
+    agent.run("What is in these pictures?", images=images)
+    assert memory.flush()
+    (execution,) = executions(client, memory.session_id)
+    steps = steps_of(client, execution["id"])
+    assert len(steps[0]["output"]["smolagents"]["data"]["task_images"]) == 2
+    for action in steps[1:4]:
+        assert action["output"]["smolagents"]["data"]["observations_images"] == "task_images"
+
+    fresh = tool_agent([])
+    StepwiseMemory(client, session=name).attach(fresh)
+    assert fresh.write_memory_to_messages() == agent.write_memory_to_messages()
+    assert fresh.memory.steps[1].observations_images is fresh.memory.steps[0].task_images
+
+
 def test_model_input_messages_are_saved_when_asked(client, name):
     agent = code_agent(code_script())
     memory = StepwiseMemory(client, session=name, save_model_input=True).attach(agent)
@@ -622,6 +642,49 @@ def test_steps_saved_before_a_crash_come_back(server, client, name, tmp_path):
     assert dicts(agent.write_memory_to_messages()) == expected
     (execution,) = executions(client, client.session(name)["id"])
     assert execution["status"] == "running"  # nobody ended it: the process died
+
+
+EXITING_CHILD = textwrap.dedent(
+    """
+    import sys
+    from stepwise import Stepwise
+    from stepwise.smolagents import StepwiseMemory
+    sys.path.insert(0, {tests!r})
+    from test_smolagents import code_agent, code_script
+
+    memory = StepwiseMemory(Stepwise({url!r}), session={session!r})
+    agent = code_agent(code_script())
+    memory.attach(agent)
+    print(agent.run("Quick one"))
+    # no flush(): interpreter exit sends what is queued
+    """
+)
+
+
+def test_interpreter_exit_sends_what_is_queued(server, client, name):
+    script = EXITING_CHILD.format(tests=str(Path(__file__).parent), url=server.url, session=name)
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert child.returncode == 0, child.stderr.decode()[-2000:]
+    (execution,) = executions(client, client.session(name)["id"])
+    assert execution["status"] == "completed"
+    assert [s["kind"] for s in steps_of(client, execution["id"])] == [
+        "task", "action", "action", "action", "final_answer"
+    ]
+
+
+def test_steps_wait_for_a_server_that_restarts(name):
+    with local_server() as server:
+        client = server.client
+        agent = code_agent(code_script())
+        memory = StepwiseMemory(client, session=name).attach(agent)
+        server.stop()
+        assert agent.run("While the server is down") == "done"  # the agent does not wait
+        server.restart()
+        assert memory.flush(timeout=60)
+        (execution,) = executions(client, memory.session_id)
+        assert execution["status"] == "completed"
+        assert len(steps_of(client, execution["id"])) == 5
+        assert memory.errors == 0
 
 
 # --- the payload alone --------------------------------------------------------------------

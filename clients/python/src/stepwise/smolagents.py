@@ -182,7 +182,11 @@ def _encode_image(value: Any) -> dict | None:
     if not isinstance(value, Image.Image):
         return None
     buffer = io.BytesIO()
-    value.save(buffer, format="PNG")
+    try:
+        value.save(buffer, format="PNG")
+    except Exception as e:  # an image type PNG cannot hold: kept in smolagents' JSON form
+        logger.warning("stepwise: an image of a step is not saved as PNG: %s", e)
+        return None
     encoded: dict[str, Any] = {"format": "png", "base64": base64.b64encode(buffer.getvalue()).decode("ascii")}
     if value.info:
         info = {str(k): v for k, v in value.info.items() if isinstance(v, (str, int, float, bool))}
@@ -332,8 +336,14 @@ def _tool_calls_back(ds: list | None) -> list[ToolCall] | None:
     return [ToolCall(name=d["name"], arguments=_dec(d["arguments"]), id=d["id"]) for d in ds]
 
 
-def _step_data(step: MemoryStep, save_model_input: bool) -> dict:
+# `run(task, images=...)` gives every ActionStep of the run the task's own image list:
+# such a step refers to its run's TaskStep instead of storing the images again.
+_TASK_IMAGES = "task_images"
+
+
+def _step_data(step: MemoryStep, save_model_input: bool, task_images: list | None = None) -> dict:
     if isinstance(step, ActionStep):
+        same = step.observations_images is not None and step.observations_images is task_images
         return {
             "step_number": step.step_number,
             "timing": _timing(step.timing),
@@ -344,7 +354,7 @@ def _step_data(step: MemoryStep, save_model_input: bool) -> dict:
             "model_output": _enc(step.model_output),
             "code_action": step.code_action,
             "observations": step.observations,
-            "observations_images": _images(step.observations_images),
+            "observations_images": _TASK_IMAGES if same else _images(step.observations_images),
             "action_output": _enc(step.action_output),
             "token_usage": _usage(step.token_usage),
             "is_final_answer": step.is_final_answer,
@@ -364,8 +374,15 @@ def _step_data(step: MemoryStep, save_model_input: bool) -> dict:
     raise TypeError(f"not a step type Stepwise saves: {type(step).__name__}")
 
 
-def _step_from_data(type_name: str, d: dict) -> MemoryStep:
+def _step_from_data(type_name: str, d: dict, task: TaskStep | None = None) -> MemoryStep:
     if type_name == "ActionStep":
+        images = d.get("observations_images")
+        if images == _TASK_IMAGES:
+            if task is None or task.task_images is None:
+                raise ValueError("the step refers to its task's images, which are not there")
+            images = task.task_images
+        else:
+            images = _images_back(images)
         return ActionStep(
             step_number=d["step_number"],
             timing=_timing_back(d["timing"]),
@@ -376,7 +393,7 @@ def _step_from_data(type_name: str, d: dict) -> MemoryStep:
             model_output=_dec(d.get("model_output")),
             code_action=d.get("code_action"),
             observations=d.get("observations"),
-            observations_images=_images_back(d.get("observations_images")),
+            observations_images=images,
             action_output=_dec(d.get("action_output")),
             token_usage=_usage_back(d.get("token_usage")),
             is_final_answer=bool(d.get("is_final_answer", False)),
@@ -436,6 +453,7 @@ def encode_step(
     save_model_input: bool = False,
     tool_inputs: dict[str, str] | None = None,
     extra: dict | None = None,
+    task_images: list | None = None,
 ) -> dict:
     """The Stepwise step body (``kind``, ``model_output``, ... ``output``) of a smolagents step.
 
@@ -450,7 +468,7 @@ def encode_step(
     payload: dict[str, Any] = {
         "version": PAYLOAD_VERSION,
         "type": type_name,
-        "data": _step_data(step, save_model_input),
+        "data": _step_data(step, save_model_input, task_images),
     }
     if extra:
         payload.update(extra)
@@ -501,8 +519,10 @@ def _answer_text(answer: Any) -> str:
         return str(answer)
 
 
-def decode_step(stored: dict) -> MemoryStep | None:
+def decode_step(stored: dict, task: TaskStep | None = None) -> MemoryStep | None:
     """The smolagents step a Stepwise step holds (``None`` when it holds none).
+
+    ``task`` is the step's run's TaskStep (for action steps that show the task's images).
 
     Raises ``ValueError`` when its ``output.smolagents`` payload cannot be decoded.
     """
@@ -519,7 +539,7 @@ def decode_step(stored: dict) -> MemoryStep | None:
         data = payload.get("data")
         if not isinstance(data, dict):
             raise ValueError("the payload has no data object")
-        return _step_from_data(str(payload.get("type")), data)
+        return _step_from_data(str(payload.get("type")), data, task)
     except ValueError:
         raise
     except Exception as e:  # KeyError, TypeError, a broken image, ...
@@ -534,7 +554,7 @@ class _Run:
 
     __slots__ = (
         "session_id", "task", "reset", "execution_id", "next_number", "task_saved",
-        "finished", "steps_ref", "steps_base", "open_failed", "agent_ref",
+        "finished", "steps_ref", "steps_base", "open_failed", "agent_ref", "task_images",
     )
 
     def __init__(self, session_id: str, task: Any, reset: bool, agent: Any) -> None:
@@ -547,6 +567,7 @@ class _Run:
         self.finished = False
         self.open_failed = False
         self.agent_ref = weakref.ref(agent)
+        self.task_images: list | None = None
         # To find the TaskStep `run` appends: the memory's step list before the run (a
         # reset run replaces the list) and its length.
         steps = agent.memory.steps
@@ -642,6 +663,7 @@ class _Sender:
                 save_model_input=memory.save_model_input if memory is not None else False,
                 tool_inputs=_tool_inputs(agent_ref()),
                 extra=item[5] if len(item) > 5 else None,
+                task_images=run.task_images,
             )
             try:
                 self._call(lambda: self.client.append_step(eid, body, step_number=number))
@@ -676,28 +698,31 @@ class _Sender:
         call: Callable[[], Any],
         *,
         done_codes: set[str] | frozenset = frozenset(),
-        attempts: int = 5,
     ) -> Any:
-        """Calls again (backing off) while the server cannot be reached or answers 5xx/429.
+        """Calls again, backing off, while the server cannot be reached or answers 5xx/429,
+        for up to ``retry_for`` seconds of the memory (a server restarting).
 
-        The client retries what is safe on its own already; this covers a server that is
-        down for a few seconds (a restart). Steps carry their number, so a step sent twice
-        is saved once; a complete/fail whose first attempt got through answers 409/422 the
-        second time, which counts as done.
+        Steps carry their number, so a step sent twice is saved once; a complete/fail whose
+        earlier attempt got through answers 409/422 the next time, which counts as done.
         """
-        delay = 0.2
-        for attempt in range(attempts):
+        memory = self.memory_ref()
+        deadline = time.monotonic() + (memory.retry_for if memory is not None else 0.0)
+        delay = 0.05
+        attempt = 0
+        while True:
             try:
                 return call()
             except StepwiseError as e:
                 if attempt > 0 and e.code in done_codes:
                     return None
                 transient = e.status is None or e.status >= 500 or e.status == 429
-                if not transient or attempt == attempts - 1:
+                if not transient or time.monotonic() + delay > deadline:
                     raise
+                if attempt == 0:
+                    logger.warning("stepwise: the server is not answering (%s); retrying", e)
                 time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        return None  # pragma: no cover
+                delay = min(delay * 2, 2.0)
+                attempt += 1
 
 
 def _tool_inputs(agent: Any) -> dict[str, str]:
@@ -739,6 +764,9 @@ class StepwiseMemory:
         restore_all_runs: ``restore`` rebuilds the steps of every run of the session. By
             default it rebuilds what the agent had in memory: the steps from the last run
             started with ``reset=True`` (smolagents' default, which empties the memory) on.
+        retry_for: how long (seconds) the background sender keeps retrying a save while
+            the server cannot be reached or answers 5xx/429; then the save is given up
+            (logged, counted in ``errors``).
         session_kwargs: fields for a session created here (``title``, ``metadata``, ...).
     """
 
@@ -749,9 +777,11 @@ class StepwiseMemory:
         *,
         save_model_input: bool = False,
         restore_all_runs: bool = False,
+        retry_for: float = 60.0,
         **session_kwargs: Any,
     ) -> None:
         self.client = client
+        self.retry_for = retry_for
         self.save_model_input = save_model_input
         self.restore_all_runs = restore_all_runs
         self._session_kwargs = session_kwargs
@@ -835,9 +865,10 @@ class StepwiseMemory:
         """The smolagents steps saved in this session (what ``restore`` puts in memory)."""
         memory = self.client.get_memory(self.session_id)
         steps: list[MemoryStep] = []
+        tasks: dict[Any, TaskStep] = {}  # each execution's TaskStep
         for stored in memory.get("steps") or []:
             try:
-                step = decode_step(stored)
+                step = decode_step(stored, tasks.get(stored.get("execution_id")))
             except ValueError as e:
                 logger.warning(
                     "stepwise: skipped step %s (number %s of execution %s) of session %s: "
@@ -857,6 +888,8 @@ class StepwiseMemory:
                 and not self.restore_all_runs
             ):
                 steps = []  # this run began by emptying the agent's memory
+            if isinstance(step, TaskStep):
+                tasks.setdefault(stored.get("execution_id"), step)
             steps.append(step)
         summary = memory.get("summary")
         if memory.get("restored") == "summary" and isinstance(summary, dict) and summary.get("text"):
@@ -908,7 +941,11 @@ class StepwiseMemory:
                 return original(*args, **kwargs)  # let smolagents say what is wrong
             bound.apply_defaults()
             arguments = bound.arguments
-            state = memory._begin(agent, arguments.get("task"), bool(arguments.get("reset", True)))
+            try:
+                state = memory._begin(agent, arguments.get("task"), bool(arguments.get("reset", True)))
+            except Exception:  # saving must never break the agent
+                logger.exception("stepwise: could not start saving a run")
+                return original(*args, **kwargs)
             try:
                 result = original(*args, **kwargs)
             except BaseException as e:
@@ -947,7 +984,10 @@ class StepwiseMemory:
     def _end(self, state: _Run, *, error: Any = None) -> None:
         if state.finished:
             return
-        self._save_task(state)
+        try:
+            self._save_task(state)
+        except Exception:  # saving must never break the agent
+            logger.exception("stepwise: could not queue a run's task")
         state.finished = True
         if error is None:
             error = "the run ended without a final answer"
@@ -968,6 +1008,7 @@ class StepwiseMemory:
             if isinstance(step, TaskStep):
                 number = state.next_number
                 state.next_number += 1
+                state.task_images = step.task_images
                 self._sender.put(
                     (_STEP, state, number, copy.copy(step), state.agent_ref, {"reset": state.reset})
                 )
@@ -977,13 +1018,16 @@ class StepwiseMemory:
         state = self._run
         if state is None or state.finished or (agent is not None and agent is not self._agent):
             return
-        if not state.task_saved:
-            self._save_task(state)
-        number = state.next_number
-        state.next_number += 1
-        # A shallow copy: the step's fields as they are now; converting and sending
-        # happen on the sender thread.
-        self._sender.put((_STEP, state, number, copy.copy(memory_step), state.agent_ref))
-        if isinstance(memory_step, FinalAnswerStep):
-            state.finished = True
-            self._sender.put((_COMPLETE, state, memory_step.output))
+        try:
+            if not state.task_saved:
+                self._save_task(state)
+            number = state.next_number
+            state.next_number += 1
+            # A shallow copy: the step's fields as they are now; converting and sending
+            # happen on the sender thread.
+            self._sender.put((_STEP, state, number, copy.copy(memory_step), state.agent_ref))
+            if isinstance(memory_step, FinalAnswerStep):
+                state.finished = True
+                self._sender.put((_COMPLETE, state, memory_step.output))
+        except Exception:  # saving must never break the agent
+            logger.exception("stepwise: could not queue a smolagents step")
