@@ -133,15 +133,7 @@ AGENTS = {
 # --- fixtures and helpers -----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server():
-    with local_server() as running:
-        yield running
-
-
-@pytest.fixture
-def client(server):
-    return server.client
+# `server` (one `stepwise serve` for the test run) and `client` come from conftest.py.
 
 
 @pytest.fixture

@@ -790,6 +790,8 @@ class StepwiseMemory:
         self._original_run: Any = None
         self._run: _Run | None = None
         self._sender = _Sender(client, self)
+        # A memory dropped without close(): its thread sends what is queued, then ends.
+        weakref.finalize(self, self._sender.queue.put, (_STOP,))
         _LIVE.add(self)
 
     @property
