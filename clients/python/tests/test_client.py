@@ -16,7 +16,7 @@ import pytest
 import stepwise
 from stepwise import AsyncStepwise, Stepwise, StepwiseError
 from stepwise._retry import RetryPolicy, retry_after_seconds
-from stepwise.testing import LocalServer
+from stepwise.testing import LocalServer, local_server
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 REPO = PYTHON_DIR.parents[1]
@@ -554,3 +554,30 @@ def test_local_server_uses_its_own_database_and_port(server: LocalServer) -> Non
     assert server.database.startswith("sqlite://")
     assert server.running
     assert server.client.ready()["backend"] == "sqlite"
+
+
+# --- the README -----------------------------------------------------------------------
+
+
+def readme_examples() -> list[str]:
+    text = (PYTHON_DIR / "README.md").read_text()
+    # The sections up to the adapters' are this client's; their examples must run as written.
+    own = text.split("\n## smolagents")[0]
+    return re.findall(r"```python\n(.*?)```", own, flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(readme_examples())))
+def test_readme_examples_run(
+    index: int, server: LocalServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STEPWISE_URL", server.url)
+    monkeypatch.delenv("STEPWISE_API_KEY", raising=False)
+    namespace: dict[str, Any] = {"__name__": f"readme_example_{index}"}
+    exec(compile(readme_examples()[index], f"README.md example {index + 1}", "exec"), namespace)
+    for name, value in list(namespace.items()):
+        if name.startswith("test_") and callable(value):
+            with local_server() as example_server:
+                value(example_server)
+    output = capsys.readouterr().out
+    if index == 0:
+        assert output.startswith("completed 5\n")
