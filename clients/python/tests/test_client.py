@@ -254,6 +254,24 @@ def test_an_answer_without_the_error_shape_still_gives_a_code() -> None:
     assert "bad gateway" in e.value.message
 
 
+def test_find_session_never_takes_another_session_for_the_one_named() -> None:
+    # A server that ignores `?name=` answers with other sessions.
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"items": [{"id": "s1", "name": "other"}], "next_cursor": None})
+
+    with mock_client(handler) as c:
+        assert c.find_session("mine") is None
+
+
+def test_errors_pickle_with_their_fields() -> None:
+    import pickle
+
+    error = StepwiseError("conflict", "taken", status=409, field="name")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.status, copy.code, copy.message, copy.field) == (409, "conflict", "taken", "name")
+    assert str(copy) == "409 conflict: taken (field: name)"
+
+
 # --- retries --------------------------------------------------------------------------
 
 

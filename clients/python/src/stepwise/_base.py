@@ -873,13 +873,18 @@ def _find_call(name: str) -> Call:
     return Call("GET", "/v1/sessions", params={"name": name}, idempotent=True)
 
 
-def _first(answer: Any) -> Any:
+def _named(answer: Any, name: str) -> Any:
+    """The session called `name` in a list answer (a server without the `name` filter
+    answers with other sessions: none of them is taken for it)."""
     items = answer.get("items") if isinstance(answer, dict) else None
-    return items[0] if items else None
+    for item in items or ():
+        if isinstance(item, dict) and item.get("name") == name:
+            return item
+    return None
 
 
 def _find_session_flow(name: str) -> Flow:
-    return _first((yield _find_call(name)))
+    return _named((yield _find_call(name)), name)
 
 
 def _session_flow(name_or_id: str, create_kwargs: dict[str, Any]) -> Flow:
@@ -889,7 +894,7 @@ def _session_flow(name_or_id: str, create_kwargs: dict[str, Any]) -> Flow:
         except StepwiseError as e:
             if e.code != "not_found":
                 raise
-    found = _first((yield _find_call(name_or_id)))
+    found = _named((yield _find_call(name_or_id)), name_or_id)
     if found is not None:
         return found
     create = Call(
@@ -903,7 +908,7 @@ def _session_flow(name_or_id: str, create_kwargs: dict[str, Any]) -> Flow:
         if e.code != "conflict":
             raise
         # Someone else created it in between.
-        found = _first((yield _find_call(name_or_id)))
+        found = _named((yield _find_call(name_or_id)), name_or_id)
         if found is None:
             raise
         return found
