@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import re
 import socket
-import tomllib
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -30,10 +29,16 @@ def unique(prefix: str) -> str:
 
 
 def test_version_is_the_workspace_version() -> None:
-    cargo = tomllib.loads((REPO / "Cargo.toml").read_text())
-    pyproject = tomllib.loads((PYTHON_DIR / "pyproject.toml").read_text())
-    workspace_version = cargo["workspace"]["package"]["version"]
-    assert pyproject["project"]["version"] == workspace_version
+    def version_in(text: str, table: str) -> str:
+        # The `version = "..."` line of one TOML table (tomllib is Python 3.11+).
+        section = re.search(rf"^\[{re.escape(table)}\]\n(.*?)(?=^\[|\Z)", text, re.S | re.M)
+        assert section, table
+        found = re.search(r'^version\s*=\s*"([^"]+)"', section.group(1), re.M)
+        assert found, table
+        return found.group(1)
+
+    workspace_version = version_in((REPO / "Cargo.toml").read_text(), "workspace.package")
+    assert version_in((PYTHON_DIR / "pyproject.toml").read_text(), "project") == workspace_version
     assert stepwise.__version__ == workspace_version
 
 
