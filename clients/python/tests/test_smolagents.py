@@ -180,14 +180,22 @@ def test_action_step_is_saved_as_soon_as_it_finishes(client, name):
             assert execution["status"] == "running"
             seen_during_run.append([s["kind"] for s in steps_of(client, execution["id"])])
 
-    agent = code_agent(code_script(), step_callbacks=[check_server])
+    def first_model_call(messages):
+        # The task is stored when the run starts, before the model answers.
+        memory = memory_box[0]
+        assert memory.flush()
+        execution = executions(client, memory.session_id)[0]
+        seen_during_run.append([s["kind"] for s in steps_of(client, execution["id"])])
+        return code("compute", "x = 6 * 7\nprint(x)")
+
+    agent = code_agent([first_model_call] + code_script()[1:], step_callbacks=[check_server])
     memory = StepwiseMemory(client, session=name)
     memory_box.append(memory)
     memory.attach(agent)
     assert agent.run("What is 6 times 7?") == "done"
     assert memory.flush()
 
-    assert seen_during_run == [["task", "action"]]
+    assert seen_during_run == [["task"], ["task", "action"]]
     (execution,) = executions(client, memory.session_id)
     assert execution["status"] == "completed"
     assert execution["agent_type"] == "external"

@@ -575,6 +575,27 @@ class _Run:
         self.steps_base = len(steps)
 
 
+class _TaskWatch(list):
+    """``agent.memory.steps`` from a run's start: tells the memory about the TaskStep that
+    ``run`` appends, once, so the task is saved before the model is first called."""
+
+    __slots__ = ("_on_task",)
+
+    def __init__(self, items: list, on_task: Callable[[TaskStep], None]) -> None:
+        super().__init__(items)
+        self._on_task: Callable[[TaskStep], None] | None = on_task
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        on_task = self._on_task
+        if on_task is not None and isinstance(item, TaskStep):
+            self._on_task = None
+            on_task(item)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # copies and pickles as a plain list
+        return (list, (list(self),))
+
+
 _OPEN, _STEP, _COMPLETE, _FAIL, _MARK, _STOP = range(6)
 
 # The answers that mean the server has an operation already (a retried complete/fail).
@@ -591,6 +612,7 @@ class _Sender:
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
         self.errors = 0
+        self.stopping = False
 
     def put(self, item: tuple) -> None:
         if self.thread is None:
@@ -605,15 +627,25 @@ class _Sender:
                 self.thread = thread
 
     def flush(self, timeout: float | None) -> bool:
-        if self.thread is None or not self.thread.is_alive():
+        thread = self.thread
+        if thread is None or not thread.is_alive():
             return True
+        if self.stopping:  # no mark would be read after the stop: wait for the thread
+            thread.join(timeout)
+            return not thread.is_alive()
         done = threading.Event()
         self.queue.put((_MARK, done))
         return done.wait(timeout)
 
-    def stop(self, timeout: float | None) -> None:
-        if self.thread is not None and self.thread.is_alive():
+    def stop_soon(self) -> None:
+        """The thread ends once it has sent everything queued before this call."""
+        if not self.stopping:
+            self.stopping = True
             self.queue.put((_STOP,))
+
+    def stop(self, timeout: float | None) -> None:
+        self.stop_soon()
+        if self.thread is not None and self.thread.is_alive():
             self.thread.join(timeout)
 
     def _loop(self) -> None:
@@ -791,7 +823,8 @@ class StepwiseMemory:
         self._run: _Run | None = None
         self._sender = _Sender(client, self)
         # A memory dropped without close(): its thread sends what is queued, then ends.
-        weakref.finalize(self, self._sender.queue.put, (_STOP,))
+        # (Not at interpreter exit: `_flush_at_exit` waits for the queue then.)
+        weakref.finalize(self, self._sender.stop_soon).atexit = False
         _LIVE.add(self)
 
     @property
@@ -943,11 +976,17 @@ class StepwiseMemory:
                 return original(*args, **kwargs)  # let smolagents say what is wrong
             bound.apply_defaults()
             arguments = bound.arguments
+            reset = bool(arguments.get("reset", True))
             try:
-                state = memory._begin(agent, arguments.get("task"), bool(arguments.get("reset", True)))
+                state = memory._begin(agent, arguments.get("task"), reset)
             except Exception:  # saving must never break the agent
                 logger.exception("stepwise: could not start saving a run")
                 return original(*args, **kwargs)
+            if reset and "reset" in arguments:
+                # Done by _begin already (so that the step list it watches is the one
+                # `run` appends the task to).
+                arguments["reset"] = False
+                args, kwargs = bound.args, bound.kwargs
             try:
                 result = original(*args, **kwargs)
             except BaseException as e:
@@ -981,6 +1020,15 @@ class StepwiseMemory:
         state = _Run(self.session_id, task, reset, agent)
         self._run = state
         self._sender.put((_OPEN, state, type(agent).__name__))
+        if reset:  # what `run(reset=True)` does first
+            agent.memory.reset()
+            monitor = getattr(agent, "monitor", None)
+            if monitor is not None:
+                monitor.reset()
+        watch = _TaskWatch(agent.memory.steps, lambda step: self._task_appended(state, step))
+        agent.memory.steps = watch
+        state.steps_ref = watch
+        state.steps_base = len(watch)
         return state
 
     def _end(self, state: _Run, *, error: Any = None) -> None:
@@ -997,24 +1045,31 @@ class StepwiseMemory:
             error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         self._sender.put((_FAIL, state, error))
 
-    def _save_task(self, state: _Run) -> None:
-        if state.task_saved:
+    def _task_appended(self, state: _Run, task: TaskStep) -> None:
+        try:
+            self._save_task(state, task)
+        except Exception:  # saving must never break the agent
+            logger.exception("stepwise: could not queue a run's task")
+
+    def _save_task(self, state: _Run, task: TaskStep | None = None) -> None:
+        """Queues the run's TaskStep: given by the watched step list as `run` appends it,
+        else (a run that replaced the list) looked for in the memory's new steps."""
+        if state.task_saved or state.finished:
             return
         state.task_saved = True
-        agent = state.agent_ref()
-        if agent is None:
-            return
-        steps = agent.memory.steps
-        start = state.steps_base if steps is state.steps_ref else 0
-        for step in steps[start:]:
-            if isinstance(step, TaskStep):
-                number = state.next_number
-                state.next_number += 1
-                state.task_images = step.task_images
-                self._sender.put(
-                    (_STEP, state, number, copy.copy(step), state.agent_ref, {"reset": state.reset})
-                )
+        if task is None:
+            agent = state.agent_ref()
+            if agent is None:
                 return
+            steps = agent.memory.steps
+            start = state.steps_base if steps is state.steps_ref else 0
+            task = next((s for s in steps[start:] if isinstance(s, TaskStep)), None)
+            if task is None:
+                return
+        number = state.next_number
+        state.next_number += 1
+        state.task_images = task.task_images
+        self._sender.put((_STEP, state, number, copy.copy(task), state.agent_ref, {"reset": state.reset}))
 
     def _on_step(self, memory_step: MemoryStep, agent: Any = None) -> None:
         state = self._run
