@@ -6,9 +6,10 @@ Starts `stepwise serve` with `stepwise.testing.local_server()` (a temporary SQLi
 database) and prints one JSON object:
 
 * ``callback_in_runs_us``: the time each step of real agent runs (a ToolCallingAgent with
-  an offline scripted model and a tool) spends inside StepwiseMemory's step callback, in
-  microseconds (p50/p90/p99/max over all steps). The save itself happens on the
-  background thread; this is all the agent waits for.
+  an offline scripted model and a tool: per run a task, 5 action steps and the final
+  answer) spends inside StepwiseMemory (the step callback; for the task, the hook that
+  queues it), in microseconds (p50/p90/p99/max over all steps). The save itself happens
+  on the background thread; this is all the agent waits for.
 * ``callback_burst_us``: the same for 1,000 steps handed to the callback back to back.
 * ``sender``: those 1,000 steps, from the first one enqueued until ``flush()`` returns:
   the steps per second the background sender stores (one ``POST .../steps`` each).
@@ -93,18 +94,28 @@ def percentiles(samples_s: list[float]) -> dict[str, Any]:
 
 
 def timed_callbacks() -> list[float]:
-    """Times every call of StepwiseMemory's step callback from now on."""
+    """Times, from now on, every call the agent's thread makes into StepwiseMemory for a
+    step: the step callback, and the hook that queues a run's task as `run` appends it."""
     samples: list[float] = []
-    original = StepwiseMemory._on_step
+    on_step = StepwiseMemory._on_step
+    task_appended = StepwiseMemory._task_appended
 
-    def on_step(self, memory_step, agent=None):
+    def timed_on_step(self, memory_step, agent=None):
         start = time.perf_counter()
         try:
-            return original(self, memory_step, agent)
+            return on_step(self, memory_step, agent)
         finally:
             samples.append(time.perf_counter() - start)
 
-    StepwiseMemory._on_step = on_step  # type: ignore[method-assign]
+    def timed_task_appended(self, state, task):
+        start = time.perf_counter()
+        try:
+            return task_appended(self, state, task)
+        finally:
+            samples.append(time.perf_counter() - start)
+
+    StepwiseMemory._on_step = timed_on_step  # type: ignore[method-assign]
+    StepwiseMemory._task_appended = timed_task_appended  # type: ignore[method-assign]
     return samples
 
 
@@ -162,7 +173,7 @@ def main() -> None:
                     "server": os.path.relpath(binary, os.getcwd()) if binary.startswith(os.getcwd()) else binary,
                     "python": sys.version.split()[0],
                     "agent_runs": args.runs,
-                    "agent_run_steps_saved": run_steps,
+                    "agent_run_steps": run_steps,
                     "agent_runs_s": round(runs_s, 3),
                     "callback_in_runs_us": in_runs,
                     "callback_burst_us": percentiles(samples),
