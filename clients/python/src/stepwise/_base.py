@@ -154,14 +154,23 @@ def _has_request(response: httpx.Response) -> bool:
     return True
 
 
-def connection_error(base_url: str, call: Call, exc: Exception) -> StepwiseError:
-    what = type(exc).__name__
-    detail = str(exc) or what
+def connection_error(base_url: str, call: Call, exc: Exception, tries: int = 1) -> StepwiseError:
+    """The error for a request that got no answer, saying what to check."""
+    detail = str(exc) or type(exc).__name__
+    where = f"{call.method} {call.path}"
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        message = (
+            f"cannot connect to {base_url} ({where}): {detail}; is the server running "
+            "(`stepwise serve`) and the URL (STEPWISE_URL) right?"
+        )
+    elif isinstance(exc, httpx.TimeoutException):
+        message = f"no answer from {base_url} to {where} in time ({type(exc).__name__}: {detail})"
+    else:
+        message = f"the connection to {base_url} failed during {where}: {detail} ({type(exc).__name__})"
+    if tries > 1:
+        message += f" [{tries} tries]"
     return StepwiseError(
-        "connection_error",
-        f"no answer from {base_url} to {call.method} {call.path}: {detail} ({what})",
-        method=call.method,
-        url=base_url.rstrip("/") + call.path,
+        "connection_error", message, method=call.method, url=base_url.rstrip("/") + call.path
     )
 
 

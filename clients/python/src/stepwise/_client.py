@@ -105,7 +105,7 @@ class Stepwise(
             except httpx.TransportError as exc:
                 delay = self._retry.after_error(exc, idempotent=call.idempotent, attempt=attempt)
                 if delay is None:
-                    raise connection_error(self.base_url, call, exc) from exc
+                    raise connection_error(self.base_url, call, exc, attempt + 1) from exc
             else:
                 delay = self._retry.after_answer(
                     response.status_code,
