@@ -508,6 +508,25 @@ def test_a_run_that_resets_restores_as_the_agent_had_it(client, name):
     assert tasks == ["first task", "second task"]
 
 
+def test_a_run_that_reaches_max_steps_is_saved_and_restored(client, name):
+    # Two steps without an answer, then smolagents asks the model for a final answer.
+    agent = code_agent(
+        [code("a", "x = 1"), code("b", "y = 2"), ChatMessage(role=MessageRole.ASSISTANT, content="Gave up: 3")]
+    )
+    memory = StepwiseMemory(client, session=name).attach(agent)
+    assert agent.run("Add things", max_steps=2, additional_args={"z": 3}) == "Gave up: 3"
+    assert memory.flush()
+    (execution,) = executions(client, memory.session_id)
+    steps = steps_of(client, execution["id"])
+    assert [s["kind"] for s in steps] == ["task", "action", "action", "action", "final_answer"]
+    assert steps[3]["error"]["kind"] == "AgentMaxStepsError"
+    assert "additional arguments" in steps[0]["observations"]
+    assert execution["status"] == "completed"
+    fresh = code_agent([])
+    StepwiseMemory(client, session=name).attach(fresh)
+    assert fresh.write_memory_to_messages() == agent.write_memory_to_messages()
+
+
 def test_a_failing_run_fails_its_execution(client, name):
     agent = code_agent([code("compute", "x = 1"), RuntimeError("the model is down")])
     memory = StepwiseMemory(client, session=name).attach(agent)
@@ -705,7 +724,7 @@ def test_payload_round_trip_keeps_what_json_and_the_server_would_lose():
         model_output="thinking",
         observations="seen",
         observations_images=[image],
-        action_output={3: "int key", "$tuple": "a key that looks like a tag"},
+        action_output={3: "int key", "$tuple": "a key that looks like a tag", "big": 2**70, "nan": float("nan")},
         token_usage=TokenUsage(1, 2),
     )
     body = encode_step(step)
@@ -716,12 +735,18 @@ def test_payload_round_trip_keeps_what_json_and_the_server_would_lose():
     assert list(back.tool_calls[0].arguments) == ["zeta", "alpha"]
     assert back.to_messages() == step.to_messages()
     assert back.timing.end_time == float("inf")
-    assert back.action_output == {3: "int key", "$tuple": "a key that looks like a tag"}
+    nan = back.action_output.pop("nan")
+    assert nan != nan
+    assert back.action_output == {3: "int key", "$tuple": "a key that looks like a tag", "big": 2**70}
     assert back.observations_images[0].tobytes() == image.tobytes()
     assert body["tool_calls"] == [
         {"id": "c", "name": "lookup", "arguments": {"zeta": [1, 2], "alpha": {"b": 1, "a": [None, 1.25]}}}
     ]
     assert decode_step({"output": {"something": "else"}}) is None
+    # An object that is not JSON comes back in smolagents' JSON form.
+    odd = encode_step(FinalAnswerStep(output=threading.Event()))
+    assert json.loads(json.dumps(odd))["output"]["smolagents"]["data"]["output"]["$object"] == "Event"
+    assert decode_step(odd).output["_type"] == "Event"
     assert isinstance(decode_step(json.loads(json.dumps(encode_step(PlanningStep(
         model_input_messages=[], model_output_message=plan("p"), plan="p", timing=step.timing,
     )), sort_keys=True))), PlanningStep)

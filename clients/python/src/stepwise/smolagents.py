@@ -110,10 +110,11 @@ _ERROR_CLASSES: dict[str, type[AgentError]] = {
 #   {"$dict": [[key, value], ...]}  a dict whose key order (or key types) must be kept
 #   {"$tuple": [...]}               a tuple
 #   {"$float": "nan" | "inf" | "-inf"}
+#   {"$int": "123..."}              an integer beyond 64 bits
 #   {"$image": {"format": "png", "base64": "..."}}   a PIL image
 #   {"$object": "TypeName", "value": <make_json_serializable(obj)>}  (comes back as value)
 
-_TAGS = ("$dict", "$tuple", "$float", "$image", "$object")
+_TAGS = ("$dict", "$tuple", "$float", "$int", "$image", "$object")
 
 
 def _enc(value: Any) -> Any:
@@ -121,7 +122,9 @@ def _enc(value: Any) -> Any:
         # str subclasses (smolagents' AgentText) are kept as their text.
         if isinstance(value, str) and type(value) is not str:
             return str(value)
-        if isinstance(value, int) and not isinstance(value, bool) and type(value) is not int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not -(2**63) <= value < 2**64:  # beyond what the server's JSON keeps exactly
+                return {"$int": str(int(value))}
             return int(value)
         return value
     if isinstance(value, float):
@@ -147,7 +150,7 @@ def _enc(value: Any) -> Any:
     image = _encode_image(value)
     if image is not None:
         return {"$image": image}
-    return {"$object": type(value).__name__, "value": make_json_serializable(value)}
+    return {"$object": type(value).__name__, "value": _enc(make_json_serializable(value))}
 
 
 def _dec(value: Any) -> Any:
@@ -162,16 +165,22 @@ def _dec(value: Any) -> Any:
                 return tuple(_dec(v) for v in inner)
             if key == "$float":
                 return float(inner)
+            if key == "$int":
+                return int(inner)
             if key == "$image":
                 return _decode_image(inner)
         if len(value) == 2 and "$object" in value and "value" in value:
-            return value["value"]
+            return _dec(value["value"])
         return {k: _dec(v) for k, v in value.items()}
     return value
 
 
 def _hashable(key: Any) -> Any:
-    return tuple(key) if isinstance(key, list) else key
+    try:
+        hash(key)
+    except TypeError:  # an object key that came back as JSON
+        return json.dumps(key, sort_keys=True, default=str)
+    return key
 
 
 def _encode_image(value: Any) -> dict | None:
