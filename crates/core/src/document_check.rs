@@ -424,11 +424,17 @@ fn upgrade_v0(value: Value) -> Result<Value, DocumentError> {
     let created_at = time("created_at")?.unwrap_or_default();
     let updated_at = time("updated_at")?.unwrap_or(created_at).max(created_at);
     let session_id = new_id();
-    if !matches!(
-        old.get("thread"),
-        None | Some(Value::Null | Value::Object(_))
-    ) {
-        return Err(DocumentError::invalid("thread", "must be an object"));
+    // A legacy session file is recognised by its `thread`; anything else (`{"hello": "world"}`)
+    // is not a session document at all, and importing it must not make an empty session.
+    match old.get("thread") {
+        Some(Value::Object(_)) => {}
+        None | Some(Value::Null) => {
+            return Err(DocumentError::invalid(
+                "format_version",
+                "this is not a session document: a Stepwise export has `format_version` and `session`, a legacy session file has `thread`",
+            ));
+        }
+        Some(_) => return Err(DocumentError::invalid("thread", "must be an object")),
     }
     let empty = Vec::new();
     let old_messages = match old.get("thread").and_then(|t| t.get("messages")) {

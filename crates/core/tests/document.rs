@@ -621,6 +621,22 @@ fn names_that_break_the_rules_are_refused() {
 }
 
 #[test]
+fn json_that_is_not_a_session_document_is_refused() {
+    for body in [
+        json!({"hello": "world"}),
+        json!({}),
+        json!({"name": "x", "description": "no thread"}),
+        json!({"thread": null}),
+    ] {
+        let err = parse_value(&body, &limits()).unwrap_err();
+        assert_eq!(err.field(), Some("format_version"), "{body}: {err}");
+        assert!(err.to_string().contains("not a session document"), "{err}");
+    }
+    let err = parse_value(&json!({"thread": []}), &limits()).unwrap_err();
+    assert_eq!(err.field(), Some("thread"), "{err}");
+}
+
+#[test]
 fn a_newer_format_version_is_refused() {
     let mut value = to_value(&sample());
     value["format_version"] = json!(FORMAT_VERSION + 1);

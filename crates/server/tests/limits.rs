@@ -416,6 +416,13 @@ async fn a_step_with_too_many_tool_calls_is_refused() {
     crowded["steps"][0]["tool_calls"] = json!(calls(300));
     let (status, body) = server.post("/v1/sessions/import", crowded).await;
     assert_refused(status, &body, 400, "invalid_request", None);
+    // JSON that is not a session document at all is refused too, not made an empty session.
+    for not_a_document in [json!({"hello": "world"}), json!({})] {
+        let (status, body) = server
+            .post("/v1/sessions/import", not_a_document.clone())
+            .await;
+        assert_refused(status, &body, 400, "invalid_request", Some("format_version"));
+    }
     assert_eq!(session_count(&server).await, before, "nothing was imported");
     let (status, body) = server.post("/v1/sessions/import", document).await;
     assert_eq!(status, 201, "{body}");
