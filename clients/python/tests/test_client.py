@@ -604,3 +604,37 @@ def test_readme_examples_run(
     output = capsys.readouterr().out
     if index == 0:
         assert output.startswith("completed 5\n")
+
+
+# --- local_server ----------------------------------------------------------------------
+
+
+def test_local_server_reports_a_failed_start_with_the_server_log() -> None:
+    from stepwise.testing import ServerStartError
+
+    with pytest.raises(ServerStartError) as e:
+        with local_server(args=["--no-such-flag"]):
+            pass
+    assert "exited with status" in str(e.value)
+    assert "--no-such-flag" in str(e.value)  # the end of the server's own message
+
+
+def test_local_server_needs_a_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("STEPWISE_BIN", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="STEPWISE_BIN"):
+        local_server()
+
+
+def test_local_server_kill_restart_keeps_the_data() -> None:
+    with local_server() as own:
+        session = own.client.create_session(name="kept")
+        port = own.port
+        own.kill()
+        assert not own.running
+        with own.new_client(max_retries=0) as probe, pytest.raises(StepwiseError) as e:
+            probe.health()
+        assert e.value.code == "connection_error"
+        own.restart()
+        assert own.port == port
+        assert own.client.find_session("kept")["id"] == session["id"]  # type: ignore[index]
+        assert own.stop() == 0  # SIGTERM: a clean exit
