@@ -109,11 +109,11 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     if !loopback && args.insecure_no_auth {
         let warning = if keys == 0 {
             format!(
-                "serving {addr} WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who can reach                  it reads and writes tenant `local`. Create an API key to close it."
+                "serving {addr} WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who can reach it reads and writes tenant `local`. Create an API key to close it."
             )
         } else {
             format!(
-                "--insecure-no-auth is given for {addr}, but API keys exist, so every request                  still needs one"
+                "--insecure-no-auth is given for {addr}, but API keys exist, so every request still needs one"
             )
         };
         eprintln!("warning: {warning}");

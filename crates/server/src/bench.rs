@@ -1,4 +1,6 @@
-//! `stepwise bench http`: figures of the real server over loopback HTTP, in one process.
+//! HTTP figures of the real server over loopback, in one process (run by the ignored test
+//! `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`; there is
+//! no `stepwise bench http` command yet).
 //!
 //! - messages accepted per second: `POST /v1/sessions/{id}/messages` from N concurrent
 //!   clients (one session each) for a fixed time; workers are not started, so the figure
