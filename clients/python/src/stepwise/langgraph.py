@@ -1,0 +1,912 @@
+"""LangGraph checkpointers backed by Stepwise: `StepwiseSaver` and `AsyncStepwiseSaver`.
+
+::
+
+    from langgraph.graph import StateGraph
+    from stepwise.langgraph import StepwiseSaver
+
+    saver = StepwiseSaver(base_url="http://127.0.0.1:7777")   # or StepwiseSaver(client)
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "support-42"}})
+
+A LangGraph thread is a Stepwise session of the caller's tenant (named after the thread when
+the name is free). Checkpoints, channel values ("blobs") and pending writes are stored by the
+server's ``/v1/threads/...`` endpoints, serialized with LangGraph's own serializer
+(``serde.dumps_typed``, base64 in JSON), so every value round-trips exactly.
+
+Flat storage: when a list channel (``messages``) only grew since the version this saver last
+wrote or read for that thread, namespace and channel, only the new items are sent, as an
+``append`` blob on top of that version; the server rebuilds the list when it is read. A
+thread of 1,000 steps does not send (or store) its history 1,000 times. New messages of
+the ``messages`` channel are also mirrored into the session (user and assistant messages,
+tool calls and their results as steps), so the conversation shows in Stepwise's UI and API.
+
+`StepwiseSaver`'s async methods run the sync calls in a worker thread; `AsyncStepwiseSaver`
+uses `AsyncStepwise` for its async methods and a synchronous client to the same server for
+its sync ones (e.g. ``graph.get_state``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ._async_client import AsyncStepwise
+from ._client import Stepwise
+from ._errors import StepwiseError
+
+__all__ = ["StepwiseSaver", "AsyncStepwiseSaver"]
+
+# The server takes at most this many blobs or writes in one request.
+_MAX_PER_REQUEST = 1000
+# The largest `limit` of one list page.
+_MAX_PAGE = 1000
+_PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _b64(data: bytes | bytearray | None) -> str:
+    return base64.b64encode(data or b"").decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def _json_safe(value: Any) -> Any:
+    """Metadata goes to the server as JSON: values JSON cannot hold become strings."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=str))
+
+
+def _version_key(version: Any) -> str:
+    return version if isinstance(version, str) else str(version)
+
+
+def _common_prefix(prev: Sequence[Any], new: Sequence[Any]) -> bool:
+    """Whether `new` starts with every item of `prev` (the same objects, or equal ones)."""
+    if len(new) < len(prev):
+        return False
+    for old, cur in zip(prev, new):
+        if old is cur:
+            continue
+        try:
+            if old == cur:
+                continue
+        except Exception:  # noqa: BLE001 - an odd __eq__ means "not the same"
+            return False
+        return False
+    return True
+
+
+class _ListCache:
+    """Per (thread, namespace, channel): the version of a list value this saver last wrote
+    or read, and its items (a shallow copy). Bounded (least recently used go first)."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[tuple[str, str, str], tuple[str, tuple[Any, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str]) -> tuple[str, tuple[Any, ...]] | None:
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is not None:
+                self._data.move_to_end(key)
+            return entry
+
+    def set(self, key: tuple[str, str, str], version: str, items: Sequence[Any]) -> None:
+        if self.maxsize <= 0:
+            return
+        with self._lock:
+            self._data[key] = (version, tuple(items))
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def drop_threads(self, thread_ids: Sequence[str] | None) -> None:
+        with self._lock:
+            if thread_ids is None:
+                self._data.clear()
+                return
+            wanted = set(thread_ids)
+            for key in [k for k in self._data if k[0] in wanted]:
+                del self._data[key]
+
+
+# --------------------------------------------------------------------------- mirror
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "\n".join(parts)
+    return str(content)
+
+
+_ROLES = {
+    "human": "user",
+    "user": "user",
+    "ai": "assistant",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "system": "system",
+    "developer": "system",
+}
+
+
+def _tool_call(tc: Any) -> dict[str, Any]:
+    if not isinstance(tc, Mapping):
+        return {"id": "", "name": str(tc), "arguments": {}}
+    if "function" in tc and isinstance(tc["function"], Mapping):  # OpenAI shape
+        fn = tc["function"]
+        args: Any = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        return {"id": str(tc.get("id") or ""), "name": str(fn.get("name") or ""), "arguments": _json_safe(args)}
+    return {
+        "id": str(tc.get("id") or ""),
+        "name": str(tc.get("name") or ""),
+        "arguments": _json_safe(tc.get("args", tc.get("arguments", {}))),
+    }
+
+
+def mirror_message(message: Any) -> dict[str, Any] | None:
+    """The Stepwise mirror of one LangChain message (or ``{"role", "content"}`` dict), or
+    None for something that is not a message."""
+    usage = None
+    if isinstance(message, Mapping):
+        role = _ROLES.get(str(message.get("role") or message.get("type") or ""))
+        if role is None or "content" not in message:
+            return None
+        tool_calls = [_tool_call(tc) for tc in message.get("tool_calls") or []]
+        tool_call_id = message.get("tool_call_id")
+        content = message.get("content")
+    else:
+        kind = getattr(message, "type", None)
+        if not isinstance(kind, str) or not hasattr(message, "content"):
+            return None
+        role = _ROLES.get(kind)
+        if role is None:
+            return None
+        tool_calls = [_tool_call(tc) for tc in getattr(message, "tool_calls", None) or []]
+        tool_call_id = getattr(message, "tool_call_id", None)
+        content = message.content
+        um = getattr(message, "usage_metadata", None)
+        if um:
+            usage = {"input": int(um.get("input_tokens", 0)), "output": int(um.get("output_tokens", 0))}
+    return {
+        "role": role,
+        "content": _text_of(content),
+        "tool_calls": tool_calls if role == "assistant" else [],
+        "tool_call_id": str(tool_call_id) if role == "tool" and tool_call_id is not None else None,
+        "usage": usage,
+    }
+
+
+# --------------------------------------------------------------------------- the logic both savers share
+
+
+class _Wire:
+    """Builds the HTTP requests of the checkpointer and reads their answers."""
+
+    def __init__(
+        self,
+        saver: BaseCheckpointSaver[str],
+        cache_size: int,
+        mirror_channels: Sequence[str],
+    ) -> None:
+        self.saver = saver
+        self.cache = _ListCache(cache_size)
+        self.mirror_channels = frozenset(mirror_channels)
+
+    # -- values
+
+    def dump(self, value: Any) -> dict[str, str]:
+        type_, data = self.saver.serde.dumps_typed(value)
+        return {"type": type_, "data": _b64(data)}
+
+    def load(self, typed: Mapping[str, Any]) -> Any:
+        return self.saver.serde.loads_typed((typed["type"], _unb64(typed.get("data"))))
+
+    # -- paths
+
+    @staticmethod
+    def thread_path(thread_id: str) -> str:
+        if not isinstance(thread_id, str) or not thread_id:
+            raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+        return f"/v1/threads/{quote(thread_id, safe='')}"
+
+    # -- put
+
+    def put_request(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        *,
+        allow_append: bool = True,
+    ) -> tuple[str, dict[str, Any], list[tuple[tuple[str, str, str], str, list[Any]]], RunnableConfig]:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        checkpoint_ns = conf.get("checkpoint_ns") or ""
+        c = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values", None) or {}
+        blobs: list[dict[str, Any]] = []
+        mirror: list[dict[str, Any]] = []
+        cache_updates: list[tuple[tuple[str, str, str], str, list[Any]]] = []
+        for channel, version in new_versions.items():
+            vkey = _version_key(version)
+            if channel not in values:
+                blobs.append({"channel": channel, "version": vkey, "type": "empty", "data": ""})
+                continue
+            value = values[channel]
+            new_items: list[Any] | None = None
+            if isinstance(value, list):
+                key = (thread_id, checkpoint_ns, channel)
+                prev = self.cache.get(key) if allow_append else None
+                if prev is not None and prev[0] != vkey and _common_prefix(prev[1], value):
+                    base_version, prev_items = prev
+                    new_items = value[len(prev_items):]
+                    blobs.append(
+                        {
+                            "channel": channel,
+                            "version": vkey,
+                            "base_version": base_version,
+                            "items": [self.dump(item) for item in new_items],
+                        }
+                    )
+                else:
+                    blobs.append({"channel": channel, "version": vkey, **self.dump(value)})
+                    new_items = value if prev is None else self._new_since(prev[1], value)
+                cache_updates.append((key, vkey, list(value)))
+            else:
+                blobs.append({"channel": channel, "version": vkey, **self.dump(value)})
+            if channel in self.mirror_channels and new_items:
+                mirror.extend(m for m in map(mirror_message, new_items) if m is not None)
+        body: dict[str, Any] = {
+            "checkpoint_ns": checkpoint_ns,
+            "parent_checkpoint_id": conf.get("checkpoint_id"),
+            "checkpoint": self.dump(c),
+            "metadata": _json_safe(get_serializable_checkpoint_metadata(config, metadata)),
+            "channel_versions": {k: _version_key(v) for k, v in checkpoint["channel_versions"].items()},
+            "blobs": blobs,
+        }
+        if mirror:
+            body["mirror"] = mirror
+        path = f"{self.thread_path(thread_id)}/checkpoints/{quote(str(checkpoint['id']), safe='')}"
+        result: RunnableConfig = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+        return path, body, cache_updates, result
+
+    @staticmethod
+    def _new_since(prev: Sequence[Any], value: list[Any]) -> list[Any]:
+        """Items of `value` after the longest common prefix with `prev` (a fork, an edit)."""
+        n = 0
+        for old, cur in zip(prev, value):
+            if old is cur:
+                n += 1
+                continue
+            try:
+                same = bool(old == cur)
+            except Exception:  # noqa: BLE001
+                same = False
+            if not same:
+                break
+            n += 1
+        return value[n:]
+
+    @staticmethod
+    def has_append(body: Mapping[str, Any]) -> bool:
+        return any("base_version" in b for b in body["blobs"])
+
+    @staticmethod
+    def retry_full(error: StepwiseError) -> bool:
+        """An append was refused (its base version is gone, e.g. pruned elsewhere): send it whole."""
+        return error.status in (400, 404, 409, 422)
+
+    def commit(self, updates: list[tuple[tuple[str, str, str], str, list[Any]]]) -> None:
+        for key, version, items in updates:
+            self.cache.set(key, version, items)
+
+    # -- put_writes
+
+    def writes_requests(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        conf = config["configurable"]
+        path = (
+            f"{self.thread_path(str(conf['thread_id']))}/checkpoints/"
+            f"{quote(str(conf['checkpoint_id']), safe='')}/writes"
+        )
+        rows = [
+            {"idx": WRITES_IDX_MAP.get(channel, idx), "channel": channel, **self.dump(value)}
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        base = {"checkpoint_ns": conf.get("checkpoint_ns") or "", "task_id": task_id, "task_path": task_path}
+        return [
+            (path, {**base, "writes": rows[i : i + _MAX_PER_REQUEST]})
+            for i in range(0, len(rows), _MAX_PER_REQUEST)
+        ]
+
+    # -- reading
+
+    def get_request(self, config: RunnableConfig) -> tuple[str, dict[str, str]]:
+        conf = config["configurable"]
+        checkpoint_id = get_checkpoint_id(config)
+        tail = quote(str(checkpoint_id), safe="") if checkpoint_id else "latest"
+        return (
+            f"{self.thread_path(str(conf['thread_id']))}/checkpoints/{tail}",
+            {"checkpoint_ns": conf.get("checkpoint_ns") or ""},
+        )
+
+    def list_request(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+    ) -> tuple[str, dict[str, str]]:
+        params: dict[str, str] = {}
+        if config is None:
+            path = "/v1/checkpoints"
+        else:
+            conf = config["configurable"]
+            path = f"{self.thread_path(str(conf['thread_id']))}/checkpoints"
+            ns = conf.get("checkpoint_ns")
+            if ns is not None:
+                params["checkpoint_ns"] = ns
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            params["before"] = str(before_id)
+        if filter:
+            params["filter"] = json.dumps(_json_safe(filter), separators=(",", ":"))
+        return path, params
+
+    @staticmethod
+    def list_page_params(params: dict[str, str], remaining: int | None, cursor: str | None) -> dict[str, str]:
+        page = dict(params)
+        if remaining is not None:
+            page["limit"] = str(min(remaining, _MAX_PAGE))
+        if cursor:
+            page["cursor"] = cursor
+        return page
+
+    @staticmethod
+    def matches(tup: CheckpointTuple, filter: dict[str, Any] | None, before: RunnableConfig | None) -> bool:
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            if tup.checkpoint["id"] >= before_id:
+                return False
+        if filter:
+            return all(tup.metadata.get(k) == v for k, v in filter.items())  # type: ignore[misc]
+        return True
+
+    def tuple_from(self, answer: Mapping[str, Any], *, remember: bool = False) -> CheckpointTuple:
+        thread_id = answer["thread_id"]
+        checkpoint_ns = answer.get("checkpoint_ns") or ""
+        checkpoint: Checkpoint = self.load(answer["checkpoint"])
+        values: dict[str, Any] = {}
+        for blob in answer.get("blobs") or []:
+            channel = blob["channel"]
+            if "items" in blob:
+                base = blob.get("base")
+                value = list(self.load(base)) if base else []
+                value.extend(self.load(item) for item in blob["items"])
+            elif blob.get("type") == "empty":
+                continue
+            else:
+                value = self.load(blob)
+            values[channel] = value
+            if remember and isinstance(value, list):
+                self.cache.set((thread_id, checkpoint_ns, channel), _version_key(blob["version"]), value)
+        rows = sorted(
+            answer.get("pending_writes") or [],
+            key=lambda w: writes_sort_key(w.get("task_path") or "", w["task_id"], w["idx"]),
+        )
+        parent = answer.get("parent_checkpoint_id")
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": answer["checkpoint_id"],
+                }
+            },
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=answer.get("metadata") or {},  # type: ignore[typeddict-item]
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": checkpoint_ns,
+                        "checkpoint_id": parent,
+                    }
+                }
+                if parent
+                else None
+            ),
+            pending_writes=[(w["task_id"], w["channel"], self.load(w)) for w in rows],
+        )
+
+
+def _next_version(current: str | int | float | None) -> str:
+    """LangGraph's string versions: a zero-padded counter, a dot, a random fraction."""
+    if current is None:
+        current_v = 0
+    elif isinstance(current, (int, float)):
+        current_v = int(current)
+    else:
+        current_v = int(current.split(".")[0])
+    return f"{current_v + 1:032}.{random.random():016}"
+
+
+def _is_not_found(error: StepwiseError) -> bool:
+    return error.status == 404
+
+
+# --------------------------------------------------------------------------- the savers
+
+
+class StepwiseSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that stores threads in Stepwise (synchronous client).
+
+    `client` is a `Stepwise` (closed by you); without one the saver opens its own from
+    `base_url` / `api_key` (defaults: env ``STEPWISE_URL`` and ``STEPWISE_API_KEY``) and
+    closes it in `close()`. `serde` is LangGraph's serializer (default ``JsonPlusSerializer``).
+    `mirror_channels` are the list channels whose new messages are copied into the
+    session's conversation (``()`` turns the mirror off). `cache_size` bounds how many
+    (thread, namespace, channel) list values are remembered for flat storage.
+    """
+
+    def __init__(
+        self,
+        client: Stepwise | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        serde: SerializerProtocol | None = None,
+        mirror_channels: Sequence[str] = ("messages",),
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__(serde=serde)
+        self._owns_client = client is None
+        self.client = client if client is not None else Stepwise(base_url, api_key)
+        self._wire = _Wire(self, cache_size, mirror_channels)
+
+    def close(self) -> None:
+        """Closes the client the saver opened itself (not one you passed)."""
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> "StepwiseSaver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sync API
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        path, params = self._wire.get_request(config)
+        try:
+            answer = self.client.request("GET", path, params=params)
+        except StepwiseError as e:
+            if _is_not_found(e):
+                return None
+            raise
+        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        if limit is not None and limit <= 0:
+            return
+        if config is not None and get_checkpoint_id(config):
+            tup = self.get_tuple(config)
+            if tup is not None and self._wire.matches(tup, filter, before):
+                yield tup
+            return
+        path, params = self._wire.list_request(config, filter, before)
+        remaining, cursor = limit, None
+        while True:
+            page = self.client.request("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
+            for item in page.get("items") or []:
+                yield self._wire.tuple_from(item)
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        path, body, updates, result = self._wire.put_request(config, checkpoint, metadata, new_versions)
+        try:
+            self.client.request("PUT", path, json=body)
+        except StepwiseError as e:
+            if not (self._wire.has_append(body) and self._wire.retry_full(e)):
+                raise
+            path, body, updates, result = self._wire.put_request(
+                config, checkpoint, metadata, new_versions, allow_append=False
+            )
+            self.client.request("PUT", path, json=body)
+        self._wire.commit(updates)
+        return result
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        for path, body in self._wire.writes_requests(config, writes, task_id, task_path):
+            self.client.request("PUT", path, json=body)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._wire.cache.drop_threads([thread_id])
+        try:
+            self.client.request("DELETE", self._wire.thread_path(thread_id))
+        except StepwiseError as e:
+            if not _is_not_found(e):
+                raise
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if not run_ids:
+            return
+        self._wire.cache.drop_threads(None)
+        self.client.request(
+            "POST", "/v1/checkpoints/delete-for-runs", json={"run_ids": [str(r) for r in run_ids]}, idempotent=True
+        )
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        try:
+            self.client.request(
+                "POST",
+                f"{self._wire.thread_path(source_thread_id)}/copy",
+                json={"target_thread_id": target_thread_id},
+            )
+        except StepwiseError as e:
+            if not _is_not_found(e):
+                raise
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in _PRUNE_STRATEGIES:
+            raise ValueError(f"strategy must be one of {_PRUNE_STRATEGIES}, got {strategy!r}")
+        if not thread_ids:
+            return
+        self._wire.cache.drop_threads(list(thread_ids))
+        self.client.request(
+            "POST",
+            "/v1/checkpoints/prune",
+            json={"thread_ids": list(thread_ids), "strategy": strategy},
+            idempotent=True,
+        )
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
+        return _next_version(current)
+
+    # -- async API: the sync calls in a worker thread
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that stores threads in Stepwise (asynchronous client).
+
+    `client` is an `AsyncStepwise` (closed by you); without one the saver opens its own
+    from `base_url` / `api_key` and closes it in `aclose()`. The async methods use it; the
+    sync ones (``graph.get_state``, ``graph.invoke``) use a synchronous `Stepwise` client
+    to the same server with the same key, opened on first use. Other arguments as for
+    `StepwiseSaver`.
+    """
+
+    def __init__(
+        self,
+        client: AsyncStepwise | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        serde: SerializerProtocol | None = None,
+        mirror_channels: Sequence[str] = ("messages",),
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__(serde=serde)
+        self._owns_client = client is None
+        self.client = client if client is not None else AsyncStepwise(base_url, api_key)
+        self._wire = _Wire(self, cache_size, mirror_channels)
+        self._sync: StepwiseSaver | None = None
+        self._sync_lock = threading.Lock()
+
+    async def aclose(self) -> None:
+        """Closes the clients the saver opened itself."""
+        if self._sync is not None:
+            self._sync.close()
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def __aenter__(self) -> "AsyncStepwiseSaver":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _sync_saver(self) -> StepwiseSaver:
+        with self._sync_lock:
+            if self._sync is None:
+                client = Stepwise(
+                    self.client.base_url,
+                    self.client.api_key,
+                    timeout=self.client.timeout,
+                    max_retries=self.client.max_retries,
+                )
+                saver = StepwiseSaver(client, serde=self.serde)
+                saver._owns_client = True
+                saver._wire = self._wire  # one flat-storage cache for both
+                self._sync = saver
+            return self._sync
+
+    # -- async API
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        path, params = self._wire.get_request(config)
+        try:
+            answer = await self.client.request("GET", path, params=params)
+        except StepwiseError as e:
+            if _is_not_found(e):
+                return None
+            raise
+        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        if limit is not None and limit <= 0:
+            return
+        if config is not None and get_checkpoint_id(config):
+            tup = await self.aget_tuple(config)
+            if tup is not None and self._wire.matches(tup, filter, before):
+                yield tup
+            return
+        path, params = self._wire.list_request(config, filter, before)
+        remaining, cursor = limit, None
+        while True:
+            page = await self.client.request(
+                "GET", path, params=self._wire.list_page_params(params, remaining, cursor)
+            )
+            for item in page.get("items") or []:
+                yield self._wire.tuple_from(item)
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        path, body, updates, result = self._wire.put_request(config, checkpoint, metadata, new_versions)
+        try:
+            await self.client.request("PUT", path, json=body)
+        except StepwiseError as e:
+            if not (self._wire.has_append(body) and self._wire.retry_full(e)):
+                raise
+            path, body, updates, result = self._wire.put_request(
+                config, checkpoint, metadata, new_versions, allow_append=False
+            )
+            await self.client.request("PUT", path, json=body)
+        self._wire.commit(updates)
+        return result
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        for path, body in self._wire.writes_requests(config, writes, task_id, task_path):
+            await self.client.request("PUT", path, json=body)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self._wire.cache.drop_threads([thread_id])
+        try:
+            await self.client.request("DELETE", self._wire.thread_path(thread_id))
+        except StepwiseError as e:
+            if not _is_not_found(e):
+                raise
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if not run_ids:
+            return
+        self._wire.cache.drop_threads(None)
+        await self.client.request(
+            "POST", "/v1/checkpoints/delete-for-runs", json={"run_ids": [str(r) for r in run_ids]}, idempotent=True
+        )
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        try:
+            await self.client.request(
+                "POST",
+                f"{self._wire.thread_path(source_thread_id)}/copy",
+                json={"target_thread_id": target_thread_id},
+            )
+        except StepwiseError as e:
+            if not _is_not_found(e):
+                raise
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in _PRUNE_STRATEGIES:
+            raise ValueError(f"strategy must be one of {_PRUNE_STRATEGIES}, got {strategy!r}")
+        if not thread_ids:
+            return
+        self._wire.cache.drop_threads(list(thread_ids))
+        await self.client.request(
+            "POST",
+            "/v1/checkpoints/prune",
+            json={"thread_ids": list(thread_ids), "strategy": strategy},
+            idempotent=True,
+        )
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
+        return _next_version(current)
+
+    # -- sync API: a synchronous client to the same server
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync_saver().get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self._sync_saver().list(config, filter=filter, before=before, limit=limit)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync_saver().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._sync_saver().put_writes(config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync_saver().delete_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync_saver().delete_for_runs(run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync_saver().copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync_saver().prune(thread_ids, strategy=strategy)

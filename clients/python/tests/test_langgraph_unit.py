@@ -1,0 +1,275 @@
+"""stepwise.langgraph without a server: versions, the flat-storage delta, encoding, mirror."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base")
+
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
+
+from stepwise import Stepwise
+from stepwise.langgraph import AsyncStepwiseSaver, StepwiseSaver, mirror_message
+
+
+@pytest.fixture
+def saver():
+    # Nothing is sent: these tests only build requests and read answers.
+    with Stepwise("http://127.0.0.1:9") as client:
+        yield StepwiseSaver(client)
+
+
+def config(thread="t", ns="", checkpoint_id=None):
+    conf = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def checkpoint_with(saver, values, versions):
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = versions
+    return cp
+
+
+def put_body(saver, values, versions, new_versions=None, conf=None):
+    cp = checkpoint_with(saver, values, versions)
+    path, body, updates, result = saver._wire.put_request(
+        conf or config(), cp, {"source": "loop", "step": 1}, new_versions or versions
+    )
+    saver._wire.commit(updates)
+    return cp, path, body, result
+
+
+def decode(saver, typed):
+    return saver.serde.loads_typed((typed["type"], base64.b64decode(typed["data"])))
+
+
+def test_next_version_is_a_zero_padded_counter_that_sorts_as_text(saver):
+    v1 = saver.get_next_version(None, None)
+    assert v1.split(".")[0] == "1".zfill(32)
+    versions = [v1]
+    for _ in range(120):
+        versions.append(saver.get_next_version(versions[-1], None))
+    assert versions == sorted(versions)
+    assert [int(v.split(".")[0]) for v in versions] == list(range(1, 122))
+    assert saver.get_next_version(7, None).startswith("8".zfill(32) + ".")
+    assert AsyncStepwiseSaver(client=None, base_url="http://127.0.0.1:9").get_next_version(v1, None) > v1
+
+
+def test_a_list_that_grew_is_sent_as_an_append_of_the_new_items_only(saver):
+    msgs = [HumanMessage("hi", id="1"), AIMessage("hello", id="2")]
+    v1 = saver.get_next_version(None, None)
+    _, _, body, _ = put_body(saver, {"messages": list(msgs)}, {"messages": v1})
+    [blob] = body["blobs"]
+    assert "base_version" not in blob
+    assert decode(saver, blob) == msgs
+
+    grown = msgs + [HumanMessage("again", id="3")]
+    v2 = saver.get_next_version(v1, None)
+    _, _, body, _ = put_body(saver, {"messages": grown}, {"messages": v2})
+    [blob] = body["blobs"]
+    assert blob["base_version"] == v1 and blob["version"] == v2
+    assert [decode(saver, i) for i in blob["items"]] == [HumanMessage("again", id="3")]
+
+    # Equal (not identical) items count as unchanged too; several new items each on their own.
+    copy = [HumanMessage("hi", id="1"), AIMessage("hello", id="2"), HumanMessage("again", id="3")]
+    more = copy + [AIMessage("a", id="4"), AIMessage("b", id="5")]
+    v3 = saver.get_next_version(v2, None)
+    _, _, body, _ = put_body(saver, {"messages": more}, {"messages": v3})
+    [blob] = body["blobs"]
+    assert blob["base_version"] == v2
+    assert [decode(saver, i).content for i in blob["items"]] == ["a", "b"]
+
+
+def test_a_changed_or_shorter_list_is_sent_whole(saver):
+    v1 = saver.get_next_version(None, None)
+    put_body(saver, {"messages": ["a", "b", "c"]}, {"messages": v1})
+    v2 = saver.get_next_version(v1, None)
+    _, _, body, _ = put_body(saver, {"messages": ["a", "X", "c", "d"]}, {"messages": v2})
+    assert "base_version" not in body["blobs"][0]
+    assert decode(saver, body["blobs"][0]) == ["a", "X", "c", "d"]
+    v3 = saver.get_next_version(v2, None)
+    _, _, body, _ = put_body(saver, {"messages": ["a"]}, {"messages": v3})  # a fork from earlier
+    assert "base_version" not in body["blobs"][0]
+    # The same version again (a repeated put) never appends onto itself.
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": v3})
+    assert "base_version" not in body["blobs"][0]
+
+
+def test_appends_are_per_thread_namespace_and_channel(saver):
+    put_body(saver, {"messages": ["a"]}, {"messages": "1"}, conf=config("t1"))
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t2"))
+    assert "base_version" not in body["blobs"][0]
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t1", "sub:1"))
+    assert "base_version" not in body["blobs"][0]
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t1"))
+    assert body["blobs"][0]["base_version"] == "1"
+
+
+def test_a_list_mutated_in_place_after_put_still_appends_correctly(saver):
+    # A reducer that extends the list it was given: the cache keeps its own copy.
+    value = ["a"]
+    put_body(saver, {"messages": value}, {"messages": "1"})
+    value.append("b")
+    _, _, body, _ = put_body(saver, {"messages": value}, {"messages": "2"})
+    assert [decode(saver, i) for i in body["blobs"][0]["items"]] == ["b"]
+
+
+def test_the_cache_is_bounded():
+    with Stepwise("http://127.0.0.1:9") as client:
+        small = StepwiseSaver(client, cache_size=2)
+        for t in ("t1", "t2", "t3"):
+            put_body(small, {"messages": ["a"]}, {"messages": "1"}, conf=config(t))
+        _, _, body, _ = put_body(small, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t1"))
+        assert "base_version" not in body["blobs"][0]  # t1 was evicted
+        _, _, body, _ = put_body(small, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t3"))
+        assert body["blobs"][0]["base_version"] == "1"
+
+
+def test_put_body_shape_and_returned_config(saver):
+    values = {"messages": ["x"], "count": 3, "untouched": "old"}
+    versions = {"messages": 1, "count": 1, "untouched": 1, "gone": 1}
+    cp = checkpoint_with(saver, values, versions)
+    conf = config("thread/with spaces", "child:1", checkpoint_id="parent-id")
+    conf["configurable"]["user_id"] = "u-7"  # copied into the metadata, as LangGraph's savers do
+    path, body, _, result = saver._wire.put_request(
+        conf, cp, {"source": "loop", "step": 4, "writes": {"x": 1}}, {"messages": 1, "count": 1, "gone": 1}
+    )
+    assert path == f"/v1/threads/thread%2Fwith%20spaces/checkpoints/{cp['id']}"
+    assert result == {"configurable": {"thread_id": "thread/with spaces", "checkpoint_ns": "child:1", "checkpoint_id": cp["id"]}}
+    assert body["checkpoint_ns"] == "child:1" and body["parent_checkpoint_id"] == "parent-id"
+    assert body["metadata"] == {"source": "loop", "step": 4, "user_id": "u-7"}
+    assert body["channel_versions"] == {"messages": "1", "count": "1", "untouched": "1", "gone": "1"}
+    stored = decode(saver, body["checkpoint"])
+    assert "channel_values" not in stored and stored["id"] == cp["id"]
+    blobs = {b["channel"]: b for b in body["blobs"]}
+    assert set(blobs) == {"messages", "count", "gone"}  # only new versions
+    assert blobs["gone"]["type"] == "empty"
+    assert decode(saver, blobs["count"]) == 3
+
+
+def test_tuple_from_an_answer_rebuilds_lists_and_orders_writes(saver):
+    cp = empty_checkpoint()
+    cp["channel_versions"] = {"messages": "2", "n": "1", "e": "1"}
+    d = saver._wire.dump
+    answer = {
+        "thread_id": "t",
+        "checkpoint_ns": "",
+        "checkpoint_id": cp["id"],
+        "parent_checkpoint_id": "p",
+        "checkpoint": d(cp),
+        "metadata": {"step": 2},
+        "channel_versions": cp["channel_versions"],
+        "blobs": [
+            {"channel": "messages", "version": "2", "type": "list", "base": d(["a", "b"]), "items": [d("c"), d("d")]},
+            {"channel": "n", "version": "1", **d(5)},
+            {"channel": "e", "version": "1", "type": "empty", "data": ""},
+        ],
+        "pending_writes": [
+            {"task_id": "t2", "idx": 0, "channel": "x", "task_path": "b", **d(2)},
+            {"task_id": "t1", "idx": 1, "channel": "y", "task_path": "a", **d(1)},
+            {"task_id": "t1", "idx": -1, "channel": ERROR, "task_path": "a", **d("boom")},
+        ],
+    }
+    tup = saver._wire.tuple_from(answer)
+    assert tup.checkpoint["channel_values"] == {"messages": ["a", "b", "c", "d"], "n": 5}
+    assert tup.config["configurable"] == {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cp["id"]}
+    assert tup.parent_config["configurable"]["checkpoint_id"] == "p"
+    assert tup.pending_writes == [("t1", ERROR, "boom"), ("t1", "y", 1), ("t2", "x", 2)]
+    answer["blobs"][0] = {"channel": "messages", "version": "2", "type": "list", "base": None, "items": [d("z")]}
+    answer["parent_checkpoint_id"] = None
+    tup = saver._wire.tuple_from(answer)
+    assert tup.checkpoint["channel_values"]["messages"] == ["z"] and tup.parent_config is None
+
+
+def test_a_read_latest_value_is_the_base_of_the_next_append(saver):
+    cp = empty_checkpoint()
+    d = saver._wire.dump
+    answer = {
+        "thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cp["id"], "parent_checkpoint_id": None,
+        "checkpoint": d(cp), "metadata": {}, "channel_versions": {"messages": "7"},
+        "blobs": [{"channel": "messages", "version": "7", **d(["a"])}], "pending_writes": [],
+    }
+    saver._wire.tuple_from(answer, remember=True)
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "8"})
+    assert body["blobs"][0]["base_version"] == "7"
+
+
+def test_writes_use_negative_indexes_for_special_channels_and_are_chunked(saver):
+    conf = config("t", "ns", checkpoint_id="c1")
+    [(path, body)] = saver._wire.writes_requests(
+        conf, [("a", 1), (ERROR, "e"), (INTERRUPT, "i"), (SCHEDULED, "s"), (RESUME, "r"), ("b", 2)], "task", "p"
+    )
+    assert path == "/v1/threads/t/checkpoints/c1/writes"
+    assert body["checkpoint_ns"] == "ns" and body["task_id"] == "task" and body["task_path"] == "p"
+    assert [w["idx"] for w in body["writes"]] == [0, WRITES_IDX_MAP[ERROR], -3, -2, -4, 5]
+    assert decode(saver, body["writes"][1]) == "e"
+    chunks = saver._wire.writes_requests(conf, [("c", i) for i in range(2500)], "task", "")
+    assert [len(b["writes"]) for _, b in chunks] == [1000, 1000, 500]
+    assert chunks[2][1]["writes"][0]["idx"] == 2000
+
+
+def test_list_requests(saver):
+    assert saver._wire.list_request(None, None, None) == ("/v1/checkpoints", {})
+    path, params = saver._wire.list_request(
+        {"configurable": {"thread_id": "t"}}, {"source": "input", "step": 1}, config(checkpoint_id="c9")
+    )
+    assert path == "/v1/threads/t/checkpoints"
+    assert params == {"before": "c9", "filter": '{"source":"input","step":1}'}
+    _, params = saver._wire.list_request(config(ns=""), None, None)
+    assert params == {"checkpoint_ns": ""}  # the root namespace only
+    assert saver._wire.list_page_params({}, 2500, None) == {"limit": "1000"}
+    assert saver._wire.list_page_params({}, None, "cur") == {"cursor": "cur"}
+
+
+def test_prune_refuses_unknown_strategies(saver):
+    with pytest.raises(ValueError):
+        saver.prune(["t"], strategy="everything")
+
+
+def test_mirror_of_langchain_messages():
+    assert mirror_message(HumanMessage("hi")) == {
+        "role": "user", "content": "hi", "tool_calls": [], "tool_call_id": None, "usage": None,
+    }
+    ai = AIMessage(
+        "",
+        tool_calls=[{"id": "c1", "name": "add", "args": {"a": 2, "b": 3}}],
+        usage_metadata={"input_tokens": 10, "output_tokens": 4, "total_tokens": 14},
+    )
+    assert mirror_message(ai) == {
+        "role": "assistant", "content": "",
+        "tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}],
+        "tool_call_id": None, "usage": {"input": 10, "output": 4},
+    }
+    assert mirror_message(ToolMessage("5", tool_call_id="c1"))["tool_call_id"] == "c1"
+    assert mirror_message(ToolMessage("5", tool_call_id="c1"))["role"] == "tool"
+    assert mirror_message(SystemMessage("be brief"))["role"] == "system"
+    blocks = HumanMessage(content=[{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}])
+    assert mirror_message(blocks)["content"] == "look"
+    assert mirror_message({"role": "assistant", "content": "ok", "tool_calls": [
+        {"id": "c2", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]})["tool_calls"] == [
+        {"id": "c2", "name": "f", "arguments": {"x": 1}}]
+    assert mirror_message({"role": "user", "content": "q"})["role"] == "user"
+    assert mirror_message("not a message") is None
+    assert mirror_message({"foo": 1}) is None
+
+
+def test_only_new_messages_are_mirrored(saver):
+    msgs = [HumanMessage("q1", id="1")]
+    _, _, body, _ = put_body(saver, {"messages": msgs}, {"messages": "1"})
+    assert [m["content"] for m in body["mirror"]] == ["q1"]
+    msgs = msgs + [AIMessage("a1", id="2")]
+    _, _, body, _ = put_body(saver, {"messages": msgs}, {"messages": "2"})
+    assert [m["content"] for m in body["mirror"]] == ["a1"]
+    _, _, body, _ = put_body(saver, {"messages": msgs, "other": 1}, {"messages": "2", "other": "1"}, new_versions={"other": "1"})
+    assert "mirror" not in body
+    with Stepwise("http://127.0.0.1:9") as client:
+        quiet = StepwiseSaver(client, mirror_channels=())
+        _, _, body, _ = put_body(quiet, {"messages": msgs}, {"messages": "1"})
+        assert "mirror" not in body
