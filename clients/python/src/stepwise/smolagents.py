@@ -16,10 +16,13 @@ How it hooks into smolagents (1.26):
 
 * ``attach`` registers one callback in the agent's ``step_callbacks`` registry for
   ``ActionStep``, ``PlanningStep`` and ``FinalAnswerStep``, and wraps the agent's ``run``
-  method on the instance (``agent.run``), so it learns when a run starts (the task), ends
-  with its final answer, or raises. ``run(stream=True)`` keeps working: the generator it
-  returns is wrapped, and a stream closed before its final answer ends the execution as
-  failed. ``detach`` undoes both.
+  method on the instance (``agent.run``), so it learns when a run starts, ends with its
+  final answer, or raises. ``run(stream=True)`` keeps working: the generator it returns is
+  wrapped, and a stream closed before its final answer ends the execution as failed. The
+  run's TaskStep is queued as ``run`` appends it to ``agent.memory.steps`` (the wrapper
+  puts a list there that reports it; for ``reset=True`` it empties the memory itself and
+  calls ``run`` with ``reset=False``, which does the same), before the model is called.
+  ``detach`` undoes the callback and the wrapper.
 * Each ``agent.run`` is one Stepwise execution of agent type ``external``
   (``input = {"task": ..., "reset": ...}``). Its steps are numbered 1, 2, 3, ... in the
   order they finished: the run's ``task`` step first, then ``planning`` and ``action``
