@@ -22,7 +22,6 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.base.id import uuid6
-from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -457,6 +456,10 @@ def test_an_append_whose_base_is_gone_is_resent_whole(server: LocalServer) -> No
 
 
 async def test_langgraph_conformance_suite(server: LocalServer) -> None:
+    # langgraph-checkpoint-conformance==0.0.2; ci/langgraph_conformance.sh also runs it on PostgreSQL.
+    conformance = pytest.importorskip("langgraph.checkpoint.conformance")
+    checkpointer_test, validate = conformance.checkpointer_test, conformance.validate
+
     @checkpointer_test(name="AsyncStepwiseSaver")
     async def async_saver() -> Any:
         async with AsyncStepwiseSaver(base_url=server.url) as s:
