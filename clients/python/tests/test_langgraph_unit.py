@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 
-from stepwise import Stepwise
+from stepwise import Stepwise, StepwiseError
 from stepwise.langgraph import AsyncStepwiseSaver, StepwiseSaver, mirror_message
 
 
@@ -102,22 +102,33 @@ def test_a_changed_or_shorter_list_is_sent_whole(saver):
     assert "base_version" not in body["blobs"][0]
 
 
+V1, V2, V3 = "1".zfill(32) + ".5", "2".zfill(32) + ".5", "3".zfill(32) + ".5"
+
+
 def test_appends_are_per_thread_namespace_and_channel(saver):
-    put_body(saver, {"messages": ["a"]}, {"messages": "1"}, conf=config("t1"))
-    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t2"))
+    put_body(saver, {"messages": ["a"]}, {"messages": V1}, conf=config("t1"))
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": V2}, conf=config("t2"))
     assert "base_version" not in body["blobs"][0]
-    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t1", "sub:1"))
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": V2}, conf=config("t1", "sub:1"))
     assert "base_version" not in body["blobs"][0]
-    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t1"))
-    assert body["blobs"][0]["base_version"] == "1"
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": V2}, conf=config("t1"))
+    assert body["blobs"][0]["base_version"] == V1
+
+
+def test_integer_versions_are_never_appended_to(saver):
+    # An int version may have been put before with another value; only LangGraph's
+    # "counter.random" versions are remembered.
+    put_body(saver, {"messages": ["a"]}, {"messages": 1})
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": 2})
+    assert "base_version" not in body["blobs"][0]
 
 
 def test_a_list_mutated_in_place_after_put_still_appends_correctly(saver):
     # A reducer that extends the list it was given: the cache keeps its own copy.
     value = ["a"]
-    put_body(saver, {"messages": value}, {"messages": "1"})
+    put_body(saver, {"messages": value}, {"messages": V1})
     value.append("b")
-    _, _, body, _ = put_body(saver, {"messages": value}, {"messages": "2"})
+    _, _, body, _ = put_body(saver, {"messages": value}, {"messages": V2})
     assert [decode(saver, i) for i in body["blobs"][0]["items"]] == ["b"]
 
 
@@ -125,11 +136,11 @@ def test_the_cache_is_bounded():
     with Stepwise("http://127.0.0.1:9") as client:
         small = StepwiseSaver(client, cache_size=2)
         for t in ("t1", "t2", "t3"):
-            put_body(small, {"messages": ["a"]}, {"messages": "1"}, conf=config(t))
-        _, _, body, _ = put_body(small, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t1"))
+            put_body(small, {"messages": ["a"]}, {"messages": V1}, conf=config(t))
+        _, _, body, _ = put_body(small, {"messages": ["a", "b"]}, {"messages": V2}, conf=config("t1"))
         assert "base_version" not in body["blobs"][0]  # t1 was evicted
-        _, _, body, _ = put_body(small, {"messages": ["a", "b"]}, {"messages": "2"}, conf=config("t3"))
-        assert body["blobs"][0]["base_version"] == "1"
+        _, _, body, _ = put_body(small, {"messages": ["a", "b"]}, {"messages": V2}, conf=config("t3"))
+        assert body["blobs"][0]["base_version"] == V1
 
 
 def test_put_body_shape_and_returned_config(saver):
@@ -188,17 +199,35 @@ def test_tuple_from_an_answer_rebuilds_lists_and_orders_writes(saver):
     assert tup.checkpoint["channel_values"]["messages"] == ["z"] and tup.parent_config is None
 
 
-def test_a_read_latest_value_is_the_base_of_the_next_append(saver):
+def test_a_read_latest_value_is_the_base_of_the_next_append_and_read(saver):
     cp = empty_checkpoint()
     d = saver._wire.dump
     answer = {
         "thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cp["id"], "parent_checkpoint_id": None,
-        "checkpoint": d(cp), "metadata": {}, "channel_versions": {"messages": "7"},
-        "blobs": [{"channel": "messages", "version": "7", **d(["a"])}], "pending_writes": [],
+        "checkpoint": d(cp), "metadata": {}, "channel_versions": {"messages": V1},
+        "blobs": [{"channel": "messages", "version": V1, **d(["a"])}], "pending_writes": [],
     }
-    saver._wire.tuple_from(answer, remember=True)
-    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": "8"})
-    assert body["blobs"][0]["base_version"] == "7"
+    path, params, held = saver._wire.get_request(config())
+    assert path == "/v1/threads/t/checkpoints/latest" and params == {"checkpoint_ns": ""} and held == {}
+    saver._wire.tuple_from(answer, remember=True, held=held)
+    _, _, body, _ = put_body(saver, {"messages": ["a", "b"]}, {"messages": V2})
+    assert body["blobs"][0]["base_version"] == V1
+
+    # The next read says which list it holds; an answer "since" that version adds to it.
+    path, params, held = saver._wire.get_request(config())
+    assert params == {"checkpoint_ns": "", "have": '{"messages":"%s"}' % V2}
+    answer["blobs"] = [{"channel": "messages", "version": V3, "type": "list", "since": V2, "items": [d("c")]}]
+    tup = saver._wire.tuple_from(answer, remember=True, held=held)
+    assert tup.checkpoint["channel_values"]["messages"] == ["a", "b", "c"]
+    _, params, held = saver._wire.get_request(config())
+    assert params["have"] == '{"messages":"%s"}' % V3
+    # A server that ignores `have` answers the whole list, which is as good.
+    answer["blobs"] = [{"channel": "messages", "version": V3, "type": "list", "base": d(["a"]), "items": [d("b"), d("c")]}]
+    assert saver._wire.tuple_from(answer, held=held).checkpoint["channel_values"]["messages"] == ["a", "b", "c"]
+    # An answer since a version this saver did not send is an error, not a wrong list.
+    answer["blobs"] = [{"channel": "messages", "version": V3, "type": "list", "since": V1, "items": []}]
+    with pytest.raises(StepwiseError):
+        saver._wire.tuple_from(answer, held=held)
 
 
 def test_writes_use_negative_indexes_for_special_channels_and_are_chunked(saver):
@@ -262,12 +291,12 @@ def test_mirror_of_langchain_messages():
 
 def test_only_new_messages_are_mirrored(saver):
     msgs = [HumanMessage("q1", id="1")]
-    _, _, body, _ = put_body(saver, {"messages": msgs}, {"messages": "1"})
+    _, _, body, _ = put_body(saver, {"messages": msgs}, {"messages": V1})
     assert [m["content"] for m in body["mirror"]] == ["q1"]
     msgs = msgs + [AIMessage("a1", id="2")]
-    _, _, body, _ = put_body(saver, {"messages": msgs}, {"messages": "2"})
+    _, _, body, _ = put_body(saver, {"messages": msgs}, {"messages": V2})
     assert [m["content"] for m in body["mirror"]] == ["a1"]
-    _, _, body, _ = put_body(saver, {"messages": msgs, "other": 1}, {"messages": "2", "other": "1"}, new_versions={"other": "1"})
+    _, _, body, _ = put_body(saver, {"messages": msgs, "other": 1}, {"messages": V2, "other": V1}, new_versions={"other": V1})
     assert "mirror" not in body
     with Stepwise("http://127.0.0.1:9") as client:
         quiet = StepwiseSaver(client, mirror_channels=())

@@ -89,6 +89,12 @@ def _version_key(version: Any) -> str:
     return version if isinstance(version, str) else str(version)
 
 
+def _cacheable(version: str) -> bool:
+    """Versions from LangGraph's scheme ("counter.random") never repeat with another value, so a
+    list remembered at one is what the server holds for it (an int version might not be)."""
+    return "." in version
+
+
 def _common_prefix(prev: Sequence[Any], new: Sequence[Any]) -> bool:
     """Whether `new` starts with every item of `prev` (the same objects, or equal ones)."""
     if len(new) < len(prev):
@@ -106,27 +112,35 @@ def _common_prefix(prev: Sequence[Any], new: Sequence[Any]) -> bool:
 
 
 class _ListCache:
-    """Per (thread, namespace, channel): the version of a list value this saver last wrote
-    or read, and its items (a shallow copy). Bounded (least recently used go first)."""
+    """Per (thread, namespace), per channel: the version of a list value this saver last
+    wrote or read, and its items (a shallow copy). Bounded by (thread, namespace) pairs,
+    least recently used first out."""
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[str, str, str], tuple[str, tuple[Any, ...]]] = OrderedDict()
+        self._data: OrderedDict[tuple[str, str], dict[str, tuple[str, tuple[Any, ...]]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str, str]) -> tuple[str, tuple[Any, ...]] | None:
         with self._lock:
-            entry = self._data.get(key)
-            if entry is not None:
-                self._data.move_to_end(key)
-            return entry
+            channels = self._data.get(key[:2])
+            if channels is None:
+                return None
+            self._data.move_to_end(key[:2])
+            return channels.get(key[2])
+
+    def held(self, thread_id: str, checkpoint_ns: str) -> dict[str, tuple[str, tuple[Any, ...]]]:
+        """{channel: (version, items)} of the lists held for one thread and namespace."""
+        with self._lock:
+            return dict(self._data.get((thread_id, checkpoint_ns)) or {})
 
     def set(self, key: tuple[str, str, str], version: str, items: Sequence[Any]) -> None:
         if self.maxsize <= 0:
             return
         with self._lock:
-            self._data[key] = (version, tuple(items))
-            self._data.move_to_end(key)
+            channels = self._data.setdefault(key[:2], {})
+            channels[key[2]] = (version, tuple(items))
+            self._data.move_to_end(key[:2])
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
 
@@ -282,7 +296,7 @@ class _Wire:
                 continue
             value = values[channel]
             new_items: list[Any] | None = None
-            if isinstance(value, list):
+            if isinstance(value, list) and _cacheable(vkey):
                 key = (thread_id, checkpoint_ns, channel)
                 prev = self.cache.get(key) if allow_append else None
                 if prev is not None and prev[0] != vkey and _common_prefix(prev[1], value):
@@ -380,14 +394,20 @@ class _Wire:
 
     # -- reading
 
-    def get_request(self, config: RunnableConfig) -> tuple[str, dict[str, str]]:
+    def get_request(
+        self, config: RunnableConfig
+    ) -> tuple[str, dict[str, str], dict[str, tuple[str, tuple[Any, ...]]]]:
         conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        checkpoint_ns = conf.get("checkpoint_ns") or ""
         checkpoint_id = get_checkpoint_id(config)
         tail = quote(str(checkpoint_id), safe="") if checkpoint_id else "latest"
-        return (
-            f"{self.thread_path(str(conf['thread_id']))}/checkpoints/{tail}",
-            {"checkpoint_ns": conf.get("checkpoint_ns") or ""},
-        )
+        params = {"checkpoint_ns": checkpoint_ns}
+        # The lists this saver already holds: the server answers only what was appended since.
+        held = self.cache.held(thread_id, checkpoint_ns)
+        if held:
+            params["have"] = json.dumps({ch: v for ch, (v, _) in held.items()}, separators=(",", ":"))
+        return f"{self.thread_path(thread_id)}/checkpoints/{tail}", params, held
 
     def list_request(
         self,
@@ -428,7 +448,13 @@ class _Wire:
             return all(tup.metadata.get(k) == v for k, v in filter.items())  # type: ignore[misc]
         return True
 
-    def tuple_from(self, answer: Mapping[str, Any], *, remember: bool = False) -> CheckpointTuple:
+    def tuple_from(
+        self,
+        answer: Mapping[str, Any],
+        *,
+        remember: bool = False,
+        held: Mapping[str, tuple[str, tuple[Any, ...]]] | None = None,
+    ) -> CheckpointTuple:
         thread_id = answer["thread_id"]
         checkpoint_ns = answer.get("checkpoint_ns") or ""
         checkpoint: Checkpoint = self.load(answer["checkpoint"])
@@ -436,15 +462,25 @@ class _Wire:
         for blob in answer.get("blobs") or []:
             channel = blob["channel"]
             if "items" in blob:
-                base = blob.get("base")
-                value = list(self.load(base)) if base else []
+                since = blob.get("since")
+                if since is not None:
+                    mine = (held or {}).get(channel)
+                    if mine is None or mine[0] != since:
+                        raise StepwiseError(
+                            "invalid_answer",
+                            f"the server answered {channel!r} since version {since!r}, which this saver did not send",
+                        )
+                    value = list(mine[1])
+                else:
+                    base = blob.get("base")
+                    value = list(self.load(base)) if base else []
                 value.extend(self.load(item) for item in blob["items"])
             elif blob.get("type") == "empty":
                 continue
             else:
                 value = self.load(blob)
             values[channel] = value
-            if remember and isinstance(value, list):
+            if remember and isinstance(value, list) and _cacheable(_version_key(blob["version"])):
                 self.cache.set((thread_id, checkpoint_ns, channel), _version_key(blob["version"]), value)
         rows = sorted(
             answer.get("pending_writes") or [],
@@ -502,7 +538,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
     closes it in `close()`. `serde` is LangGraph's serializer (default ``JsonPlusSerializer``).
     `mirror_channels` are the list channels whose new messages are copied into the
     session's conversation (``()`` turns the mirror off). `cache_size` bounds how many
-    (thread, namespace, channel) list values are remembered for flat storage.
+    (thread, namespace) pairs' list values are remembered for flat storage.
     """
 
     def __init__(
@@ -534,14 +570,14 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
     # -- sync API
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        path, params = self._wire.get_request(config)
+        path, params, held = self._wire.get_request(config)
         try:
             answer = self.client.request("GET", path, params=params)
         except StepwiseError as e:
             if _is_not_found(e):
                 return None
             raise
-        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None)
+        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None, held=held)
 
     def list(
         self,
@@ -753,14 +789,14 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
     # -- async API
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        path, params = self._wire.get_request(config)
+        path, params, held = self._wire.get_request(config)
         try:
             answer = await self.client.request("GET", path, params=params)
         except StepwiseError as e:
             if _is_not_found(e):
                 return None
             raise
-        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None)
+        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None, held=held)
 
     async def alist(
         self,
