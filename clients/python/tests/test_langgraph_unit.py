@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 
 import pytest
 
@@ -47,7 +48,7 @@ def put_body(saver, values, versions, new_versions=None, conf=None):
 
 
 def decode(saver, typed):
-    return saver.serde.loads_typed((typed["type"], base64.b64decode(typed["data"])))
+    return saver._wire.load(typed)
 
 
 def test_next_version_is_a_zero_padded_counter_that_sorts_as_text(saver):
@@ -302,3 +303,35 @@ def test_only_new_messages_are_mirrored(saver):
         quiet = StepwiseSaver(client, mirror_channels=())
         _, _, body, _ = put_body(quiet, {"messages": msgs}, {"messages": "1"})
         assert "mirror" not in body
+
+
+def test_large_values_are_compressed_and_small_ones_not(saver):
+    big = {"text": "lorem ipsum dolor " * 100}
+    typed = saver._wire.dump(big)
+    assert typed["type"] == "msgpack+zlib"
+    assert len(base64.b64decode(typed["data"])) < len(saver.serde.dumps_typed(big)[1]) / 3
+    assert saver._wire.load(typed) == big
+    assert saver._wire.dump("short")["type"] == "msgpack"
+    noise = os.urandom(600)  # does not compress: stored as it is
+    assert saver._wire.dump(noise)["type"] == "bytes"
+    with Stepwise("http://127.0.0.1:9") as client:
+        plain = StepwiseSaver(client, compress=False)
+        assert plain._wire.dump(big)["type"] == "msgpack"
+        assert plain._wire.load(typed) == big  # reads compressed values all the same
+
+
+def test_string_channel_versions_travel_once(saver):
+    versions = {"messages": V1, "turn": V2}
+    cp, _, body, _ = put_body(saver, {"messages": ["a"], "turn": 1}, versions)
+    assert "channel_versions" not in decode(saver, body["checkpoint"])
+    assert body["channel_versions"] == versions
+    answer = {
+        "thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cp["id"], "parent_checkpoint_id": None,
+        "checkpoint": body["checkpoint"], "metadata": body["metadata"], "channel_versions": body["channel_versions"],
+        "blobs": [{"channel": b["channel"], "version": b["version"], "type": b["type"], "data": b["data"]} for b in body["blobs"]],
+        "pending_writes": [],
+    }
+    tup = saver._wire.tuple_from(answer)
+    assert tup.checkpoint["channel_versions"] == versions
+    assert {k: v for k, v in tup.checkpoint.items() if k != "channel_values"} == {k: v for k, v in cp.items() if k != "channel_values"}
+    assert tup.checkpoint["channel_values"] == {"messages": ["a"], "turn": 1}

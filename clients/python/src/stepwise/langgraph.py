@@ -33,6 +33,7 @@ import base64
 import json
 import random
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -63,6 +64,10 @@ _MAX_PER_REQUEST = 1000
 # The largest `limit` of one list page.
 _MAX_PAGE = 1000
 _PRUNE_STRATEGIES = ("keep_latest", "delete")
+# Serialized values this long or longer are stored zlib-compressed (type "<serde type>+zlib",
+# like EncryptedSerializer's "+aes"), when that saves at least a tenth.
+_COMPRESS_FROM = 256
+_ZLIB = "+zlib"
 
 
 # --------------------------------------------------------------------------- encoding
@@ -248,8 +253,10 @@ class _Wire:
         saver: BaseCheckpointSaver[str],
         cache_size: int,
         mirror_channels: Sequence[str],
+        compress: bool = True,
     ) -> None:
         self.saver = saver
+        self.compress = compress
         self.cache = _ListCache(cache_size)
         self.mirror_channels = frozenset(mirror_channels)
 
@@ -257,10 +264,17 @@ class _Wire:
 
     def dump(self, value: Any) -> dict[str, str]:
         type_, data = self.saver.serde.dumps_typed(value)
+        if self.compress and data and len(data) >= _COMPRESS_FROM:
+            packed = zlib.compress(data, 1)
+            if len(packed) <= len(data) * 0.9:
+                type_, data = type_ + _ZLIB, packed
         return {"type": type_, "data": _b64(data)}
 
     def load(self, typed: Mapping[str, Any]) -> Any:
-        return self.saver.serde.loads_typed((typed["type"], _unb64(typed.get("data"))))
+        type_, data = typed["type"], _unb64(typed.get("data"))
+        if type_.endswith(_ZLIB):
+            type_, data = type_[: -len(_ZLIB)], zlib.decompress(data)
+        return self.saver.serde.loads_typed((type_, data))
 
     # -- paths
 
@@ -286,6 +300,9 @@ class _Wire:
         checkpoint_ns = conf.get("checkpoint_ns") or ""
         c = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", None) or {}
+        if all(isinstance(v, str) for v in checkpoint["channel_versions"].values()):
+            # Sent beside it as JSON anyway (the server needs it); put back when read.
+            del c["channel_versions"]
         blobs: list[dict[str, Any]] = []
         mirror: list[dict[str, Any]] = []
         cache_updates: list[tuple[tuple[str, str, str], str, list[Any]]] = []
@@ -458,6 +475,8 @@ class _Wire:
         thread_id = answer["thread_id"]
         checkpoint_ns = answer.get("checkpoint_ns") or ""
         checkpoint: Checkpoint = self.load(answer["checkpoint"])
+        if "channel_versions" not in checkpoint:
+            checkpoint["channel_versions"] = dict(answer.get("channel_versions") or {})
         values: dict[str, Any] = {}
         for blob in answer.get("blobs") or []:
             channel = blob["channel"]
@@ -538,7 +557,9 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
     closes it in `close()`. `serde` is LangGraph's serializer (default ``JsonPlusSerializer``).
     `mirror_channels` are the list channels whose new messages are copied into the
     session's conversation (``()`` turns the mirror off). `cache_size` bounds how many
-    (thread, namespace) pairs' list values are remembered for flat storage.
+    (thread, namespace) pairs' list values are remembered for flat storage. With `compress`
+    (the default), serialized values of 256 bytes or more are stored zlib-compressed (their
+    type gets a ``+zlib`` suffix) when that makes them at least 10% smaller.
     """
 
     def __init__(
@@ -550,11 +571,12 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         mirror_channels: Sequence[str] = ("messages",),
         cache_size: int = 4096,
+        compress: bool = True,
     ) -> None:
         super().__init__(serde=serde)
         self._owns_client = client is None
         self.client = client if client is not None else Stepwise(base_url, api_key)
-        self._wire = _Wire(self, cache_size, mirror_channels)
+        self._wire = _Wire(self, cache_size, mirror_channels, compress)
 
     def close(self) -> None:
         """Closes the client the saver opened itself (not one you passed)."""
@@ -750,11 +772,12 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         mirror_channels: Sequence[str] = ("messages",),
         cache_size: int = 4096,
+        compress: bool = True,
     ) -> None:
         super().__init__(serde=serde)
         self._owns_client = client is None
         self.client = client if client is not None else AsyncStepwise(base_url, api_key)
-        self._wire = _Wire(self, cache_size, mirror_channels)
+        self._wire = _Wire(self, cache_size, mirror_channels, compress)
         self._sync: StepwiseSaver | None = None
         self._sync_lock = threading.Lock()
 
