@@ -36,7 +36,7 @@ import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 from langchain_core.runnables import RunnableConfig
@@ -298,7 +298,7 @@ class _Wire:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         checkpoint_ns = conf.get("checkpoint_ns") or ""
-        c = dict(checkpoint)
+        c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", None) or {}
         if all(isinstance(v, str) for v in checkpoint["channel_versions"].values()):
             # Sent beside it as JSON anyway (the server needs it); put back when read.
@@ -462,7 +462,7 @@ class _Wire:
             if tup.checkpoint["id"] >= before_id:
                 return False
         if filter:
-            return all(tup.metadata.get(k) == v for k, v in filter.items())  # type: ignore[misc]
+            return all(tup.metadata.get(k) == v for k, v in filter.items())
         return True
 
     def tuple_from(
@@ -515,7 +515,7 @@ class _Wire:
                 }
             },
             checkpoint={**checkpoint, "channel_values": values},
-            metadata=answer.get("metadata") or {},  # type: ignore[typeddict-item]
+            metadata=cast(CheckpointMetadata, answer.get("metadata") or {}),
             parent_config=(
                 {
                     "configurable": {
@@ -619,7 +619,12 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         path, params = self._wire.list_request(config, filter, before)
         remaining, cursor = limit, None
         while True:
-            page = self.client.request("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
+            try:
+                page = self.client.request("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
+            except StepwiseError as e:
+                if _is_not_found(e):  # no such thread
+                    return
+                raise
             for item in page.get("items") or []:
                 yield self._wire.tuple_from(item)
                 if remaining is not None:
@@ -700,7 +705,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
             idempotent=True,
         )
 
-    def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
         return _next_version(current)
 
     # -- async API: the sync calls in a worker thread
@@ -839,9 +844,14 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         path, params = self._wire.list_request(config, filter, before)
         remaining, cursor = limit, None
         while True:
-            page = await self.client.request(
-                "GET", path, params=self._wire.list_page_params(params, remaining, cursor)
-            )
+            try:
+                page = await self.client.request(
+                    "GET", path, params=self._wire.list_page_params(params, remaining, cursor)
+                )
+            except StepwiseError as e:
+                if _is_not_found(e):  # no such thread
+                    return
+                raise
             for item in page.get("items") or []:
                 yield self._wire.tuple_from(item)
                 if remaining is not None:
@@ -922,7 +932,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
             idempotent=True,
         )
 
-    def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
         return _next_version(current)
 
     # -- sync API: a synchronous client to the same server
