@@ -144,6 +144,7 @@ string_enum!(
         ExecutionCompleted => "execution.completed",
         ExecutionFailed => "execution.failed",
         ExecutionCancelled => "execution.cancelled",
+        CheckpointCreated => "checkpoint.created",
     }
 );
 

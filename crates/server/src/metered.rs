@@ -342,6 +342,83 @@ impl<S: Store> Store for Metered<S> {
         self.inner.try_retention_lock().await
     }
 
+    async fn put_checkpoint(
+        &self,
+        tenant: &Tenant,
+        new: stepwise_store::NewCheckpoint,
+    ) -> Result<stepwise_store::CheckpointPut> {
+        self.inner.put_checkpoint(tenant, new).await
+    }
+
+    async fn put_checkpoint_writes(
+        &self,
+        tenant: &Tenant,
+        writes: stepwise_store::PutWrites,
+    ) -> Result<Id> {
+        self.inner.put_checkpoint_writes(tenant, writes).await
+    }
+
+    async fn get_checkpoint(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> Result<Option<stepwise_store::CheckpointRecord>> {
+        self.inner
+            .get_checkpoint(tenant, thread_id, checkpoint_ns, checkpoint_id)
+            .await
+    }
+
+    async fn list_checkpoints(
+        &self,
+        tenant: &Tenant,
+        query: stepwise_store::CheckpointQuery,
+    ) -> Result<Page<stepwise_store::CheckpointRecord>> {
+        self.inner.list_checkpoints(tenant, query).await
+    }
+
+    async fn get_thread(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+    ) -> Result<Option<stepwise_store::ThreadInfo>> {
+        self.inner.get_thread(tenant, thread_id).await
+    }
+
+    async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
+        self.inner.delete_thread(tenant, thread_id).await
+    }
+
+    async fn copy_thread(
+        &self,
+        tenant: &Tenant,
+        source: &str,
+        target: &str,
+        user_id: &str,
+    ) -> Result<Option<stepwise_store::ThreadInfo>> {
+        self.inner.copy_thread(tenant, source, target, user_id).await
+    }
+
+    async fn delete_checkpoints_for_runs(
+        &self,
+        tenant: &Tenant,
+        run_ids: Vec<String>,
+    ) -> Result<u64> {
+        self.inner.delete_checkpoints_for_runs(tenant, run_ids).await
+    }
+
+    async fn prune_checkpoints(
+        &self,
+        tenant: &Tenant,
+        thread_ids: Vec<String>,
+        strategy: stepwise_store::PruneStrategy,
+    ) -> Result<u64> {
+        self.inner
+            .prune_checkpoints(tenant, thread_ids, strategy)
+            .await
+    }
+
     async fn create_api_key(
         &self,
         tenant: &Tenant,

@@ -1331,6 +1331,79 @@ impl Store for FileStore {
         ack.await
     }
 
+    async fn put_checkpoint(
+        &self,
+        _tenant: &Tenant,
+        _new: stepwise_store::NewCheckpoint,
+    ) -> Result<stepwise_store::CheckpointPut> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn put_checkpoint_writes(
+        &self,
+        _tenant: &Tenant,
+        _writes: stepwise_store::PutWrites,
+    ) -> Result<Id> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn get_checkpoint(
+        &self,
+        _tenant: &Tenant,
+        _thread_id: &str,
+        _checkpoint_ns: &str,
+        _checkpoint_id: Option<&str>,
+    ) -> Result<Option<stepwise_store::CheckpointRecord>> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn list_checkpoints(
+        &self,
+        _tenant: &Tenant,
+        _query: stepwise_store::CheckpointQuery,
+    ) -> Result<Page<stepwise_store::CheckpointRecord>> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn get_thread(
+        &self,
+        _tenant: &Tenant,
+        _thread_id: &str,
+    ) -> Result<Option<stepwise_store::ThreadInfo>> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn delete_thread(&self, _tenant: &Tenant, _thread_id: &str) -> Result<bool> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn copy_thread(
+        &self,
+        _tenant: &Tenant,
+        _source: &str,
+        _target: &str,
+        _user_id: &str,
+    ) -> Result<Option<stepwise_store::ThreadInfo>> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn delete_checkpoints_for_runs(
+        &self,
+        _tenant: &Tenant,
+        _run_ids: Vec<String>,
+    ) -> Result<u64> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    async fn prune_checkpoints(
+        &self,
+        _tenant: &Tenant,
+        _thread_ids: Vec<String>,
+        _strategy: stepwise_store::PruneStrategy,
+    ) -> Result<u64> {
+        Err(stepwise_store::checkpoints::unsupported())
+    }
+
     async fn create_api_key(
         &self,
         tenant: &Tenant,

@@ -148,4 +148,9 @@ pg_conformance! {
     import_document
     api_keys
     operations
+    checkpoints_put_get
+    checkpoint_writes
+    checkpoints_list
+    checkpoint_threads
+    checkpoint_isolation
 }

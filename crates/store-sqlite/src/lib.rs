@@ -2,6 +2,7 @@
 //! commit survives a process crash), one writer thread that commits queued writes in
 //! batches, and a small pool of reader connections used from `spawn_blocking`.
 
+mod checkpoints;
 mod import;
 mod rows;
 mod writer;
@@ -20,7 +21,8 @@ use stepwise_core::{
     SharedClock, Snapshot, Step, StepBody, Timestamp, new_id, system_clock,
 };
 use stepwise_store::{
-    Ack, ApiKeyRecord, Claim, CleanupReport, EventHub, Loaded, MessageQuery, NewEvent,
+    Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, CleanupReport,
+    EventHub, NewCheckpoint, PruneStrategy, PutWrites, ThreadInfo, Loaded, MessageQuery, NewEvent,
     NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
     RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
     StoreError, StoreStats, Tenant, Transition, cursor,
@@ -432,7 +434,12 @@ fn expiry_rules(now: Timestamp, policy: RetentionPolicy) -> [(SessionStatus, Tim
 const EXPIRED_WHERE: &str = "(status = 'completed' AND updated_at < ?1) OR (status = 'abandoned' AND updated_at < ?2) OR (status = 'deleted' AND updated_at < ?3)";
 
 /// Deletes one session and every row that belongs to it, adding what went to `report`.
-fn delete_session_rows(conn: &Connection, id: Id, report: &mut CleanupReport) -> Result<()> {
+pub(crate) fn delete_session_rows(
+    conn: &Connection,
+    id: Id,
+    report: &mut CleanupReport,
+) -> Result<()> {
+    checkpoints::delete_session_checkpoints(conn, id)?;
     let run = |sql: &str| -> Result<u64> {
         conn.prepare_cached(sql)
             .and_then(|mut s| s.execute(params![bid(id)]))
@@ -597,10 +604,15 @@ impl Store for SqliteStore {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         self.write(move |conn, _| {
-            conn.prepare_cached("UPDATE sessions SET status = 'deleted', updated_at = ?1 WHERE id = ?2 AND tenant_id = ?3")
+            let deleted = conn.prepare_cached("UPDATE sessions SET status = 'deleted', updated_at = ?1 WHERE id = ?2 AND tenant_id = ?3")
                 .and_then(|mut s| s.execute(params![now.0, bid(id), tenant]))
                 .map(|n| n > 0)
-                .map_err(map_sqlite)
+                .map_err(map_sqlite)?;
+            if deleted {
+                // A deleted session is no thread any more: its checkpoints go with it.
+                checkpoints::delete_session_checkpoints(conn, id)?;
+            }
+            Ok(deleted)
         })
         .await
     }
@@ -1184,6 +1196,65 @@ impl Store for SqliteStore {
             tracing::info!(?total, "retention cleanup deleted expired sessions");
         }
         Ok(total)
+    }
+
+    async fn put_checkpoint(&self, tenant: &Tenant, new: NewCheckpoint) -> Result<CheckpointPut> {
+        self.checkpoint_put(tenant, new).await
+    }
+
+    async fn put_checkpoint_writes(&self, tenant: &Tenant, writes: PutWrites) -> Result<Id> {
+        self.checkpoint_put_writes(tenant, writes).await
+    }
+
+    async fn get_checkpoint(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> Result<Option<CheckpointRecord>> {
+        self.checkpoint_get(tenant, thread_id, checkpoint_ns, checkpoint_id)
+            .await
+    }
+
+    async fn list_checkpoints(
+        &self,
+        tenant: &Tenant,
+        query: CheckpointQuery,
+    ) -> Result<Page<CheckpointRecord>> {
+        self.checkpoint_list(tenant, query).await
+    }
+
+    async fn get_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<Option<ThreadInfo>> {
+        self.checkpoint_thread(tenant, thread_id).await
+    }
+
+    async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
+        self.checkpoint_delete_thread(tenant, thread_id).await
+    }
+
+    async fn copy_thread(
+        &self,
+        tenant: &Tenant,
+        source: &str,
+        target: &str,
+        user_id: &str,
+    ) -> Result<Option<ThreadInfo>> {
+        self.checkpoint_copy_thread(tenant, source, target, user_id)
+            .await
+    }
+
+    async fn delete_checkpoints_for_runs(&self, tenant: &Tenant, run_ids: Vec<String>) -> Result<u64> {
+        self.checkpoint_delete_for_runs(tenant, run_ids).await
+    }
+
+    async fn prune_checkpoints(
+        &self,
+        tenant: &Tenant,
+        thread_ids: Vec<String>,
+        strategy: PruneStrategy,
+    ) -> Result<u64> {
+        self.checkpoint_prune(tenant, thread_ids, strategy).await
     }
 
     async fn create_api_key(

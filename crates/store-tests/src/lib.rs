@@ -98,6 +98,11 @@ macro_rules! __with_cases {
             import_document
             api_keys
             operations
+            checkpoints_put_get
+            checkpoint_writes
+            checkpoints_list
+            checkpoint_threads
+            checkpoint_isolation
         }
     };
 }

@@ -16,6 +16,7 @@
 //! add a case to the conformance suite.
 
 mod ack;
+pub mod checkpoints;
 mod error;
 mod hub;
 mod records;
@@ -33,6 +34,10 @@ use stepwise_core::{
 use tokio::sync::broadcast;
 
 pub use ack::{Ack, AckSender};
+pub use checkpoints::{
+    BlobBody, CheckpointPut, CheckpointQuery, CheckpointRecord, NewBlob, NewCheckpoint, NewWrite,
+    PruneStrategy, PutWrites, ResolvedBlob, ThreadInfo, TypedValue, WriteRecord,
+};
 pub use error::{Result, StoreError};
 pub use hub::{EventHub, SUBSCRIBER_BUFFER};
 pub use rekey::rekey_document;
@@ -241,6 +246,74 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// node holds the lock (that node's pass covers every tenant; skip this one). Hold
     /// the returned lock for the whole pass.
     fn try_retention_lock(&self) -> impl Future<Output = Result<Option<RetentionLock>>> + Send;
+
+    // --- LangGraph checkpoints (see [`checkpoints`]) -------------------------------------
+
+    /// Stores a checkpoint and its blobs in one transaction, creating the thread (a session
+    /// named after it when that name is valid and free) on the first put. The same
+    /// checkpoint again writes nothing (`created: false`); a blob already stored is kept.
+    fn put_checkpoint(
+        &self,
+        tenant: &Tenant,
+        new: NewCheckpoint,
+    ) -> impl Future<Output = Result<CheckpointPut>> + Send;
+    /// Stores pending writes (creating the thread if needed): `idx < 0` replaces the row at
+    /// the same `(task_id, idx)`, `idx >= 0` keeps an existing one. Returns the session.
+    fn put_checkpoint_writes(
+        &self,
+        tenant: &Tenant,
+        writes: PutWrites,
+    ) -> impl Future<Output = Result<Id>> + Send;
+    /// One checkpoint (the latest of the namespace when `checkpoint_id` is `None`).
+    fn get_checkpoint(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> impl Future<Output = Result<Option<CheckpointRecord>>> + Send;
+    /// Checkpoints newest first (`checkpoint_id` descending), keyset-paginated.
+    fn list_checkpoints(
+        &self,
+        tenant: &Tenant,
+        query: CheckpointQuery,
+    ) -> impl Future<Output = Result<Page<CheckpointRecord>>> + Send;
+    fn get_thread(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+    ) -> impl Future<Output = Result<Option<ThreadInfo>>> + Send;
+    /// Hard delete: the thread's checkpoints, blobs and writes, and its session with every
+    /// row. `false` when there is no such thread.
+    fn delete_thread(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// Copies every checkpoint, blob and write of `source` to `target` (created like a put
+    /// creates a thread). `None` when there is no source; `Conflict` when the target
+    /// already has checkpoints.
+    fn copy_thread(
+        &self,
+        tenant: &Tenant,
+        source: &str,
+        target: &str,
+        user_id: &str,
+    ) -> impl Future<Output = Result<Option<ThreadInfo>>> + Send;
+    /// Deletes the checkpoints whose metadata `run_id` is listed, with their writes (their
+    /// blobs stay: a later checkpoint may build on them). Returns how many checkpoints went.
+    fn delete_checkpoints_for_runs(
+        &self,
+        tenant: &Tenant,
+        run_ids: Vec<String>,
+    ) -> impl Future<Output = Result<u64>> + Send;
+    /// Prunes the threads' checkpoints; returns how many checkpoints went.
+    fn prune_checkpoints(
+        &self,
+        tenant: &Tenant,
+        thread_ids: Vec<String>,
+        strategy: PruneStrategy,
+    ) -> impl Future<Output = Result<u64>> + Send;
 
     // --- API keys -------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 //! panics with what it expected when the store disagrees.
 
 mod api_keys;
+mod checkpoints;
 mod corruption;
 mod events;
 mod executions;
@@ -16,6 +17,10 @@ mod snapshots;
 mod steps;
 
 pub use api_keys::{api_keys, operations};
+pub use checkpoints::{
+    checkpoint_isolation, checkpoint_threads, checkpoint_writes, checkpoints_list,
+    checkpoints_put_get,
+};
 pub use corruption::corruption_recovery;
 pub use events::{events, events_live};
 pub use executions::{execution_transitions, executions};

@@ -1,0 +1,513 @@
+//! LangGraph checkpoints: inputs and outputs of the checkpoint calls, and the pieces every
+//! backend shares (payload encoding, append-chain resolution, the list cursor).
+//!
+//! A LangGraph thread is a session of the tenant (the `threads` rows map a thread id to
+//! its session). Values are opaque to the server: a `{type, data}` pair as LangGraph's
+//! serializer produced it, stored byte for byte (zstd-compressed over a threshold).
+//!
+//! Channel values (blobs) are written once per `(thread, namespace, channel, version)`.
+//! An `append` blob stores only the items added on top of `base_version` of the same
+//! channel, so a message list that grows by one message per step stores one message per
+//! step; reading resolves the chain down to a `full` blob (or an append with no base).
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+use stepwise_core::{Id, Timestamp};
+
+use crate::error::{Result, StoreError};
+
+/// Most checkpoints one list page holds.
+pub const MAX_CHECKPOINT_PAGE: u32 = 1000;
+/// Longest thread id (characters).
+pub const MAX_THREAD_ID_CHARS: usize = 256;
+/// Payloads longer than this are stored zstd-compressed.
+pub const BLOB_COMPRESS_THRESHOLD: usize = 1024;
+
+/// A value as LangGraph's serializer produced it (`dumps_typed`): a type tag and bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypedValue {
+    pub type_name: String,
+    pub data: Vec<u8>,
+}
+
+impl TypedValue {
+    pub fn new(type_name: impl Into<String>, data: impl Into<Vec<u8>>) -> Self {
+        TypedValue {
+            type_name: type_name.into(),
+            data: data.into(),
+        }
+    }
+}
+
+/// What a blob stores: the whole value, or items appended to an earlier version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobBody {
+    Full(TypedValue),
+    /// The list at `base_version` (an empty list when `None`) followed by `items`.
+    Append {
+        base_version: Option<String>,
+        items: Vec<TypedValue>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewBlob {
+    pub channel: String,
+    pub version: String,
+    pub body: BlobBody,
+}
+
+/// A checkpoint to store (a put). The thread and its session are created on the first one.
+#[derive(Debug, Clone)]
+pub struct NewCheckpoint {
+    pub thread_id: String,
+    /// Owner of the session when the put creates it.
+    pub user_id: String,
+    pub checkpoint_ns: String,
+    pub checkpoint_id: String,
+    pub parent_checkpoint_id: Option<String>,
+    pub checkpoint: TypedValue,
+    /// A JSON object; its `run_id` (a string) is what `delete_checkpoints_for_runs` matches.
+    pub metadata: Value,
+    /// Channel -> version (strings): the blobs this checkpoint's state is made of.
+    pub channel_versions: Map<String, Value>,
+    pub blobs: Vec<NewBlob>,
+}
+
+/// What a put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointPut {
+    pub session_id: Id,
+    /// False when the checkpoint was already stored (nothing was written).
+    pub created: bool,
+    /// True when this put created the thread (and its session).
+    pub thread_created: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWrite {
+    /// LangGraph's index; negative for its special channels (a write there replaces).
+    pub idx: i64,
+    pub channel: String,
+    pub value: TypedValue,
+}
+
+/// Pending writes of one task against one checkpoint.
+#[derive(Debug, Clone)]
+pub struct PutWrites {
+    pub thread_id: String,
+    pub user_id: String,
+    pub checkpoint_ns: String,
+    pub checkpoint_id: String,
+    pub task_id: String,
+    pub task_path: String,
+    pub writes: Vec<NewWrite>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    pub task_id: String,
+    pub idx: i64,
+    pub channel: String,
+    pub value: TypedValue,
+    pub task_path: String,
+}
+
+/// A channel value read back, its append chain resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolvedBlob {
+    /// A full blob with nothing appended on top.
+    Full {
+        channel: String,
+        version: String,
+        value: TypedValue,
+    },
+    /// A list: `base` (a full value; `None` = an empty list) followed by `items`.
+    List {
+        channel: String,
+        version: String,
+        base: Option<TypedValue>,
+        items: Vec<TypedValue>,
+    },
+}
+
+impl ResolvedBlob {
+    pub fn channel(&self) -> &str {
+        match self {
+            ResolvedBlob::Full { channel, .. } | ResolvedBlob::List { channel, .. } => channel,
+        }
+    }
+}
+
+/// A stored checkpoint with its resolved channel values and pending writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointRecord {
+    pub thread_id: String,
+    pub session_id: Id,
+    pub checkpoint_ns: String,
+    pub checkpoint_id: String,
+    pub parent_checkpoint_id: Option<String>,
+    pub checkpoint: TypedValue,
+    pub metadata: Value,
+    pub channel_versions: Value,
+    pub created_at: Timestamp,
+    /// One per channel of `channel_versions` whose blob is stored, by channel name.
+    pub blobs: Vec<ResolvedBlob>,
+    /// In LangGraph's order: `(task_path, task_id, idx)`.
+    pub pending_writes: Vec<WriteRecord>,
+}
+
+/// What `list_checkpoints` returns, newest (`checkpoint_id` descending) first.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointQuery {
+    /// `None`: every thread of the tenant.
+    pub thread_id: Option<String>,
+    /// `None`: every namespace.
+    pub checkpoint_ns: Option<String>,
+    /// Only checkpoints with an id lower than this one.
+    pub before: Option<String>,
+    /// Top-level metadata keys and the JSON value each must equal (a missing key equals
+    /// `null`).
+    pub filter: Map<String, Value>,
+    /// 1 to [`MAX_CHECKPOINT_PAGE`].
+    pub limit: u32,
+    pub cursor: Option<String>,
+}
+
+impl CheckpointQuery {
+    pub fn limit(&self) -> u32 {
+        self.limit.clamp(1, MAX_CHECKPOINT_PAGE)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadInfo {
+    pub thread_id: String,
+    pub session_id: Id,
+    pub checkpoints: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneStrategy {
+    /// Keep the latest checkpoint of each namespace (and the blobs and writes it needs).
+    KeepLatest,
+    /// Delete every checkpoint of the threads.
+    Delete,
+}
+
+/// What a backend that keeps no checkpoints answers to every checkpoint call.
+pub fn unsupported() -> StoreError {
+    StoreError::InvalidState("checkpoints need the SQLite or PostgreSQL backend".into())
+}
+
+/// The `run_id` a checkpoint's metadata names.
+pub fn run_id_of(metadata: &Value) -> Option<String> {
+    metadata
+        .get("run_id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// Checks a thread id: 1 to 256 characters, no control characters.
+pub fn check_thread_id(thread_id: &str, field: &'static str) -> Result<()> {
+    let chars = thread_id.chars().count();
+    if chars == 0 || chars > MAX_THREAD_ID_CHARS || thread_id.chars().any(char::is_control) {
+        return Err(StoreError::invalid(
+            field,
+            format!(
+                "a thread id is 1 to {MAX_THREAD_ID_CHARS} characters, none of them control characters"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+// --- payloads ----------------------------------------------------------------------------------
+
+const RAW: u8 = 0;
+const ZSTD: u8 = 1;
+
+/// Stored bytes of a payload: a marker byte, then the bytes (zstd over the threshold).
+pub fn pack_payload(bytes: &[u8]) -> Vec<u8> {
+    let packed = stepwise_core::codec::pack(bytes.to_vec(), BLOB_COMPRESS_THRESHOLD);
+    let compressed = packed.len() < bytes.len();
+    let mut out = Vec::with_capacity(packed.len() + 1);
+    out.push(if compressed { ZSTD } else { RAW });
+    out.extend_from_slice(&packed);
+    out
+}
+
+/// The bytes [`pack_payload`] stored.
+pub fn unpack_payload(stored: &[u8]) -> Result<Vec<u8>> {
+    match stored.split_first() {
+        Some((&RAW, rest)) => Ok(rest.to_vec()),
+        Some((&ZSTD, rest)) => stepwise_core::codec::unpack(rest)
+            .map(|b| b.into_owned())
+            .map_err(|e| StoreError::Backend(format!("a stored checkpoint payload: {e}"))),
+        _ => Err(StoreError::Backend(
+            "a stored checkpoint payload has an unknown encoding".into(),
+        )),
+    }
+}
+
+/// The items of an append blob as one payload: `(type length, type, data length, data)`
+/// per item, lengths as 4-byte little-endian integers.
+pub fn frame_items(items: &[TypedValue]) -> Vec<u8> {
+    let size: usize = items
+        .iter()
+        .map(|i| 8 + i.type_name.len() + i.data.len())
+        .sum();
+    let mut out = Vec::with_capacity(size);
+    for item in items {
+        out.extend_from_slice(&(item.type_name.len() as u32).to_le_bytes());
+        out.extend_from_slice(item.type_name.as_bytes());
+        out.extend_from_slice(&(item.data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&item.data);
+    }
+    out
+}
+
+pub fn unframe_items(mut bytes: &[u8]) -> Result<Vec<TypedValue>> {
+    let bad = || StoreError::Backend("a stored append blob is truncated".into());
+    let take = |bytes: &mut &[u8]| -> Result<Vec<u8>> {
+        let (len, rest) = bytes.split_first_chunk::<4>().ok_or_else(bad)?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if rest.len() < len {
+            return Err(bad());
+        }
+        let (value, rest) = rest.split_at(len);
+        *bytes = rest;
+        Ok(value.to_vec())
+    };
+    let mut items = Vec::new();
+    while !bytes.is_empty() {
+        let type_name = String::from_utf8(take(&mut bytes)?).map_err(|_| bad())?;
+        let data = take(&mut bytes)?;
+        items.push(TypedValue { type_name, data });
+    }
+    Ok(items)
+}
+
+/// A blob row as stored: `type_name` is `None` for an append.
+#[derive(Debug, Clone)]
+pub struct StoredBlob {
+    pub version: String,
+    pub base_version: Option<String>,
+    pub is_append: bool,
+    pub type_name: Option<String>,
+    /// As stored (see [`pack_payload`]).
+    pub payload: Vec<u8>,
+}
+
+impl NewBlob {
+    /// The columns a backend stores: `(is_append, base_version, type_name, payload)`.
+    pub fn columns(&self) -> (bool, Option<&str>, Option<&str>, Vec<u8>) {
+        match &self.body {
+            BlobBody::Full(value) => (
+                false,
+                None,
+                Some(value.type_name.as_str()),
+                pack_payload(&value.data),
+            ),
+            BlobBody::Append {
+                base_version,
+                items,
+            } => (
+                true,
+                base_version.as_deref(),
+                None,
+                pack_payload(&frame_items(items)),
+            ),
+        }
+    }
+}
+
+/// Resolves `version` of `channel` from its stored rows (any superset of the chain):
+/// `Ok(None)` when a link is missing (the caller may read more rows and try again).
+pub fn resolve_chain(
+    channel: &str,
+    version: &str,
+    rows: &HashMap<String, StoredBlob>,
+) -> Result<Option<ResolvedBlob>> {
+    let mut chain: Vec<&StoredBlob> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut next = Some(version.to_string());
+    let mut base = None;
+    while let Some(v) = next.take() {
+        if !seen.insert(v.clone()) {
+            return Err(StoreError::Backend(format!(
+                "the append chain of channel '{channel}' loops at version '{v}'"
+            )));
+        }
+        let Some(row) = rows.get(&v) else {
+            return Ok(None);
+        };
+        if row.is_append {
+            chain.push(row);
+            next = row.base_version.clone();
+        } else {
+            base = Some(TypedValue {
+                type_name: row.type_name.clone().unwrap_or_default(),
+                data: unpack_payload(&row.payload)?,
+            });
+        }
+    }
+    if chain.is_empty() {
+        return Ok(base.map(|value| ResolvedBlob::Full {
+            channel: channel.to_string(),
+            version: version.to_string(),
+            value,
+        }));
+    }
+    let mut items = Vec::new();
+    for row in chain.iter().rev() {
+        items.extend(unframe_items(&unpack_payload(&row.payload)?)?);
+    }
+    Ok(Some(ResolvedBlob::List {
+        channel: channel.to_string(),
+        version: version.to_string(),
+        base,
+        items,
+    }))
+}
+
+/// The versions a chain from `version` goes through (for garbage collection): every
+/// version reached, the missing ones included.
+pub fn chain_versions(version: &str, links: &HashMap<String, Option<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut next = Some(version.to_string());
+    while let Some(v) = next.take() {
+        if out.contains(&v) {
+            break;
+        }
+        next = links.get(&v).cloned().flatten();
+        out.push(v);
+    }
+    out
+}
+
+/// The `(channel, version)` pairs of a `channel_versions` object (string versions only;
+/// numbers are taken by their JSON text), sorted by channel.
+pub fn channel_version_pairs(channel_versions: &Value) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = channel_versions
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(channel, version)| {
+            let version = match version {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => return None,
+            };
+            Some((channel.clone(), version))
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+// --- the list cursor ---------------------------------------------------------------------------
+
+/// The keyset position of a checkpoint in a list: `(checkpoint_id, session, namespace)`.
+pub mod checkpoint_cursor {
+    use super::*;
+
+    pub fn encode(checkpoint_id: &str, session_id: Id, checkpoint_ns: &str) -> String {
+        let raw = serde_json::json!([
+            checkpoint_id,
+            session_id.simple().to_string(),
+            checkpoint_ns
+        ])
+        .to_string();
+        raw.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn decode(cursor: &str) -> Result<(String, Id, String)> {
+        let bad = || StoreError::invalid("cursor", "the cursor is not one this server issued");
+        if !cursor.len().is_multiple_of(2) || cursor.len() > 4096 {
+            return Err(bad());
+        }
+        let bytes: Option<Vec<u8>> = (0..cursor.len())
+            .step_by(2)
+            .map(|i| {
+                cursor
+                    .get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
+            .collect();
+        let value: Value = serde_json::from_slice(&bytes.ok_or_else(bad)?).map_err(|_| bad())?;
+        let parts = value.as_array().filter(|a| a.len() == 3).ok_or_else(bad)?;
+        let checkpoint_id = parts[0].as_str().ok_or_else(bad)?.to_string();
+        let session = parts[1]
+            .as_str()
+            .and_then(stepwise_core::parse_id)
+            .ok_or_else(bad)?;
+        let ns = parts[2].as_str().ok_or_else(bad)?.to_string();
+        Ok((checkpoint_id, session, ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(version: &str, base: Option<&str>, items: &[&str]) -> StoredBlob {
+        let items: Vec<TypedValue> = items
+            .iter()
+            .map(|i| TypedValue::new("json", i.as_bytes()))
+            .collect();
+        StoredBlob {
+            version: version.into(),
+            base_version: base.map(str::to_string),
+            is_append: true,
+            type_name: None,
+            payload: pack_payload(&frame_items(&items)),
+        }
+    }
+
+    #[test]
+    fn chains_resolve_down_to_a_full_blob_or_an_empty_start() {
+        let mut rows = HashMap::new();
+        rows.insert(
+            "1".to_string(),
+            StoredBlob {
+                version: "1".into(),
+                base_version: None,
+                is_append: false,
+                type_name: Some("msgpack".into()),
+                payload: pack_payload(b"base"),
+            },
+        );
+        rows.insert("2".into(), row("2", Some("1"), &["a"]));
+        rows.insert("3".into(), row("3", Some("2"), &["b", "c"]));
+        rows.insert("x".into(), row("x", None, &["z"]));
+        let resolved = resolve_chain("m", "3", &rows).ok().flatten();
+        let Some(ResolvedBlob::List { base, items, .. }) = resolved else {
+            panic!("expected a list, got {resolved:?}");
+        };
+        assert_eq!(base, Some(TypedValue::new("msgpack", b"base".to_vec())));
+        let texts: Vec<_> = items.iter().map(|i| i.data.clone()).collect();
+        assert_eq!(texts, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert!(matches!(
+            resolve_chain("m", "1", &rows),
+            Ok(Some(ResolvedBlob::Full { .. }))
+        ));
+        assert!(matches!(
+            resolve_chain("m", "x", &rows),
+            Ok(Some(ResolvedBlob::List { base: None, .. }))
+        ));
+        assert!(matches!(resolve_chain("m", "9", &rows), Ok(None)));
+    }
+
+    #[test]
+    fn payloads_round_trip_compressed_or_not() {
+        for bytes in [b"small".to_vec(), vec![7u8; 10_000]] {
+            let packed = pack_payload(&bytes);
+            assert_eq!(unpack_payload(&packed).ok(), Some(bytes));
+        }
+        let cursor = checkpoint_cursor::encode("1ef-ab", stepwise_core::new_id(), "ns:1");
+        assert!(checkpoint_cursor::decode(&cursor).is_ok());
+        assert!(checkpoint_cursor::decode("zz").is_err());
+    }
+}
