@@ -10,6 +10,7 @@ mod error;
 mod events;
 mod executions;
 mod http_metrics;
+mod items;
 pub mod limits;
 mod metered;
 mod openapi;
@@ -161,6 +162,13 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         )
         .route("/sessions/{id}/events", get(events::stream::<S>))
         .route("/sessions/{id}/export", get(sessions::export::<S>))
+        .route(
+            "/sessions/{id}/items",
+            get(items::list::list::<S>)
+                .post(items::append::append::<S>)
+                .delete(items::clear::clear::<S>),
+        )
+        .route("/sessions/{id}/items/pop", post(items::pop::pop::<S>))
         .route("/executions/{id}", get(executions::get::<S>))
         .route("/executions/{id}/cancel", post(executions::cancel::<S>))
         .route(

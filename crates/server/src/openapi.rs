@@ -179,14 +179,17 @@ impl Modify for BearerAuth {
         create_session, list_sessions, get_session, update_session, delete_session, list_messages, post_message,
         post_message_new_session, memory, list_executions, open_execution, events, export_session, import_session,
         get_execution, cancel_execution, list_steps, append_step, list_snapshots, save_snapshot, complete_execution,
-        fail_execution, pause_execution, get_snapshot, healthz, readyz, metrics
+        fail_execution, pause_execution, get_snapshot, healthz, readyz, metrics,
+        crate::items::list::doc, crate::items::append::doc, crate::items::pop::doc, crate::items::clear::doc
     ),
     components(schemas(
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
         TokenUsage, Snapshot, Event, EventType, Memory, Restored, ContextSummary, SessionDocument, ErrorBody, ErrorDetail,
         CreateSessionBody, UpdateSessionBody, MessageBody, NewSessionMessageBody, AgentBody, MessageAccepted,
         OpenExecutionBody, StepInput, SnapshotInput, CompleteBody, FailBody, PauseBody,
-        SessionList, MessageList, ExecutionList, StepList, SnapshotList
+        SessionList, MessageList, ExecutionList, StepList, SnapshotList,
+        crate::items::list::ItemsPage, crate::items::append::AppendItemsBody, crate::items::append::ItemsAdded,
+        crate::items::pop::PopItemBody, crate::items::pop::PoppedItem, crate::items::clear::ItemsCleared
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -201,6 +204,7 @@ pub fn openapi_json() -> String {
     JSON.get_or_init(|| {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
         harden(&mut doc);
+        crate::items::harden(&mut doc);
         serde_json::to_string(&doc).unwrap_or_else(|_| "{}".to_string())
     })
     .clone()
