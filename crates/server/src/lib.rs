@@ -6,6 +6,7 @@
 
 mod auth;
 pub mod bench;
+mod checkpoints;
 mod error;
 mod events;
 mod executions;
@@ -26,7 +27,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use serde::Serialize;
 use stepwise_engine::Engine;
 use stepwise_store::Store;
@@ -169,6 +170,34 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
                 .delete(items::clear::clear::<S>),
         )
         .route("/sessions/{id}/items/pop", post(items::pop::pop::<S>))
+        .route(
+            "/threads/{thread_id}",
+            get(checkpoints::get_thread::get_thread::<S>)
+                .delete(checkpoints::delete_thread::delete_thread::<S>),
+        )
+        .route(
+            "/threads/{thread_id}/checkpoints",
+            get(checkpoints::list::list::<S>),
+        )
+        .route(
+            "/threads/{thread_id}/checkpoints/latest",
+            get(checkpoints::get_latest::get_latest::<S>),
+        )
+        .route(
+            "/threads/{thread_id}/checkpoints/{checkpoint_id}",
+            get(checkpoints::get::get::<S>).put(checkpoints::put::put::<S>),
+        )
+        .route(
+            "/threads/{thread_id}/checkpoints/{checkpoint_id}/writes",
+            put(checkpoints::put_writes::put_writes::<S>),
+        )
+        .route("/threads/{thread_id}/copy", post(checkpoints::copy::copy::<S>))
+        .route("/checkpoints", get(checkpoints::list_all::list_all::<S>))
+        .route(
+            "/checkpoints/delete-for-runs",
+            post(checkpoints::delete_for_runs::delete_for_runs::<S>),
+        )
+        .route("/checkpoints/prune", post(checkpoints::prune::prune::<S>))
         .route("/executions/{id}", get(executions::get::<S>))
         .route("/executions/{id}/cancel", post(executions::cancel::<S>))
         .route(

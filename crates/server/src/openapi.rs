@@ -180,7 +180,11 @@ impl Modify for BearerAuth {
         post_message_new_session, memory, list_executions, open_execution, events, export_session, import_session,
         get_execution, cancel_execution, list_steps, append_step, list_snapshots, save_snapshot, complete_execution,
         fail_execution, pause_execution, get_snapshot, healthz, readyz, metrics,
-        crate::items::list::doc, crate::items::append::doc, crate::items::pop::doc, crate::items::clear::doc
+        crate::items::list::doc, crate::items::append::doc, crate::items::pop::doc, crate::items::clear::doc,
+        crate::checkpoints::put::doc, crate::checkpoints::get_latest::doc, crate::checkpoints::get::doc,
+        crate::checkpoints::list::doc, crate::checkpoints::list_all::doc, crate::checkpoints::put_writes::doc,
+        crate::checkpoints::get_thread::doc, crate::checkpoints::delete_thread::doc, crate::checkpoints::copy::doc,
+        crate::checkpoints::delete_for_runs::doc, crate::checkpoints::prune::doc
     ),
     components(schemas(
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
@@ -189,7 +193,13 @@ impl Modify for BearerAuth {
         OpenExecutionBody, StepInput, SnapshotInput, CompleteBody, FailBody, PauseBody,
         SessionList, MessageList, ExecutionList, StepList, SnapshotList,
         crate::items::list::ItemsPage, crate::items::append::AppendItemsBody, crate::items::append::ItemsAdded,
-        crate::items::pop::PopItemBody, crate::items::pop::PoppedItem, crate::items::clear::ItemsCleared
+        crate::items::pop::PopItemBody, crate::items::pop::PoppedItem, crate::items::clear::ItemsCleared,
+        crate::checkpoints::TypedJson, crate::checkpoints::PendingWrite, crate::checkpoints::CheckpointTuple,
+        crate::checkpoints::CheckpointPage, crate::checkpoints::put::PutCheckpointBody, crate::checkpoints::put::CheckpointStored,
+        crate::checkpoints::mirror::MirrorMessage, crate::checkpoints::put_writes::PutWritesBody,
+        crate::checkpoints::get_thread::Thread, crate::checkpoints::copy::CopyThreadBody, crate::checkpoints::copy::ThreadCopied,
+        crate::checkpoints::delete_for_runs::DeleteForRunsBody, crate::checkpoints::delete_for_runs::CheckpointsDeleted,
+        crate::checkpoints::prune::PruneBody
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -205,6 +215,7 @@ pub fn openapi_json() -> String {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
         harden(&mut doc);
         crate::items::harden(&mut doc);
+        crate::checkpoints::harden(&mut doc);
         serde_json::to_string(&doc).unwrap_or_else(|_| "{}".to_string())
     })
     .clone()

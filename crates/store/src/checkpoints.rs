@@ -409,42 +409,44 @@ pub fn channel_version_pairs(channel_versions: &Value) -> Vec<(String, String)> 
 
 // --- the list cursor ---------------------------------------------------------------------------
 
-/// The keyset position of a checkpoint in a list: `(checkpoint_id, session, namespace)`.
+/// The keyset position of a checkpoint in a list: `(checkpoint_id, session, namespace)`,
+/// written `<hex of the id>.<session uuid, 32 hex digits>.<hex of the namespace>`. Any text of
+/// that shape decodes (bytes that are not UTF-8 are replaced), so a cursor is easy to check.
 pub mod checkpoint_cursor {
     use super::*;
 
+    fn hex(text: &str) -> String {
+        text.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn unhex(text: &str) -> Option<String> {
+        if !text.len().is_multiple_of(2) {
+            return None;
+        }
+        let bytes: Option<Vec<u8>> = (0..text.len())
+            .step_by(2)
+            .map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect();
+        Some(String::from_utf8_lossy(&bytes?).into_owned())
+    }
+
     pub fn encode(checkpoint_id: &str, session_id: Id, checkpoint_ns: &str) -> String {
-        let raw = serde_json::json!([
-            checkpoint_id,
-            session_id.simple().to_string(),
-            checkpoint_ns
-        ])
-        .to_string();
-        raw.bytes().map(|b| format!("{b:02x}")).collect()
+        format!("{}.{}.{}", hex(checkpoint_id), session_id.simple(), hex(checkpoint_ns))
     }
 
     pub fn decode(cursor: &str) -> Result<(String, Id, String)> {
         let bad = || StoreError::invalid("cursor", "the cursor is not one this server issued");
-        if !cursor.len().is_multiple_of(2) || cursor.len() > 4096 {
+        let mut parts = cursor.split('.');
+        let (Some(id), Some(session), Some(ns), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        if session.len() != 32 || cursor.len() > 16_384 {
             return Err(bad());
         }
-        let bytes: Option<Vec<u8>> = (0..cursor.len())
-            .step_by(2)
-            .map(|i| {
-                cursor
-                    .get(i..i + 2)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-            })
-            .collect();
-        let value: Value = serde_json::from_slice(&bytes.ok_or_else(bad)?).map_err(|_| bad())?;
-        let parts = value.as_array().filter(|a| a.len() == 3).ok_or_else(bad)?;
-        let checkpoint_id = parts[0].as_str().ok_or_else(bad)?.to_string();
-        let session = parts[1]
-            .as_str()
-            .and_then(stepwise_core::parse_id)
-            .ok_or_else(bad)?;
-        let ns = parts[2].as_str().ok_or_else(bad)?.to_string();
-        Ok((checkpoint_id, session, ns))
+        let session = stepwise_core::parse_id(session).ok_or_else(bad)?;
+        Ok((unhex(id).ok_or_else(bad)?, session, unhex(ns).ok_or_else(bad)?))
     }
 }
 

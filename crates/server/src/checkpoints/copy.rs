@@ -1,0 +1,91 @@
+//! `POST /v1/threads/{thread_id}/copy`: copies every checkpoint, blob and write of a
+//! thread to another (LangGraph's `copy_thread`); the target is created like a put creates
+//! a thread.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Serialize;
+use serde_json::{Value, json};
+use stepwise_store::Store;
+use stepwise_store::checkpoints::MAX_THREAD_ID_CHARS;
+
+use super::{NO_CONTROL, object, required, string, thread_id};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CopyThreadBody {
+    pub target_thread_id: String,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ThreadCopied {
+    /// The target thread.
+    pub thread_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub session_id: stepwise_core::Id,
+    /// Checkpoints copied.
+    pub checkpoints: u64,
+}
+
+pub(crate) fn harden(doc: &mut Value) {
+    if let Some(props) = doc
+        .pointer_mut("/components/schemas/CopyThreadBody/properties")
+        .and_then(Value::as_object_mut)
+    {
+        props.insert(
+            "target_thread_id".into(),
+            json!({"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID_CHARS, "pattern": NO_CONTROL}),
+        );
+    }
+}
+
+pub async fn copy<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(thread): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<impl IntoResponse> {
+    let source = thread_id(&thread)?;
+    let map = object(body)?;
+    let target = required(
+        string(
+            &map,
+            "target_thread_id",
+            "target_thread_id",
+            1,
+            MAX_THREAD_ID_CHARS,
+        )?,
+        "target_thread_id",
+    )?;
+    if target == source {
+        return Err(ApiError::conflict("a thread cannot be copied onto itself"));
+    }
+    let copied = state
+        .store()
+        .copy_thread(&caller.tenant, &source, &target, &caller.user_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("thread"))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ThreadCopied {
+            thread_id: copied.thread_id,
+            session_id: copied.session_id,
+            checkpoints: copied.checkpoints,
+        }),
+    ))
+}
+
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/copy", tag = "langgraph checkpoints",
+    operation_id = "copy_thread",
+    params(("thread_id" = String, Path, description = "The source thread id (percent-encoded)")),
+    request_body = CopyThreadBody,
+    responses((status = 201, body = ThreadCopied),
+              (status = 404, body = ErrorBody, description = "No such source thread (`not_found`)"),
+              (status = 409, body = ErrorBody, description = "The target already has checkpoints, or is the source (`conflict`)")))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}

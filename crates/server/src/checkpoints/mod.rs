@@ -1,0 +1,618 @@
+//! LangGraph checkpoints (issue 13): a LangGraph thread is a Stepwise session of the
+//! caller's tenant, and its checkpoints, channel values (blobs) and pending writes are kept
+//! by the store (`stepwise_store::checkpoints`). One file per endpoint, each with its
+//! request and response types, their schema rules, its validation, its OpenAPI
+//! declaration and its handler; this module holds what they share.
+//!
+//! Values are opaque: `{type, data}` as LangGraph's serializer made them, `data` in
+//! base64. The server never decodes them. An `append` blob names a `base_version` of the
+//! same channel and carries only the new items; reads answer the resolved value as
+//! `{type: "list", base, items}` (or `{type, data}` for a full blob with nothing on top).
+
+pub(crate) mod copy;
+pub(crate) mod delete_for_runs;
+pub(crate) mod delete_thread;
+pub(crate) mod get;
+pub(crate) mod get_latest;
+pub(crate) mod get_thread;
+pub(crate) mod list;
+pub(crate) mod list_all;
+pub(crate) mod mirror;
+pub(crate) mod prune;
+pub(crate) mod put;
+pub(crate) mod put_writes;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use stepwise_store::checkpoints::{MAX_CHECKPOINT_PAGE, MAX_THREAD_ID_CHARS};
+use stepwise_store::{CheckpointQuery, CheckpointRecord, ResolvedBlob, TypedValue};
+
+use crate::error::{ApiError, ApiResult};
+
+/// Longest checkpoint id, version, channel, run id (characters).
+pub const MAX_ID_CHARS: usize = 256;
+/// Longest namespace, task id and task path (characters).
+pub const MAX_PATH_CHARS: usize = 1024;
+/// Longest type tag of a value.
+pub const MAX_TYPE_CHARS: usize = 64;
+/// Most blobs, writes, mirrored messages, run ids or thread ids in one request.
+pub const MAX_ITEMS: usize = 1000;
+/// A list page when the request names no limit.
+pub const DEFAULT_LIMIT: u32 = 100;
+/// Text with no control characters at all (thread ids, names, versions).
+pub const NO_CONTROL: &str = r"^[^\u0000-\u001F\u007F-\u009F]*$";
+/// Standard base64 with padding.
+pub const BASE64: &str = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$";
+/// The list cursors this server issues: `<hex of the id>.<session>.<hex of the namespace>`.
+pub const CURSOR: &str =
+    r"^(?:[0-9A-Fa-f]{2}){0,1024}\.[0-9A-Fa-f]{32}\.(?:[0-9A-Fa-f]{2}){0,4096}$";
+
+// --- values ------------------------------------------------------------------------------------
+
+/// A value as LangGraph's serializer made it: a type tag and base64 bytes.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(title = "TypedValue")]
+pub struct TypedJson {
+    #[serde(rename = "type")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
+    pub type_name: String,
+    /// The bytes, base64 (standard alphabet, padded).
+    #[schema(
+        content_encoding = "base64",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+    )]
+    pub data: String,
+}
+
+impl From<&TypedValue> for TypedJson {
+    fn from(value: &TypedValue) -> Self {
+        TypedJson {
+            type_name: value.type_name.clone(),
+            data: base64_encode(&value.data),
+        }
+    }
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+pub fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes standard padded base64 (the `BASE64` pattern); `None` when it is not.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    let chunks = bytes.len() / 4;
+    for (k, chunk) in bytes.chunks(4).enumerate() {
+        let last = k + 1 == chunks;
+        let pad = if last {
+            chunk.iter().rev().take_while(|&&c| c == b'=').count()
+        } else {
+            0
+        };
+        if pad > 2 {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &chunk[..4 - pad] {
+            n = (n << 6) | value(c)?;
+        }
+        n <<= 6 * pad as u32;
+        out.push((n >> 16) as u8);
+        if pad < 2 {
+            out.push((n >> 8) as u8);
+        }
+        if pad < 1 {
+            out.push(n as u8);
+        }
+    }
+    Some(out)
+}
+
+// --- reading request bodies --------------------------------------------------------------------
+
+/// The body as a JSON object (400 otherwise).
+pub(crate) fn object(body: Value) -> ApiResult<Map<String, Value>> {
+    match body {
+        Value::Object(map) => Ok(map),
+        _ => Err(ApiError::bad_request(
+            "the body is not valid: it must be a JSON object",
+        )),
+    }
+}
+
+/// Checks text: `min..=max` characters, none of them control characters.
+pub(crate) fn check_text(field: &str, text: &str, min: usize, max: usize) -> ApiResult<()> {
+    let chars = text.chars().count();
+    if chars < min || chars > max || text.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} must be {min} to {max} characters, none of them control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// A string member (`None` when absent or null and `required` is false).
+pub(crate) fn string(
+    map: &Map<String, Value>,
+    field: &str,
+    path: &str,
+    min: usize,
+    max: usize,
+) -> ApiResult<Option<String>> {
+    match map.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => {
+            check_text(path, text, min, max)?;
+            Ok(Some(text.clone()))
+        }
+        Some(_) => Err(ApiError::invalid(path, format!("{path} must be a string"))),
+    }
+}
+
+pub(crate) fn required(value: Option<String>, path: &str) -> ApiResult<String> {
+    value.ok_or_else(|| ApiError::invalid(path, format!("{path} is required")))
+}
+
+/// An array member of at most [`MAX_ITEMS`] elements (empty when absent or null).
+pub(crate) fn array<'a>(map: &'a Map<String, Value>, field: &str) -> ApiResult<&'a [Value]> {
+    match map.get(field) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(items)) if items.len() <= MAX_ITEMS => Ok(items),
+        Some(Value::Array(_)) => Err(ApiError::invalid(
+            field,
+            format!("{field} holds at most {MAX_ITEMS} entries"),
+        )),
+        Some(_) => Err(ApiError::invalid(
+            field,
+            format!("{field} must be an array"),
+        )),
+    }
+}
+
+/// Refuses members other than `allowed` (objects whose schema has no other properties).
+pub(crate) fn only(map: &Map<String, Value>, allowed: &[&str], path: &str) -> ApiResult<()> {
+    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(key) => Err(ApiError::invalid(
+            path,
+            format!(
+                "{path} has an unknown member '{}'",
+                crate::error::cut(key, 64)
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A `{type, data}` value.
+pub(crate) fn typed_value(value: &Value, path: &str) -> ApiResult<TypedValue> {
+    let Value::Object(map) = value else {
+        return Err(ApiError::invalid(
+            path,
+            format!("{path} must be an object {{type, data}}"),
+        ));
+    };
+    only(map, &["type", "data"], path)?;
+    let type_name = required(
+        string(map, "type", &format!("{path}.type"), 1, MAX_TYPE_CHARS)?,
+        &format!("{path}.type"),
+    )?;
+    let data = match map.get("data") {
+        Some(Value::String(text)) => base64_decode(text).ok_or_else(|| {
+            ApiError::invalid(
+                &format!("{path}.data"),
+                "data must be standard base64 with padding",
+            )
+        })?,
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{path}.data"),
+                "data must be a base64 string",
+            ));
+        }
+    };
+    Ok(TypedValue { type_name, data })
+}
+
+/// The thread id of a path, checked.
+pub(crate) fn thread_id(text: &str) -> ApiResult<String> {
+    check_text("thread_id", text, 1, MAX_THREAD_ID_CHARS)?;
+    Ok(text.to_string())
+}
+
+/// A checkpoint id of a path, checked.
+pub(crate) fn checkpoint_id(text: &str) -> ApiResult<String> {
+    check_text("checkpoint_id", text, 1, MAX_ID_CHARS)?;
+    Ok(text.to_string())
+}
+
+// --- answers -----------------------------------------------------------------------------------
+
+/// A channel value: a full blob `{channel, version, type, data}`, or a list
+/// `{channel, version, type: "list", base, items}` (`base` null = starts empty).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum BlobOut {
+    Full {
+        channel: String,
+        version: String,
+        #[serde(rename = "type")]
+        type_name: String,
+        data: String,
+    },
+    List {
+        channel: String,
+        version: String,
+        #[serde(rename = "type")]
+        type_name: &'static str,
+        base: Option<TypedJson>,
+        items: Vec<TypedJson>,
+    },
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PendingWrite {
+    pub task_id: String,
+    pub idx: i64,
+    pub channel: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub data: String,
+    pub task_path: String,
+}
+
+/// A checkpoint with its resolved channel values and pending writes.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CheckpointTuple {
+    pub thread_id: String,
+    pub checkpoint_ns: String,
+    pub checkpoint_id: String,
+    pub parent_checkpoint_id: Option<String>,
+    pub checkpoint: TypedJson,
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+    #[schema(value_type = Object)]
+    pub channel_versions: Value,
+    /// The values of `channel_versions` (channels whose value is not stored are left out).
+    #[schema(value_type = Vec<Object>)]
+    pub blobs: Vec<BlobOut>,
+    /// In LangGraph's order: `(task_path, task_id, idx)`.
+    pub pending_writes: Vec<PendingWrite>,
+}
+
+impl From<CheckpointRecord> for CheckpointTuple {
+    fn from(record: CheckpointRecord) -> Self {
+        let blobs = record
+            .blobs
+            .iter()
+            .map(|blob| match blob {
+                ResolvedBlob::Full {
+                    channel,
+                    version,
+                    value,
+                } => BlobOut::Full {
+                    channel: channel.clone(),
+                    version: version.clone(),
+                    type_name: value.type_name.clone(),
+                    data: base64_encode(&value.data),
+                },
+                ResolvedBlob::List {
+                    channel,
+                    version,
+                    base,
+                    items,
+                } => BlobOut::List {
+                    channel: channel.clone(),
+                    version: version.clone(),
+                    type_name: "list",
+                    base: base.as_ref().map(TypedJson::from),
+                    items: items.iter().map(TypedJson::from).collect(),
+                },
+            })
+            .collect();
+        let pending_writes = record
+            .pending_writes
+            .iter()
+            .map(|w| PendingWrite {
+                task_id: w.task_id.clone(),
+                idx: w.idx,
+                channel: w.channel.clone(),
+                type_name: w.value.type_name.clone(),
+                data: base64_encode(&w.value.data),
+                task_path: w.task_path.clone(),
+            })
+            .collect();
+        CheckpointTuple {
+            thread_id: record.thread_id,
+            checkpoint_ns: record.checkpoint_ns,
+            checkpoint_id: record.checkpoint_id,
+            parent_checkpoint_id: record.parent_checkpoint_id,
+            checkpoint: TypedJson::from(&record.checkpoint),
+            metadata: record.metadata,
+            channel_versions: record.channel_versions,
+            blobs,
+            pending_writes,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CheckpointPage {
+    pub items: Vec<CheckpointTuple>,
+    /// Pass as `cursor` for the next page; null on the last one.
+    pub next_cursor: Option<String>,
+}
+
+/// The query of both list endpoints.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListParams {
+    pub checkpoint_ns: Option<String>,
+    pub before: Option<String>,
+    pub limit: Option<String>,
+    pub cursor: Option<String>,
+    pub filter: Option<String>,
+}
+
+impl ListParams {
+    pub(crate) fn query(self, thread_id: Option<String>) -> ApiResult<CheckpointQuery> {
+        if let Some(ns) = &self.checkpoint_ns {
+            check_text("checkpoint_ns", ns, 0, MAX_PATH_CHARS)?;
+        }
+        if let Some(before) = &self.before {
+            check_text("before", before, 1, MAX_ID_CHARS)?;
+        }
+        let limit = match &self.limit {
+            None => DEFAULT_LIMIT,
+            Some(text) => text
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_CHECKPOINT_PAGE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "limit",
+                        format!("limit must be an integer from 1 to {MAX_CHECKPOINT_PAGE}"),
+                    )
+                })?,
+        };
+        if let Some(cursor) = &self.cursor
+            && !regex_is_match(CURSOR, cursor)
+        {
+            return Err(ApiError::invalid(
+                "cursor",
+                "the cursor is not one this server issued",
+            ));
+        }
+        let filter = match &self.filter {
+            None => Map::new(),
+            Some(text) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(map)) => map,
+                _ => {
+                    return Err(ApiError::invalid(
+                        "filter",
+                        "filter must be a JSON object of metadata keys and values",
+                    ));
+                }
+            },
+        };
+        Ok(CheckpointQuery {
+            thread_id,
+            checkpoint_ns: self.checkpoint_ns,
+            before: self.before,
+            filter,
+            limit,
+            cursor: self.cursor,
+        })
+    }
+}
+
+fn regex_is_match(_pattern: &str, text: &str) -> bool {
+    static CURSOR_RE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    CURSOR_RE
+        .get_or_init(|| regex::Regex::new(CURSOR).ok())
+        .as_ref()
+        .is_some_and(|re| re.is_match(text))
+}
+
+/// The query of `checkpoint_ns` alone (the get endpoints).
+#[derive(Debug, Default, Deserialize)]
+pub struct NsParams {
+    pub checkpoint_ns: Option<String>,
+}
+
+impl NsParams {
+    pub(crate) fn ns(&self) -> ApiResult<String> {
+        let ns = self.checkpoint_ns.clone().unwrap_or_default();
+        check_text("checkpoint_ns", &ns, 0, MAX_PATH_CHARS)?;
+        Ok(ns)
+    }
+}
+
+// --- the OpenAPI document ----------------------------------------------------------------------
+
+fn text_schema(min: usize, max: usize) -> Value {
+    json!({"type": "string", "minLength": min, "maxLength": max, "pattern": NO_CONTROL})
+}
+
+pub(crate) fn typed_schema() -> Value {
+    json!({"type": "object", "required": ["type", "data"], "additionalProperties": false,
+    "properties": {
+        "type": text_schema(1, MAX_TYPE_CHARS),
+        "data": {"type": "string", "contentEncoding": "base64", "pattern": BASE64}
+    }})
+}
+
+/// Puts the checkpoint endpoints' exact rules into the document (after the general
+/// hardening, whose list parameters are other endpoints'): path and query parameters,
+/// blob shapes, and the error statuses every one of them can answer.
+pub(crate) fn harden(doc: &mut Value) {
+    let typed = typed_schema();
+    let full_blob = json!({"type": "object", "required": ["channel", "version", "type", "data"],
+    "additionalProperties": false,
+    "properties": {
+        "channel": text_schema(1, MAX_ID_CHARS), "version": text_schema(1, MAX_ID_CHARS),
+        "type": text_schema(1, MAX_TYPE_CHARS),
+        "data": {"type": "string", "contentEncoding": "base64", "pattern": BASE64}
+    }});
+    let append_blob = json!({"type": "object", "required": ["channel", "version", "items"],
+    "additionalProperties": false,
+    "properties": {
+        "channel": text_schema(1, MAX_ID_CHARS), "version": text_schema(1, MAX_ID_CHARS),
+        "base_version": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NO_CONTROL},
+        "items": {"type": "array", "maxItems": MAX_ITEMS, "items": typed.clone()}
+    }});
+    let out_full = json!({"type": "object", "required": ["channel", "version", "type", "data"],
+        "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
+            "type": {"type": "string"}, "data": {"type": "string", "contentEncoding": "base64"}}});
+    let out_list = json!({"type": "object", "required": ["channel", "version", "type", "base", "items"],
+        "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
+            "type": {"const": "list"},
+            "base": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/TypedJson"}]},
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/TypedJson"}}}});
+    if let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    {
+        schemas.insert("TypedJson".into(), typed.clone());
+        schemas.insert("FullBlob".into(), full_blob);
+        schemas.insert("AppendBlob".into(), append_blob);
+        schemas.insert(
+            "ResolvedBlob".into(),
+            json!({"oneOf": [out_full, out_list]}),
+        );
+    }
+    if let Some(blobs) = doc.pointer_mut("/components/schemas/CheckpointTuple/properties/blobs") {
+        *blobs = json!({"type": "array", "items": {"$ref": "#/components/schemas/ResolvedBlob"}});
+    }
+    put::harden(doc);
+    put_writes::harden(doc);
+    copy::harden(doc);
+    delete_for_runs::harden(doc);
+    prune::harden(doc);
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        if !path.starts_with("/v1/threads") && !path.starts_with("/v1/checkpoints") {
+            continue;
+        }
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for operation in item.values_mut() {
+            if let Some(parameters) = operation
+                .get_mut("parameters")
+                .and_then(Value::as_array_mut)
+            {
+                for parameter in parameters.iter_mut() {
+                    let name = parameter["name"].as_str().unwrap_or_default().to_string();
+                    let schema = match (parameter["in"].as_str().unwrap_or_default(), name.as_str())
+                    {
+                        ("path", "thread_id") => text_schema(1, MAX_THREAD_ID_CHARS),
+                        ("path", "checkpoint_id") => text_schema(1, MAX_ID_CHARS),
+                        ("query", "checkpoint_ns") => text_schema(0, MAX_PATH_CHARS),
+                        ("query", "before") => text_schema(1, MAX_ID_CHARS),
+                        ("query", "limit") => {
+                            json!({"type": "integer", "minimum": 1, "maximum": MAX_CHECKPOINT_PAGE})
+                        }
+                        ("query", "cursor") => json!({"type": "string", "pattern": CURSOR}),
+                        ("query", "filter") => {
+                            if let Some(p) = parameter.as_object_mut() {
+                                p.remove("schema");
+                                p.insert(
+                                    "content".into(),
+                                    json!({"application/json": {"schema": {"type": "object"}}}),
+                                );
+                            }
+                            continue;
+                        }
+                        _ => continue,
+                    };
+                    parameter["schema"] = schema;
+                }
+            }
+            let Some(responses) = operation
+                .get_mut("responses")
+                .and_then(Value::as_object_mut)
+            else {
+                continue;
+            };
+            let error = |description: &str| {
+                json!({"description": description,
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+            };
+            responses.entry("404").or_insert_with(|| {
+                error("No such thread or checkpoint in the caller's tenant (`not_found`)")
+            });
+            responses.entry("422").or_insert_with(|| {
+                error("Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")
+            });
+            responses.entry("400").or_insert_with(|| {
+                error("The request is not valid (`invalid_request`, `field` names the part)")
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_and_refuses_what_is_not() {
+        let re = regex::Regex::new(BASE64).unwrap_or_else(|e| panic!("{e}"));
+        for bytes in [
+            &b""[..],
+            b"f",
+            b"fo",
+            b"foo",
+            b"foob",
+            b"fooba",
+            b"foobar",
+            &[0, 255, 128, 7],
+        ] {
+            let text = base64_encode(bytes);
+            assert!(re.is_match(&text), "{text}");
+            assert_eq!(base64_decode(&text).as_deref(), Some(bytes));
+        }
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64_decode("QR=="), Some(vec![0x41]));
+        for bad in ["Zg", "Zg=", "Z===", "Zm9v!A==", "=Zm9", "Zg==Zg=="] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
+    }
+}
