@@ -10,6 +10,7 @@
 //! - Live events cross nodes with LISTEN/NOTIFY and a polling fallback (see `relay`).
 //! - Migrations run under `pg_advisory_lock`, so nodes starting together take turns.
 
+mod checkpoints;
 mod import;
 mod relay;
 mod sql;
@@ -504,14 +505,20 @@ impl Store for PgStore {
 
     async fn delete_session(&self, tenant: &Tenant, id: Id) -> Result<bool> {
         let now = self.now();
-        let client = self.client().await?;
-        let n = client
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let n = tx
             .execute_typed(
                 "UPDATE sessions SET status = 'deleted', updated_at = $1 WHERE id = $2 AND tenant_id = $3",
                 args![now.0, id, tenant.as_str()],
             )
             .await
             .map_err(map_pg)?;
+        if n > 0 {
+            // A deleted session is no thread any more: its checkpoints go with it.
+            checkpoints::delete_sessions_checkpoints(&tx, &vec![id]).await?;
+        }
+        tx.commit().await.map_err(map_pg)?;
         Ok(n > 0)
     }
 
@@ -1114,6 +1121,7 @@ impl Store for PgStore {
                 let ids = &ids;
                 async move { tx.execute_typed(sql, args![*ids]).await.map_err(map_pg) }
             };
+            checkpoints::delete_sessions_checkpoints(&tx, &ids).await?;
             total.steps += run("DELETE FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id = ANY($1))").await?;
             total.snapshots += run("DELETE FROM snapshots WHERE execution_id IN (SELECT id FROM executions WHERE session_id = ANY($1))").await?;
             total.executions += run("DELETE FROM executions WHERE session_id = ANY($1)").await?;
@@ -1130,75 +1138,77 @@ impl Store for PgStore {
 
     async fn put_checkpoint(
         &self,
-        _tenant: &Tenant,
-        _new: stepwise_store::NewCheckpoint,
+        tenant: &Tenant,
+        new: stepwise_store::NewCheckpoint,
     ) -> Result<stepwise_store::CheckpointPut> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_put(tenant, new).await
     }
 
     async fn put_checkpoint_writes(
         &self,
-        _tenant: &Tenant,
-        _writes: stepwise_store::PutWrites,
+        tenant: &Tenant,
+        writes: stepwise_store::PutWrites,
     ) -> Result<Id> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_put_writes(tenant, writes).await
     }
 
     async fn get_checkpoint(
         &self,
-        _tenant: &Tenant,
-        _thread_id: &str,
-        _checkpoint_ns: &str,
-        _checkpoint_id: Option<&str>,
+        tenant: &Tenant,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
     ) -> Result<Option<stepwise_store::CheckpointRecord>> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_get(tenant, thread_id, checkpoint_ns, checkpoint_id)
+            .await
     }
 
     async fn list_checkpoints(
         &self,
-        _tenant: &Tenant,
-        _query: stepwise_store::CheckpointQuery,
+        tenant: &Tenant,
+        query: stepwise_store::CheckpointQuery,
     ) -> Result<Page<stepwise_store::CheckpointRecord>> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_list(tenant, query).await
     }
 
     async fn get_thread(
         &self,
-        _tenant: &Tenant,
-        _thread_id: &str,
+        tenant: &Tenant,
+        thread_id: &str,
     ) -> Result<Option<stepwise_store::ThreadInfo>> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_thread(tenant, thread_id).await
     }
 
-    async fn delete_thread(&self, _tenant: &Tenant, _thread_id: &str) -> Result<bool> {
-        Err(stepwise_store::checkpoints::unsupported())
+    async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
+        self.checkpoint_delete_thread(tenant, thread_id).await
     }
 
     async fn copy_thread(
         &self,
-        _tenant: &Tenant,
-        _source: &str,
-        _target: &str,
-        _user_id: &str,
+        tenant: &Tenant,
+        source: &str,
+        target: &str,
+        user_id: &str,
     ) -> Result<Option<stepwise_store::ThreadInfo>> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_copy_thread(tenant, source, target, user_id)
+            .await
     }
 
     async fn delete_checkpoints_for_runs(
         &self,
-        _tenant: &Tenant,
-        _run_ids: Vec<String>,
+        tenant: &Tenant,
+        run_ids: Vec<String>,
     ) -> Result<u64> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_delete_for_runs(tenant, run_ids).await
     }
 
     async fn prune_checkpoints(
         &self,
-        _tenant: &Tenant,
-        _thread_ids: Vec<String>,
-        _strategy: stepwise_store::PruneStrategy,
+        tenant: &Tenant,
+        thread_ids: Vec<String>,
+        strategy: stepwise_store::PruneStrategy,
     ) -> Result<u64> {
-        Err(stepwise_store::checkpoints::unsupported())
+        self.checkpoint_prune(tenant, thread_ids, strategy).await
     }
 
     async fn create_api_key(

@@ -1,0 +1,943 @@
+//! LangGraph checkpoints on PostgreSQL (see `stepwise_store::checkpoints`): threads,
+//! checkpoints, blobs and pending writes. Writes run in one transaction each on a pooled
+//! connection; a thread is created under a transaction-scoped advisory lock on its id, so
+//! two nodes putting the first checkpoint of a thread at once make one thread. Reads take
+//! few round trips: the checkpoint rows (joined with their thread), then every blob row
+//! the page's channels need (one query per thread and namespace, up to the newest wanted
+//! version; the chains are walked in memory), then the pending writes of the whole page.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::{Value, json};
+use stepwise_core::name::validate_name;
+use stepwise_core::{Id, Timestamp};
+use stepwise_store::checkpoints::{
+    StoredBlob, chain_versions, channel_version_pairs, checkpoint_cursor, pack_payload,
+    resolve_chain, run_id_of, unpack_payload,
+};
+use stepwise_store::{
+    CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
+    PruneStrategy, PutWrites, ResolvedBlob, Result, StoreError, Tenant, ThreadInfo, TypedValue,
+    WriteRecord,
+};
+use tokio_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use crate::sql::{self, args, check_text, is_unique_violation, json_text, map_pg};
+use crate::{Params, PgStore, pg};
+
+const FIND_THREAD: &str = "SELECT session_id FROM threads WHERE tenant_id = $1 AND thread_id = $2";
+const LOCK_THREAD: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 13))";
+const NAME_TAKEN: &str = "SELECT COUNT(*) AS n FROM sessions WHERE tenant_id = $1 AND name = $2";
+const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)";
+const INSERT_THREAD: &str =
+    "INSERT INTO threads (tenant_id, thread_id, session_id, created_at) VALUES ($1, $2, $3, $4)";
+const TOUCH_SESSION: &str =
+    "UPDATE sessions SET updated_at = GREATEST(updated_at, $1) WHERE id = $2";
+const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (tenant_id, session_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, run_id, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11) \
+     ON CONFLICT (tenant_id, session_id, checkpoint_ns, checkpoint_id) DO NOTHING";
+const INSERT_BLOBS: &str = "INSERT INTO checkpoint_blobs (tenant_id, session_id, checkpoint_ns, channel, version, is_append, base_version, type, payload) \
+     SELECT $1, $2, $3, * FROM unnest($4::text[], $5::text[], $6::bool[], $7::text[], $8::text[], $9::bytea[]) \
+     ON CONFLICT (tenant_id, session_id, checkpoint_ns, channel, version) DO NOTHING";
+const INSERT_WRITES_KEEP: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, payload) \
+     SELECT $1, $2, $3, $4, $5, $6, * FROM unnest($7::int8[], $8::text[], $9::text[], $10::bytea[]) \
+     ON CONFLICT (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING";
+const INSERT_WRITES_REPLACE: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, payload) \
+     SELECT $1, $2, $3, $4, $5, $6, * FROM unnest($7::int8[], $8::text[], $9::text[], $10::bytea[]) \
+     ON CONFLICT (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx) \
+     DO UPDATE SET channel = excluded.channel, type = excluded.type, payload = excluded.payload, task_path = excluded.task_path";
+const CHECKPOINT_COLS: &str = "t.thread_id, c.session_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.payload, c.metadata::text AS metadata, c.channel_versions, c.created_at";
+const CHECKPOINT_FROM: &str = "FROM checkpoints c JOIN threads t ON t.tenant_id = c.tenant_id AND t.session_id = c.session_id";
+const BLOBS_UP_TO: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4) AND version <= $5";
+const BLOBS_ALL: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4)";
+const WRITES_OF: &str = "SELECT w.session_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.payload, w.task_path \
+     FROM checkpoint_writes w JOIN unnest($2::uuid[], $3::text[], $4::text[]) AS k(session_id, checkpoint_ns, checkpoint_id) \
+     ON w.session_id = k.session_id AND w.checkpoint_ns = k.checkpoint_ns AND w.checkpoint_id = k.checkpoint_id \
+     WHERE w.tenant_id = $1 ORDER BY w.task_path, w.task_id, w.idx";
+const COUNT_CHECKPOINTS: &str =
+    "SELECT COUNT(*) AS n FROM checkpoints WHERE tenant_id = $1 AND session_id = $2";
+const COPY_CHECKPOINTS: &str = "INSERT INTO checkpoints (tenant_id, session_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, run_id, created_at) \
+     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, run_id, created_at \
+     FROM checkpoints WHERE tenant_id = $1 AND session_id = $2";
+const COPY_BLOBS: &str = "INSERT INTO checkpoint_blobs (tenant_id, session_id, checkpoint_ns, channel, version, is_append, base_version, type, payload) \
+     SELECT tenant_id, $3, checkpoint_ns, channel, version, is_append, base_version, type, payload \
+     FROM checkpoint_blobs WHERE tenant_id = $1 AND session_id = $2";
+const COPY_WRITES: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path) \
+     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path \
+     FROM checkpoint_writes WHERE tenant_id = $1 AND session_id = $2";
+const DELETE_RUN_WRITES: &str = "DELETE FROM checkpoint_writes w USING checkpoints c \
+     WHERE c.tenant_id = $1 AND c.run_id = ANY($2) AND w.tenant_id = c.tenant_id AND w.session_id = c.session_id \
+     AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id";
+const DELETE_RUN_CHECKPOINTS: &str =
+    "DELETE FROM checkpoints WHERE tenant_id = $1 AND run_id = ANY($2)";
+const LATEST_PER_NS: &str = "SELECT checkpoint_ns, MAX(checkpoint_id) AS latest FROM checkpoints \
+     WHERE tenant_id = $1 AND session_id = $2 GROUP BY checkpoint_ns";
+const DELETE_OLDER: &str = "DELETE FROM checkpoints WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id < $4";
+const DELETE_OLDER_WRITES: &str = "DELETE FROM checkpoint_writes WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id <> $4";
+const VERSIONS_OF_NS: &str = "SELECT channel_versions FROM checkpoints WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3";
+const BLOB_LINKS_OF_NS: &str = "SELECT channel, version, base_version FROM checkpoint_blobs WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3";
+const DELETE_BLOBS: &str = "DELETE FROM checkpoint_blobs b USING unnest($4::text[], $5::text[]) AS k(channel, version) \
+     WHERE b.tenant_id = $1 AND b.session_id = $2 AND b.checkpoint_ns = $3 AND b.channel = k.channel AND b.version = k.version";
+const DELETE_THREAD_CHECKPOINTS: &str =
+    "DELETE FROM checkpoints WHERE tenant_id = $1 AND session_id = $2";
+const DELETE_THREAD_BLOBS: &str =
+    "DELETE FROM checkpoint_blobs WHERE tenant_id = $1 AND session_id = $2";
+const DELETE_THREAD_WRITES: &str =
+    "DELETE FROM checkpoint_writes WHERE tenant_id = $1 AND session_id = $2";
+const DELETE_SESSIONS_CHECKPOINTS: &str = "DELETE FROM checkpoints WHERE session_id = ANY($1)";
+const DELETE_SESSIONS_BLOBS: &str = "DELETE FROM checkpoint_blobs WHERE session_id = ANY($1)";
+const DELETE_SESSIONS_WRITES: &str = "DELETE FROM checkpoint_writes WHERE session_id = ANY($1)";
+const DELETE_SESSIONS_THREADS: &str = "DELETE FROM threads WHERE session_id = ANY($1)";
+const DELETE_SESSION_ROWS: [&str; 6] = [
+    "DELETE FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id = $1)",
+    "DELETE FROM snapshots WHERE execution_id IN (SELECT id FROM executions WHERE session_id = $1)",
+    "DELETE FROM executions WHERE session_id = $1",
+    "DELETE FROM messages WHERE session_id = $1",
+    "DELETE FROM events WHERE session_id = $1",
+    "DELETE FROM sessions WHERE id = $1",
+];
+
+/// Deletes every checkpoint row of these sessions and their thread rows (session deletion
+/// and retention call this in their transactions).
+#[allow(clippy::ptr_arg)]
+pub(crate) async fn delete_sessions_checkpoints(
+    c: &impl GenericClient,
+    sessions: &Vec<Id>,
+) -> Result<()> {
+    for sql in [
+        DELETE_SESSIONS_CHECKPOINTS,
+        DELETE_SESSIONS_BLOBS,
+        DELETE_SESSIONS_WRITES,
+        DELETE_SESSIONS_THREADS,
+    ] {
+        c.execute_typed(sql, args![*sessions])
+            .await
+            .map_err(map_pg)?;
+    }
+    Ok(())
+}
+
+async fn find_thread(c: &impl GenericClient, tenant: &str, thread_id: &str) -> Result<Option<Id>> {
+    let row = c
+        .query_typed_opt(FIND_THREAD, args![tenant, thread_id])
+        .await
+        .map_err(map_pg)?;
+    row.as_ref()
+        .map(|r| sql::get::<Id>(r, "session_id"))
+        .transpose()
+}
+
+async fn count(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[(
+        &(dyn tokio_postgres::types::ToSql + Sync),
+        tokio_postgres::types::Type,
+    )],
+) -> Result<u64> {
+    let row = c.query_typed_one(sql, params).await.map_err(map_pg)?;
+    Ok(sql::get::<i64>(&row, "n")?.max(0) as u64)
+}
+
+/// The thread's session, created (with its thread row) when the thread is new. Runs in the
+/// caller's transaction; creation holds an advisory lock on the thread until it ends.
+async fn ensure_thread(
+    c: &impl GenericClient,
+    tenant: &Tenant,
+    thread_id: &str,
+    user_id: &str,
+    now: Timestamp,
+) -> Result<(Id, bool)> {
+    let t = tenant.as_str();
+    if let Some(id) = find_thread(c, t, thread_id).await? {
+        return Ok((id, false));
+    }
+    let key = format!("{t}\u{1}{thread_id}");
+    c.query_typed(LOCK_THREAD, args![key])
+        .await
+        .map_err(map_pg)?;
+    if let Some(id) = find_thread(c, t, thread_id).await? {
+        return Ok((id, false));
+    }
+    let name = (validate_name(thread_id).is_ok()
+        && count(c, NAME_TAKEN, args![t, thread_id]).await? == 0)
+        .then(|| thread_id.to_string());
+    let session = NewSession {
+        user_id: user_id.to_string(),
+        name,
+        metadata: json!({ "langgraph_thread_id": thread_id }),
+        ..NewSession::default()
+    }
+    .into_session(tenant, now);
+    let s = &session;
+    c.execute_typed(
+        INSERT_SESSION,
+        args![
+            s.id,
+            s.tenant_id,
+            s.user_id,
+            s.name,
+            s.title,
+            s.status.as_str(),
+            s.related_type,
+            s.related_id,
+            s.initial_context_url,
+            json_text(&s.metadata),
+            now.0
+        ],
+    )
+    .await
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            StoreError::Conflict(format!(
+                "a session named '{thread_id}' was created concurrently; try again"
+            ))
+        } else {
+            map_pg(e)
+        }
+    })?;
+    c.execute_typed(INSERT_THREAD, args![t, thread_id, s.id, now.0])
+        .await
+        .map_err(map_pg)?;
+    Ok((s.id, true))
+}
+
+struct CheckpointRow {
+    thread_id: String,
+    session_id: Id,
+    checkpoint_ns: String,
+    checkpoint_id: String,
+    parent_checkpoint_id: Option<String>,
+    type_name: String,
+    payload: Vec<u8>,
+    metadata: String,
+    channel_versions: String,
+    created_at: i64,
+}
+
+fn checkpoint_row(r: &Row) -> Result<CheckpointRow> {
+    Ok(CheckpointRow {
+        thread_id: sql::get(r, "thread_id")?,
+        session_id: sql::get(r, "session_id")?,
+        checkpoint_ns: sql::get(r, "checkpoint_ns")?,
+        checkpoint_id: sql::get(r, "checkpoint_id")?,
+        parent_checkpoint_id: sql::get(r, "parent_checkpoint_id")?,
+        type_name: sql::get(r, "type")?,
+        payload: sql::get(r, "payload")?,
+        metadata: sql::get(r, "metadata")?,
+        channel_versions: sql::get(r, "channel_versions")?,
+        created_at: sql::get(r, "created_at")?,
+    })
+}
+
+/// Blob rows by channel, then version.
+type ChannelRows = HashMap<String, HashMap<String, StoredBlob>>;
+
+async fn blob_rows(
+    c: &impl GenericClient,
+    sql_text: &str,
+    params: &[(
+        &(dyn tokio_postgres::types::ToSql + Sync),
+        tokio_postgres::types::Type,
+    )],
+) -> Result<ChannelRows> {
+    let rows = c.query_typed(sql_text, params).await.map_err(map_pg)?;
+    let mut out: ChannelRows = HashMap::new();
+    for r in &rows {
+        let blob = StoredBlob {
+            version: sql::get(r, "version")?,
+            is_append: sql::get(r, "is_append")?,
+            base_version: sql::get(r, "base_version")?,
+            type_name: sql::get(r, "type")?,
+            payload: sql::get(r, "payload")?,
+        };
+        out.entry(sql::get(r, "channel")?)
+            .or_default()
+            .insert(blob.version.clone(), blob);
+    }
+    Ok(out)
+}
+
+/// Resolves the blobs and reads the writes of checkpoint rows.
+async fn complete(
+    c: &impl GenericClient,
+    tenant: &str,
+    rows: Vec<CheckpointRow>,
+) -> Result<Vec<CheckpointRecord>> {
+    // Per (session, namespace): the channels and versions wanted.
+    let mut wanted: BTreeMap<(Id, String), Vec<(String, String)>> = BTreeMap::new();
+    let mut versions = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let parsed: Value = serde_json::from_str(&row.channel_versions).unwrap_or(Value::Null);
+        let pairs = channel_version_pairs(&parsed);
+        wanted
+            .entry((row.session_id, row.checkpoint_ns.clone()))
+            .or_default()
+            .extend(pairs);
+        versions.push(parsed);
+    }
+    let mut resolved: HashMap<(Id, String, String, String), ResolvedBlob> = HashMap::new();
+    for ((session, ns), pairs) in wanted {
+        let Some(top) = pairs.iter().map(|(_, v)| v.clone()).max() else {
+            continue;
+        };
+        let channels: Vec<String> = pairs
+            .iter()
+            .map(|(c, _)| c.clone())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let mut rows = blob_rows(c, BLOBS_UP_TO, args![tenant, session, ns, channels, top]).await?;
+        let mut widened = false;
+        for (channel, version) in pairs {
+            let key = (session, ns.clone(), channel.clone(), version.clone());
+            if resolved.contains_key(&key) {
+                continue;
+            }
+            let empty = HashMap::new();
+            let mut found =
+                resolve_chain(&channel, &version, rows.get(&channel).unwrap_or(&empty))?;
+            if found.is_none() && !widened {
+                // A link sorts after the wanted version (versions need not be ordered).
+                rows = blob_rows(c, BLOBS_ALL, args![tenant, session, ns, channels]).await?;
+                widened = true;
+                found = resolve_chain(&channel, &version, rows.get(&channel).unwrap_or(&empty))?;
+            }
+            if let Some(blob) = found {
+                resolved.insert(key, blob);
+            }
+        }
+    }
+    let mut writes: HashMap<(Id, String, String), Vec<WriteRecord>> = HashMap::new();
+    if !rows.is_empty() {
+        let sessions: Vec<Id> = rows.iter().map(|r| r.session_id).collect();
+        let namespaces: Vec<String> = rows.iter().map(|r| r.checkpoint_ns.clone()).collect();
+        let ids: Vec<String> = rows.iter().map(|r| r.checkpoint_id.clone()).collect();
+        let found = c
+            .query_typed(WRITES_OF, args![tenant, sessions, namespaces, ids])
+            .await
+            .map_err(map_pg)?;
+        for r in &found {
+            let payload: Vec<u8> = sql::get(r, "payload")?;
+            writes
+                .entry((
+                    sql::get(r, "session_id")?,
+                    sql::get(r, "checkpoint_ns")?,
+                    sql::get(r, "checkpoint_id")?,
+                ))
+                .or_default()
+                .push(WriteRecord {
+                    task_id: sql::get(r, "task_id")?,
+                    idx: sql::get(r, "idx")?,
+                    channel: sql::get(r, "channel")?,
+                    value: TypedValue {
+                        type_name: sql::get(r, "type")?,
+                        data: unpack_payload(&payload)?,
+                    },
+                    task_path: sql::get(r, "task_path")?,
+                });
+        }
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    for (row, channel_versions) in rows.into_iter().zip(versions) {
+        let blobs = channel_version_pairs(&channel_versions)
+            .into_iter()
+            .filter_map(|(channel, version)| {
+                resolved
+                    .get(&(row.session_id, row.checkpoint_ns.clone(), channel, version))
+                    .cloned()
+            })
+            .collect();
+        let pending_writes = writes
+            .remove(&(
+                row.session_id,
+                row.checkpoint_ns.clone(),
+                row.checkpoint_id.clone(),
+            ))
+            .unwrap_or_default();
+        out.push(CheckpointRecord {
+            thread_id: row.thread_id,
+            session_id: row.session_id,
+            checkpoint_ns: row.checkpoint_ns,
+            checkpoint_id: row.checkpoint_id,
+            parent_checkpoint_id: row.parent_checkpoint_id,
+            checkpoint: TypedValue {
+                type_name: row.type_name,
+                data: unpack_payload(&row.payload)?,
+            },
+            metadata: serde_json::from_str(&row.metadata).unwrap_or(Value::Null),
+            channel_versions,
+            created_at: Timestamp(row.created_at),
+            blobs,
+            pending_writes,
+        });
+    }
+    Ok(out)
+}
+
+/// Deletes the blobs of `(session, ns)` that no remaining checkpoint needs.
+async fn collect_blobs(c: &impl GenericClient, tenant: &str, session: Id, ns: &str) -> Result<()> {
+    let kept = c
+        .query_typed(VERSIONS_OF_NS, args![tenant, session, ns])
+        .await
+        .map_err(map_pg)?;
+    let stored = c
+        .query_typed(BLOB_LINKS_OF_NS, args![tenant, session, ns])
+        .await
+        .map_err(map_pg)?;
+    let mut links: HashMap<String, HashMap<String, Option<String>>> = HashMap::new();
+    let mut all = Vec::with_capacity(stored.len());
+    for r in &stored {
+        let (channel, version, base): (String, String, Option<String>) = (
+            sql::get(r, "channel")?,
+            sql::get(r, "version")?,
+            sql::get(r, "base_version")?,
+        );
+        links
+            .entry(channel.clone())
+            .or_default()
+            .insert(version.clone(), base);
+        all.push((channel, version));
+    }
+    let mut needed: HashSet<(String, String)> = HashSet::new();
+    for r in &kept {
+        let text: String = sql::get(r, "channel_versions")?;
+        let versions: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        for (channel, version) in channel_version_pairs(&versions) {
+            let Some(chain) = links.get(&channel) else {
+                continue;
+            };
+            for v in chain_versions(&version, chain) {
+                needed.insert((channel.clone(), v));
+            }
+        }
+    }
+    let (channels, versions): (Vec<String>, Vec<String>) =
+        all.into_iter().filter(|k| !needed.contains(k)).unzip();
+    if !channels.is_empty() {
+        c.execute_typed(DELETE_BLOBS, args![tenant, session, ns, channels, versions])
+            .await
+            .map_err(map_pg)?;
+    }
+    Ok(())
+}
+
+async fn prune_thread(
+    c: &impl GenericClient,
+    tenant: &str,
+    session: Id,
+    strategy: PruneStrategy,
+) -> Result<u64> {
+    match strategy {
+        PruneStrategy::Delete => {
+            let n = c
+                .execute_typed(DELETE_THREAD_CHECKPOINTS, args![tenant, session])
+                .await
+                .map_err(map_pg)?;
+            for sql in [DELETE_THREAD_BLOBS, DELETE_THREAD_WRITES] {
+                c.execute_typed(sql, args![tenant, session])
+                    .await
+                    .map_err(map_pg)?;
+            }
+            Ok(n)
+        }
+        PruneStrategy::KeepLatest => {
+            let latest = c
+                .query_typed(LATEST_PER_NS, args![tenant, session])
+                .await
+                .map_err(map_pg)?;
+            let mut deleted = 0;
+            for r in &latest {
+                let ns: String = sql::get(r, "checkpoint_ns")?;
+                let keep: String = sql::get(r, "latest")?;
+                deleted += c
+                    .execute_typed(DELETE_OLDER, args![tenant, session, ns, keep])
+                    .await
+                    .map_err(map_pg)?;
+                c.execute_typed(DELETE_OLDER_WRITES, args![tenant, session, ns, keep])
+                    .await
+                    .map_err(map_pg)?;
+                collect_blobs(c, tenant, session, &ns).await?;
+            }
+            Ok(deleted)
+        }
+    }
+}
+
+/// PostgreSQL text cannot hold NUL characters: said before anything is written.
+fn check_put(new: &NewCheckpoint) -> Result<()> {
+    let texts = [
+        ("thread_id", new.thread_id.as_str()),
+        ("checkpoint_ns", new.checkpoint_ns.as_str()),
+        ("checkpoint_id", new.checkpoint_id.as_str()),
+        ("checkpoint", new.checkpoint.type_name.as_str()),
+    ];
+    for (field, text) in texts {
+        check_text(field, text)?;
+    }
+    if let Some(parent) = &new.parent_checkpoint_id {
+        check_text("parent_checkpoint_id", parent)?;
+    }
+    for blob in &new.blobs {
+        check_text("blobs", &blob.channel)?;
+        check_text("blobs", &blob.version)?;
+        if let stepwise_store::BlobBody::Append {
+            base_version: Some(base),
+            items,
+        } = &blob.body
+        {
+            check_text("blobs", base)?;
+            for item in items {
+                check_text("blobs", &item.type_name)?;
+            }
+        }
+        if let stepwise_store::BlobBody::Full(value) = &blob.body {
+            check_text("blobs", &value.type_name)?;
+        }
+    }
+    if json_text(&new.metadata).contains("\\u0000") {
+        return Err(StoreError::invalid(
+            "metadata",
+            "metadata may not contain NUL characters",
+        ));
+    }
+    Ok(())
+}
+
+impl PgStore {
+    pub(crate) async fn checkpoint_put(
+        &self,
+        tenant: &Tenant,
+        new: NewCheckpoint,
+    ) -> Result<CheckpointPut> {
+        check_put(&new)?;
+        let now = self.now();
+        let t = tenant.as_str();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let (session, thread_created) =
+            ensure_thread(&tx, tenant, &new.thread_id, &new.user_id, now).await?;
+        let created = tx
+            .execute_typed(
+                INSERT_CHECKPOINT,
+                args![
+                    t,
+                    session,
+                    new.checkpoint_ns,
+                    new.checkpoint_id,
+                    new.parent_checkpoint_id,
+                    new.checkpoint.type_name,
+                    pack_payload(&new.checkpoint.data),
+                    json_text(&new.metadata),
+                    json_text(&Value::Object(new.channel_versions.clone())),
+                    run_id_of(&new.metadata),
+                    now.0
+                ],
+            )
+            .await
+            .map_err(map_pg)?
+            > 0;
+        if created {
+            if !new.blobs.is_empty() {
+                let mut channels = Vec::with_capacity(new.blobs.len());
+                let mut versions = Vec::with_capacity(new.blobs.len());
+                let mut appends = Vec::with_capacity(new.blobs.len());
+                let mut bases: Vec<Option<String>> = Vec::with_capacity(new.blobs.len());
+                let mut types: Vec<Option<String>> = Vec::with_capacity(new.blobs.len());
+                let mut payloads = Vec::with_capacity(new.blobs.len());
+                for blob in &new.blobs {
+                    let (is_append, base, type_name, payload) = blob.columns();
+                    channels.push(blob.channel.clone());
+                    versions.push(blob.version.clone());
+                    appends.push(is_append);
+                    bases.push(base.map(str::to_string));
+                    types.push(type_name.map(str::to_string));
+                    payloads.push(payload);
+                }
+                tx.execute_typed(
+                    INSERT_BLOBS,
+                    args![
+                        t,
+                        session,
+                        new.checkpoint_ns,
+                        channels,
+                        versions,
+                        appends,
+                        bases,
+                        types,
+                        payloads
+                    ],
+                )
+                .await
+                .map_err(map_pg)?;
+            }
+            tx.execute_typed(TOUCH_SESSION, args![now.0, session])
+                .await
+                .map_err(map_pg)?;
+        }
+        tx.commit().await.map_err(map_pg)?;
+        Ok(CheckpointPut {
+            session_id: session,
+            created,
+            thread_created,
+        })
+    }
+
+    pub(crate) async fn checkpoint_put_writes(
+        &self,
+        tenant: &Tenant,
+        put: PutWrites,
+    ) -> Result<Id> {
+        for text in [
+            &put.thread_id,
+            &put.checkpoint_ns,
+            &put.checkpoint_id,
+            &put.task_id,
+            &put.task_path,
+        ] {
+            check_text("writes", text)?;
+        }
+        for w in &put.writes {
+            check_text("writes", &w.channel)?;
+            check_text("writes", &w.value.type_name)?;
+        }
+        let now = self.now();
+        let t = tenant.as_str();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let (session, _) = ensure_thread(&tx, tenant, &put.thread_id, &put.user_id, now).await?;
+        for special in [true, false] {
+            let part: Vec<_> = put
+                .writes
+                .iter()
+                .filter(|w| (w.idx < 0) == special)
+                .collect();
+            if part.is_empty() {
+                continue;
+            }
+            // One row per (task, idx) in a statement (ON CONFLICT cannot touch a row twice):
+            // the last of a replaced index wins, the first of a kept one.
+            let mut seen = HashSet::new();
+            let part: Vec<_> = if special {
+                let mut last: Vec<_> = part
+                    .into_iter()
+                    .rev()
+                    .filter(|w| seen.insert(w.idx))
+                    .collect();
+                last.reverse();
+                last
+            } else {
+                part.into_iter().filter(|w| seen.insert(w.idx)).collect()
+            };
+            let idx: Vec<i64> = part.iter().map(|w| w.idx).collect();
+            let channels: Vec<String> = part.iter().map(|w| w.channel.clone()).collect();
+            let types: Vec<String> = part.iter().map(|w| w.value.type_name.clone()).collect();
+            let payloads: Vec<Vec<u8>> = part.iter().map(|w| pack_payload(&w.value.data)).collect();
+            let sql = if special {
+                INSERT_WRITES_REPLACE
+            } else {
+                INSERT_WRITES_KEEP
+            };
+            tx.execute_typed(
+                sql,
+                args![
+                    t,
+                    session,
+                    put.checkpoint_ns,
+                    put.checkpoint_id,
+                    put.task_id,
+                    put.task_path,
+                    idx,
+                    channels,
+                    types,
+                    payloads
+                ],
+            )
+            .await
+            .map_err(map_pg)?;
+        }
+        tx.commit().await.map_err(map_pg)?;
+        Ok(session)
+    }
+
+    pub(crate) async fn checkpoint_get(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> Result<Option<CheckpointRecord>> {
+        if thread_id.contains('\0')
+            || checkpoint_ns.contains('\0')
+            || checkpoint_id.is_some_and(|i| i.contains('\0'))
+        {
+            return Ok(None);
+        }
+        let t = tenant.as_str();
+        let client = self.client().await?;
+        let c = &**client;
+        let row = match checkpoint_id {
+            Some(id) => {
+                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE t.tenant_id = $1 AND t.thread_id = $2 AND c.checkpoint_ns = $3 AND c.checkpoint_id = $4");
+                c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns, id]).await
+            }
+            None => {
+                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE t.tenant_id = $1 AND t.thread_id = $2 AND c.checkpoint_ns = $3 ORDER BY c.checkpoint_id DESC LIMIT 1");
+                c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns]).await
+            }
+        }
+        .map_err(map_pg)?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(complete(c, t, vec![checkpoint_row(&row)?]).await?.pop())
+    }
+
+    pub(crate) async fn checkpoint_list(
+        &self,
+        tenant: &Tenant,
+        query: CheckpointQuery,
+    ) -> Result<Page<CheckpointRecord>> {
+        let after = query
+            .cursor
+            .as_deref()
+            .map(checkpoint_cursor::decode)
+            .transpose()?;
+        let limit = query.limit();
+        let texts = query
+            .thread_id
+            .iter()
+            .chain(&query.checkpoint_ns)
+            .chain(&query.before);
+        if texts.into_iter().any(|t| t.contains('\0')) {
+            return Ok(Page {
+                items: Vec::new(),
+                next_cursor: None,
+            });
+        }
+        let t = tenant.as_str();
+        let client = self.client().await?;
+        let c = &**client;
+        let mut p = Params::default();
+        let mut sql = format!(
+            "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = {}",
+            p.push(t.to_string())
+        );
+        if let Some(thread_id) = &query.thread_id {
+            let Some(session) = find_thread(c, t, thread_id).await? else {
+                return Ok(Page {
+                    items: Vec::new(),
+                    next_cursor: None,
+                });
+            };
+            sql.push_str(&format!(" AND c.session_id = {}", p.push(session)));
+        }
+        if let Some(ns) = &query.checkpoint_ns {
+            sql.push_str(&format!(" AND c.checkpoint_ns = {}", p.push(ns.clone())));
+        }
+        if let Some(before) = &query.before {
+            sql.push_str(&format!(
+                " AND c.checkpoint_id < {}",
+                p.push(before.clone())
+            ));
+        }
+        for (key, value) in &query.filter {
+            let text = json_text(value);
+            if key.contains('\0') || text.contains("\\u0000") {
+                return Ok(Page {
+                    items: Vec::new(),
+                    next_cursor: None,
+                });
+            }
+            sql.push_str(&format!(
+                " AND COALESCE(c.metadata -> {}, 'null'::jsonb) = {}::jsonb",
+                p.push(key.clone()),
+                p.push(text)
+            ));
+        }
+        if let Some((id, session, ns)) = after {
+            match (&query.thread_id, &query.checkpoint_ns) {
+                (Some(_), Some(_)) => {
+                    sql.push_str(&format!(" AND c.checkpoint_id < {}", p.push(id)))
+                }
+                (Some(_), None) => sql.push_str(&format!(
+                    " AND (c.checkpoint_id, c.checkpoint_ns) < ({}, {})",
+                    p.push(id),
+                    p.push(ns)
+                )),
+                _ => sql.push_str(&format!(
+                    " AND (c.checkpoint_id, c.session_id, c.checkpoint_ns) < ({}, {}, {})",
+                    p.push(id),
+                    p.push(session),
+                    p.push(ns)
+                )),
+            }
+        }
+        sql.push_str(&format!(
+            " ORDER BY c.checkpoint_id DESC, c.session_id DESC, c.checkpoint_ns DESC LIMIT {}",
+            p.push(i64::from(limit) + 1)
+        ));
+        let found = c.query_typed(&sql, &p.refs()).await.map_err(map_pg)?;
+        let mut rows = found
+            .iter()
+            .map(checkpoint_row)
+            .collect::<Result<Vec<_>>>()?;
+        let next_cursor = if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            rows.last().map(|r| {
+                checkpoint_cursor::encode(&r.checkpoint_id, r.session_id, &r.checkpoint_ns)
+            })
+        } else {
+            None
+        };
+        Ok(Page {
+            items: complete(c, t, rows).await?,
+            next_cursor,
+        })
+    }
+
+    pub(crate) async fn checkpoint_thread(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+    ) -> Result<Option<ThreadInfo>> {
+        if thread_id.contains('\0') {
+            return Ok(None);
+        }
+        let client = self.client().await?;
+        let c = &**client;
+        let Some(session) = find_thread(c, tenant.as_str(), thread_id).await? else {
+            return Ok(None);
+        };
+        let checkpoints = count(c, COUNT_CHECKPOINTS, args![tenant.as_str(), session]).await?;
+        Ok(Some(ThreadInfo {
+            thread_id: thread_id.to_string(),
+            session_id: session,
+            checkpoints,
+        }))
+    }
+
+    pub(crate) async fn checkpoint_delete_thread(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+    ) -> Result<bool> {
+        if thread_id.contains('\0') {
+            return Ok(false);
+        }
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let Some(session) = find_thread(&tx, tenant.as_str(), thread_id).await? else {
+            return Ok(false);
+        };
+        delete_sessions_checkpoints(&tx, &vec![session]).await?;
+        for sql in DELETE_SESSION_ROWS {
+            tx.execute_typed(sql, args![session])
+                .await
+                .map_err(map_pg)?;
+        }
+        tx.commit().await.map_err(map_pg)?;
+        Ok(true)
+    }
+
+    pub(crate) async fn checkpoint_copy_thread(
+        &self,
+        tenant: &Tenant,
+        source: &str,
+        target: &str,
+        user_id: &str,
+    ) -> Result<Option<ThreadInfo>> {
+        if source.contains('\0') {
+            return Ok(None);
+        }
+        check_text("target_thread_id", target)?;
+        let t = tenant.as_str();
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let Some(from) = find_thread(&tx, t, source).await? else {
+            return Ok(None);
+        };
+        if let Some(existing) = find_thread(&tx, t, target).await?
+            && count(&tx, COUNT_CHECKPOINTS, args![t, existing]).await? > 0
+        {
+            return Err(StoreError::Conflict(format!(
+                "thread '{target}' already has checkpoints"
+            )));
+        }
+        let (to, _) = ensure_thread(&tx, tenant, target, user_id, now).await?;
+        if to == from {
+            return Err(StoreError::Conflict(
+                "a thread cannot be copied onto itself".into(),
+            ));
+        }
+        let checkpoints = tx
+            .execute_typed(COPY_CHECKPOINTS, args![t, from, to])
+            .await
+            .map_err(map_pg)?;
+        for sql in [COPY_BLOBS, COPY_WRITES] {
+            tx.execute_typed(sql, args![t, from, to])
+                .await
+                .map_err(map_pg)?;
+        }
+        tx.execute_typed(TOUCH_SESSION, args![now.0, to])
+            .await
+            .map_err(map_pg)?;
+        tx.commit().await.map_err(|e| {
+            if is_unique_violation(&e) {
+                StoreError::Conflict(format!("thread '{target}' was written concurrently"))
+            } else {
+                map_pg(e)
+            }
+        })?;
+        Ok(Some(ThreadInfo {
+            thread_id: target.to_string(),
+            session_id: to,
+            checkpoints,
+        }))
+    }
+
+    pub(crate) async fn checkpoint_delete_for_runs(
+        &self,
+        tenant: &Tenant,
+        run_ids: Vec<String>,
+    ) -> Result<u64> {
+        let run_ids: Vec<String> = run_ids.into_iter().filter(|r| !r.contains('\0')).collect();
+        if run_ids.is_empty() {
+            return Ok(0);
+        }
+        let t = tenant.as_str();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        tx.execute_typed(DELETE_RUN_WRITES, args![t, run_ids])
+            .await
+            .map_err(map_pg)?;
+        let n = tx
+            .execute_typed(DELETE_RUN_CHECKPOINTS, args![t, run_ids])
+            .await
+            .map_err(map_pg)?;
+        tx.commit().await.map_err(map_pg)?;
+        Ok(n)
+    }
+
+    pub(crate) async fn checkpoint_prune(
+        &self,
+        tenant: &Tenant,
+        thread_ids: Vec<String>,
+        strategy: PruneStrategy,
+    ) -> Result<u64> {
+        let t = tenant.as_str();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let mut deleted = 0;
+        for thread_id in thread_ids.iter().filter(|t| !t.contains('\0')) {
+            if let Some(session) = find_thread(&tx, t, thread_id).await? {
+                deleted += prune_thread(&tx, t, session, strategy).await?;
+            }
+        }
+        tx.commit().await.map_err(map_pg)?;
+        Ok(deleted)
+    }
+}
