@@ -358,15 +358,16 @@ impl<S: Store> Store for Metered<S> {
         self.inner.put_checkpoint_writes(tenant, writes).await
     }
 
-    async fn get_checkpoint(
+    async fn get_checkpoint_since(
         &self,
         tenant: &Tenant,
         thread_id: &str,
         checkpoint_ns: &str,
         checkpoint_id: Option<&str>,
+        have: &std::collections::BTreeMap<String, String>,
     ) -> Result<Option<stepwise_store::CheckpointRecord>> {
         self.inner
-            .get_checkpoint(tenant, thread_id, checkpoint_ns, checkpoint_id)
+            .get_checkpoint_since(tenant, thread_id, checkpoint_ns, checkpoint_id, have)
             .await
     }
 

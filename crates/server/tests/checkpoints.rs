@@ -236,6 +236,59 @@ async fn put_and_get_resolve_append_chains() {
         404
     );
 
+    // A reader that holds version v1 of `messages` gets only the items after it.
+    let have = enc(&json!({"messages": "v1"}).to_string());
+    let (status, since) = server
+        .get(&format!(
+            "/v1/threads/{}/checkpoints/latest?checkpoint_ns=&have={have}",
+            enc(thread)
+        ))
+        .await;
+    assert_eq!(status, 200, "{since}");
+    let messages = since["blobs"]
+        .as_array()
+        .and_then(|b| {
+            b.iter()
+                .find(|b| b["channel"] == json!("messages"))
+                .cloned()
+        })
+        .unwrap_or(Value::Null);
+    assert_eq!(messages["type"], json!("list"));
+    assert_eq!(messages["since"], json!("v1"));
+    assert_eq!(messages.get("base"), None);
+    assert_eq!(items(&messages), vec!["m1", "m2", "m3"]);
+    let (status, body) = server
+        .get(&format!(
+            "/v1/threads/{}/checkpoints/2?have=%5B%5D",
+            enc(thread)
+        ))
+        .await;
+    assert_eq!(
+        (status, body["error"]["field"].clone()),
+        (400, json!("have"))
+    );
+
+    // An append on a base that is not stored: 409, nothing written.
+    let orphan = checkpoint(
+        "4",
+        Some("3"),
+        json!({"messages": "v9"}),
+        json!([{"channel": "messages", "version": "v9", "base_version": "v8", "items": [typed("x")]}]),
+    );
+    let (status, body) = put(&server, thread, "4", orphan).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("conflict")),
+        "{body}"
+    );
+    assert_eq!(
+        server
+            .get(&format!("/v1/threads/{}/checkpoints/4", enc(thread)))
+            .await
+            .0,
+        404
+    );
+
     // The thread is a session of the tenant.
     let (status, info) = server.get(&format!("/v1/threads/{}", enc(thread))).await;
     assert_eq!(status, 200, "{info}");

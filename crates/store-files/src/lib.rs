@@ -1347,12 +1347,13 @@ impl Store for FileStore {
         Err(stepwise_store::checkpoints::unsupported())
     }
 
-    async fn get_checkpoint(
+    async fn get_checkpoint_since(
         &self,
         _tenant: &Tenant,
         _thread_id: &str,
         _checkpoint_ns: &str,
         _checkpoint_id: Option<&str>,
+        _have: &std::collections::BTreeMap<String, String>,
     ) -> Result<Option<stepwise_store::CheckpointRecord>> {
         Err(stepwise_store::checkpoints::unsupported())
     }

@@ -52,6 +52,12 @@ const CHECKPOINT_COLS: &str = "t.thread_id, c.session_id, c.checkpoint_ns, c.che
 const CHECKPOINT_FROM: &str = "FROM checkpoints c JOIN threads t ON t.tenant_id = c.tenant_id AND t.session_id = c.session_id";
 const BLOBS_UP_TO: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs \
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4) AND version <= $5";
+const BLOBS_SINCE: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs b \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4) AND version <= $5 \
+     AND NOT EXISTS (SELECT 1 FROM unnest($6::text[], $7::text[]) AS h(channel, version) \
+                     WHERE h.channel = b.channel AND b.version < h.version COLLATE \"C\")";
+const BLOB_EXISTS: &str = "SELECT COUNT(*) AS n FROM checkpoint_blobs \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = $4 AND version = $5";
 const BLOBS_ALL: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs \
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4)";
 const WRITES_OF: &str = "SELECT w.session_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.payload, w.task_path \
@@ -267,6 +273,7 @@ async fn complete(
     c: &impl GenericClient,
     tenant: &str,
     rows: Vec<CheckpointRow>,
+    have: &BTreeMap<String, String>,
 ) -> Result<Vec<CheckpointRecord>> {
     // Per (session, namespace): the channels and versions wanted.
     let mut wanted: BTreeMap<(Id, String), Vec<(String, String)>> = BTreeMap::new();
@@ -291,7 +298,30 @@ async fn complete(
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        let mut rows = blob_rows(c, BLOBS_UP_TO, args![tenant, session, ns, channels, top]).await?;
+        let (held_channels, held_versions): (Vec<String>, Vec<String>) = have
+            .iter()
+            .filter(|(c, _)| channels.contains(c))
+            .map(|(c, v)| (c.clone(), v.clone()))
+            .unzip();
+        // With versions the reader holds, the rows from them up usually make the chains.
+        let mut rows = if held_channels.is_empty() {
+            blob_rows(c, BLOBS_UP_TO, args![tenant, session, ns, channels, top]).await?
+        } else {
+            blob_rows(
+                c,
+                BLOBS_SINCE,
+                args![
+                    tenant,
+                    session,
+                    ns,
+                    channels,
+                    top,
+                    held_channels,
+                    held_versions
+                ],
+            )
+            .await?
+        };
         let mut widened = false;
         for (channel, version) in pairs {
             let key = (session, ns.clone(), channel.clone(), version.clone());
@@ -299,13 +329,23 @@ async fn complete(
                 continue;
             }
             let empty = HashMap::new();
-            let mut found =
-                resolve_chain(&channel, &version, rows.get(&channel).unwrap_or(&empty))?;
+            let held = have.get(&channel).map(String::as_str);
+            let mut found = resolve_chain(
+                &channel,
+                &version,
+                rows.get(&channel).unwrap_or(&empty),
+                held,
+            )?;
             if found.is_none() && !widened {
-                // A link sorts after the wanted version (versions need not be ordered).
+                // A link sorts outside the rows read (versions need not be ordered).
                 rows = blob_rows(c, BLOBS_ALL, args![tenant, session, ns, channels]).await?;
                 widened = true;
-                found = resolve_chain(&channel, &version, rows.get(&channel).unwrap_or(&empty))?;
+                found = resolve_chain(
+                    &channel,
+                    &version,
+                    rows.get(&channel).unwrap_or(&empty),
+                    held,
+                )?;
             }
             if let Some(blob) = found {
                 resolved.insert(key, blob);
@@ -377,6 +417,44 @@ async fn complete(
         });
     }
     Ok(out)
+}
+
+/// Every append blob's `base_version` is stored or comes in the same put: a `Conflict`
+/// otherwise (the writer sends the whole value instead).
+async fn check_bases(
+    c: &impl GenericClient,
+    tenant: &str,
+    session: Id,
+    new: &NewCheckpoint,
+) -> Result<()> {
+    for (i, blob) in new.blobs.iter().enumerate() {
+        let stepwise_store::BlobBody::Append {
+            base_version: Some(base),
+            ..
+        } = &blob.body
+        else {
+            continue;
+        };
+        let in_put = new
+            .blobs
+            .iter()
+            .any(|b| b.channel == blob.channel && &b.version == base);
+        if !in_put
+            && count(
+                c,
+                BLOB_EXISTS,
+                args![tenant, session, new.checkpoint_ns, blob.channel, *base],
+            )
+            .await?
+                == 0
+        {
+            return Err(StoreError::Conflict(format!(
+                "blobs[{i}]: base_version '{base}' of channel '{}' is not stored; send the whole value",
+                blob.channel
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the blobs of `(session, ns)` that no remaining checkpoint needs.
@@ -542,6 +620,7 @@ impl PgStore {
             .map_err(map_pg)?
             > 0;
         if created {
+            check_bases(&tx, t, session, &new).await?;
             if !new.blobs.is_empty() {
                 let mut channels = Vec::with_capacity(new.blobs.len());
                 let mut versions = Vec::with_capacity(new.blobs.len());
@@ -670,6 +749,7 @@ impl PgStore {
         thread_id: &str,
         checkpoint_ns: &str,
         checkpoint_id: Option<&str>,
+        have: &BTreeMap<String, String>,
     ) -> Result<Option<CheckpointRecord>> {
         if thread_id.contains('\0')
             || checkpoint_ns.contains('\0')
@@ -692,7 +772,9 @@ impl PgStore {
         }
         .map_err(map_pg)?;
         let Some(row) = row else { return Ok(None) };
-        Ok(complete(c, t, vec![checkpoint_row(&row)?]).await?.pop())
+        Ok(complete(c, t, vec![checkpoint_row(&row)?], have)
+            .await?
+            .pop())
     }
 
     pub(crate) async fn checkpoint_list(
@@ -793,7 +875,7 @@ impl PgStore {
             None
         };
         Ok(Page {
-            items: complete(c, t, rows).await?,
+            items: complete(c, t, rows, &BTreeMap::new()).await?,
             next_cursor,
         })
     }

@@ -48,6 +48,10 @@ const CHECKPOINT_COLS: &str = "t.thread_id, c.session_id, c.checkpoint_ns, c.che
 const CHECKPOINT_FROM: &str = "FROM checkpoints c JOIN threads t ON t.tenant_id = c.tenant_id AND t.session_id = c.session_id";
 const BLOBS_UP_TO: &str = "SELECT version, is_append, base_version, type, payload FROM checkpoint_blobs \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4 AND version <= ?5";
+const BLOBS_BETWEEN: &str = "SELECT version, is_append, base_version, type, payload FROM checkpoint_blobs \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4 AND version <= ?5 AND version >= ?6";
+const BLOB_EXISTS: &str = "SELECT COUNT(*) FROM checkpoint_blobs \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4 AND version = ?5";
 const BLOBS_ALL: &str = "SELECT version, is_append, base_version, type, payload FROM checkpoint_blobs \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4";
 const WRITES_OF: &str = "SELECT task_id, idx, channel, type, payload, task_path FROM checkpoint_writes \
@@ -228,7 +232,12 @@ fn blob_rows(
 }
 
 /// Resolves the blobs and reads the writes of checkpoint rows.
-fn complete(conn: &Connection, tenant: &str, rows: Vec<Row>) -> Result<Vec<CheckpointRecord>> {
+fn complete(
+    conn: &Connection,
+    tenant: &str,
+    rows: Vec<Row>,
+    have: &BTreeMap<String, String>,
+) -> Result<Vec<CheckpointRecord>> {
     // Every (session, namespace, channel) once, with the versions wanted of it.
     let mut wanted: BTreeMap<(Id, String, String), Vec<String>> = BTreeMap::new();
     let mut versions = Vec::with_capacity(rows.len());
@@ -247,23 +256,33 @@ fn complete(conn: &Connection, tenant: &str, rows: Vec<Row>) -> Result<Vec<Check
         let Some(top) = versions.iter().max() else {
             continue;
         };
-        let mut rows = blob_rows(
-            conn,
-            BLOBS_UP_TO,
-            params![tenant, bid(session), ns, channel, top],
-        )?;
+        let held = have.get(&channel);
+        // With a version the reader holds, the rows from it up usually make the chain.
+        let mut rows = match held {
+            Some(low) => blob_rows(
+                conn,
+                BLOBS_BETWEEN,
+                params![tenant, bid(session), ns, channel, top, low],
+            )?,
+            None => blob_rows(
+                conn,
+                BLOBS_UP_TO,
+                params![tenant, bid(session), ns, channel, top],
+            )?,
+        };
         let mut widened = false;
         for version in versions {
             let key = (session, ns.clone(), channel.clone(), version.clone());
             if resolved.contains_key(&key) {
                 continue;
             }
-            let mut found = resolve_chain(&channel, &version, &rows)?;
+            let held = held.map(String::as_str);
+            let mut found = resolve_chain(&channel, &version, &rows, held)?;
             if found.is_none() && !widened {
-                // A link sorts after the wanted version (versions need not be ordered).
+                // A link sorts outside the rows read (versions need not be ordered).
                 rows = blob_rows(conn, BLOBS_ALL, params![tenant, bid(session), ns, channel])?;
                 widened = true;
-                found = resolve_chain(&channel, &version, &rows)?;
+                found = resolve_chain(&channel, &version, &rows, held)?;
             }
             if let Some(blob) = found {
                 resolved.insert(key, blob);
@@ -336,6 +355,37 @@ fn complete(conn: &Connection, tenant: &str, rows: Vec<Row>) -> Result<Vec<Check
         });
     }
     Ok(out)
+}
+
+/// Every append blob's `base_version` is stored or comes in the same put: a `Conflict`
+/// otherwise (the writer sends the whole value instead).
+fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint) -> Result<()> {
+    for (i, blob) in new.blobs.iter().enumerate() {
+        let stepwise_store::BlobBody::Append {
+            base_version: Some(base),
+            ..
+        } = &blob.body
+        else {
+            continue;
+        };
+        let in_put = new
+            .blobs
+            .iter()
+            .any(|b| b.channel == blob.channel && &b.version == base);
+        if !in_put
+            && count(
+                conn,
+                BLOB_EXISTS,
+                params![tenant, bid(session), new.checkpoint_ns, blob.channel, base],
+            )? == 0
+        {
+            return Err(StoreError::Conflict(format!(
+                "blobs[{i}]: base_version '{base}' of channel '{}' is not stored; send the whole value",
+                blob.channel
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the blobs of `(session, ns)` that no remaining checkpoint needs.
@@ -461,6 +511,7 @@ impl SqliteStore {
                 ],
             )? > 0;
             if created {
+                check_bases(conn, t, session, &new)?;
                 for blob in &new.blobs {
                     let (is_append, base, type_name, payload) = blob.columns();
                     execute(
@@ -533,7 +584,9 @@ impl SqliteStore {
         thread_id: &str,
         checkpoint_ns: &str,
         checkpoint_id: Option<&str>,
+        have: &BTreeMap<String, String>,
     ) -> Result<Option<CheckpointRecord>> {
+        let have = have.clone();
         let (tenant, thread_id, ns) = (
             tenant.as_str().to_string(),
             thread_id.to_string(),
@@ -551,7 +604,7 @@ impl SqliteStore {
                 .prepare_cached(&sql)
                 .and_then(|mut s| s.query_row(params![tenant, bid(session), ns, checkpoint_id], checkpoint_row).optional())
                 .map_err(map_sqlite)?;
-            Ok(complete(conn, &tenant, row.into_iter().collect())?.pop())
+            Ok(complete(conn, &tenant, row.into_iter().collect(), &have)?.pop())
         })
         .await
     }
@@ -623,7 +676,7 @@ impl SqliteStore {
             } else {
                 None
             };
-            Ok(Page { items: complete(conn, &tenant, rows)?, next_cursor })
+            Ok(Page { items: complete(conn, &tenant, rows, &BTreeMap::new())?, next_cursor })
         })
         .await
     }

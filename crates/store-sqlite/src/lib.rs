@@ -1206,14 +1206,15 @@ impl Store for SqliteStore {
         self.checkpoint_put_writes(tenant, writes).await
     }
 
-    async fn get_checkpoint(
+    async fn get_checkpoint_since(
         &self,
         tenant: &Tenant,
         thread_id: &str,
         checkpoint_ns: &str,
         checkpoint_id: Option<&str>,
+        have: &std::collections::BTreeMap<String, String>,
     ) -> Result<Option<CheckpointRecord>> {
-        self.checkpoint_get(tenant, thread_id, checkpoint_ns, checkpoint_id)
+        self.checkpoint_get(tenant, thread_id, checkpoint_ns, checkpoint_id, have)
             .await
     }
 

@@ -130,12 +130,22 @@ pub enum ResolvedBlob {
         base: Option<TypedValue>,
         items: Vec<TypedValue>,
     },
+    /// The items appended after version `since`, which the reader already holds (see
+    /// `Store::get_checkpoint_since`).
+    Since {
+        channel: String,
+        version: String,
+        since: String,
+        items: Vec<TypedValue>,
+    },
 }
 
 impl ResolvedBlob {
     pub fn channel(&self) -> &str {
         match self {
-            ResolvedBlob::Full { channel, .. } | ResolvedBlob::List { channel, .. } => channel,
+            ResolvedBlob::Full { channel, .. }
+            | ResolvedBlob::List { channel, .. }
+            | ResolvedBlob::Since { channel, .. } => channel,
         }
     }
 }
@@ -325,16 +335,32 @@ impl NewBlob {
 
 /// Resolves `version` of `channel` from its stored rows (any superset of the chain):
 /// `Ok(None)` when a link is missing (the caller may read more rows and try again).
+///
+/// With `have` (a version the reader holds), a chain that reaches it before a full blob
+/// resolves to [`ResolvedBlob::Since`]: the items appended after it.
 pub fn resolve_chain(
     channel: &str,
     version: &str,
     rows: &HashMap<String, StoredBlob>,
+    have: Option<&str>,
 ) -> Result<Option<ResolvedBlob>> {
     let mut chain: Vec<&StoredBlob> = Vec::new();
     let mut seen = HashSet::new();
     let mut next = Some(version.to_string());
     let mut base = None;
     while let Some(v) = next.take() {
+        if have == Some(v.as_str()) {
+            let mut items = Vec::new();
+            for row in chain.iter().rev() {
+                items.extend(unframe_items(&unpack_payload(&row.payload)?)?);
+            }
+            return Ok(Some(ResolvedBlob::Since {
+                channel: channel.to_string(),
+                version: version.to_string(),
+                since: v,
+                items,
+            }));
+        }
         if !seen.insert(v.clone()) {
             return Err(StoreError::Backend(format!(
                 "the append chain of channel '{channel}' loops at version '{v}'"
@@ -425,13 +451,21 @@ pub mod checkpoint_cursor {
         }
         let bytes: Option<Vec<u8>> = (0..text.len())
             .step_by(2)
-            .map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .map(|i| {
+                text.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
             .collect();
         Some(String::from_utf8_lossy(&bytes?).into_owned())
     }
 
     pub fn encode(checkpoint_id: &str, session_id: Id, checkpoint_ns: &str) -> String {
-        format!("{}.{}.{}", hex(checkpoint_id), session_id.simple(), hex(checkpoint_ns))
+        format!(
+            "{}.{}.{}",
+            hex(checkpoint_id),
+            session_id.simple(),
+            hex(checkpoint_ns)
+        )
     }
 
     pub fn decode(cursor: &str) -> Result<(String, Id, String)> {
@@ -446,7 +480,11 @@ pub mod checkpoint_cursor {
             return Err(bad());
         }
         let session = stepwise_core::parse_id(session).ok_or_else(bad)?;
-        Ok((unhex(id).ok_or_else(bad)?, session, unhex(ns).ok_or_else(bad)?))
+        Ok((
+            unhex(id).ok_or_else(bad)?,
+            session,
+            unhex(ns).ok_or_else(bad)?,
+        ))
     }
 }
 
@@ -484,7 +522,7 @@ mod tests {
         rows.insert("2".into(), row("2", Some("1"), &["a"]));
         rows.insert("3".into(), row("3", Some("2"), &["b", "c"]));
         rows.insert("x".into(), row("x", None, &["z"]));
-        let resolved = resolve_chain("m", "3", &rows).ok().flatten();
+        let resolved = resolve_chain("m", "3", &rows, None).ok().flatten();
         let Some(ResolvedBlob::List { base, items, .. }) = resolved else {
             panic!("expected a list, got {resolved:?}");
         };
@@ -492,14 +530,23 @@ mod tests {
         let texts: Vec<_> = items.iter().map(|i| i.data.clone()).collect();
         assert_eq!(texts, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
         assert!(matches!(
-            resolve_chain("m", "1", &rows),
+            resolve_chain("m", "1", &rows, None),
             Ok(Some(ResolvedBlob::Full { .. }))
         ));
         assert!(matches!(
-            resolve_chain("m", "x", &rows),
+            resolve_chain("m", "x", &rows, None),
             Ok(Some(ResolvedBlob::List { base: None, .. }))
         ));
-        assert!(matches!(resolve_chain("m", "9", &rows), Ok(None)));
+        assert!(matches!(resolve_chain("m", "9", &rows, None), Ok(None)));
+        let since = resolve_chain("m", "3", &rows, Some("1")).ok().flatten();
+        let Some(ResolvedBlob::Since { since, items, .. }) = since else {
+            panic!("expected the items since 1, got {since:?}");
+        };
+        assert_eq!((since.as_str(), items.len()), ("1", 3));
+        let same = resolve_chain("m", "3", &rows, Some("3")).ok().flatten();
+        assert!(matches!(same, Some(ResolvedBlob::Since { items, .. }) if items.is_empty()));
+        let off_chain = resolve_chain("m", "3", &rows, Some("x")).ok().flatten();
+        assert!(matches!(off_chain, Some(ResolvedBlob::List { .. })));
     }
 
     #[test]

@@ -271,6 +271,23 @@ pub trait Store: Clone + Send + Sync + 'static {
         thread_id: &str,
         checkpoint_ns: &str,
         checkpoint_id: Option<&str>,
+    ) -> impl Future<Output = Result<Option<CheckpointRecord>>> + Send {
+        async move {
+            let have = std::collections::BTreeMap::new();
+            self.get_checkpoint_since(tenant, thread_id, checkpoint_ns, checkpoint_id, &have)
+                .await
+        }
+    }
+    /// [`Store::get_checkpoint`] for a reader that already holds some values: for a channel
+    /// in `have` (channel -> version) whose append chain reaches that version, the value is
+    /// [`ResolvedBlob::Since`], only the items appended after it.
+    fn get_checkpoint_since(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+        have: &std::collections::BTreeMap<String, String>,
     ) -> impl Future<Output = Result<Option<CheckpointRecord>>> + Send;
     /// Checkpoints newest first (`checkpoint_id` descending), keyset-paginated.
     fn list_checkpoints(

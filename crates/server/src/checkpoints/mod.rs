@@ -22,6 +22,8 @@ pub(crate) mod prune;
 pub(crate) mod put;
 pub(crate) mod put_writes;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use stepwise_store::checkpoints::{MAX_CHECKPOINT_PAGE, MAX_THREAD_ID_CHARS};
@@ -283,6 +285,15 @@ pub enum BlobOut {
         base: Option<TypedJson>,
         items: Vec<TypedJson>,
     },
+    /// The items appended after `since`, a version the reader said it holds (`have`).
+    Since {
+        channel: String,
+        version: String,
+        #[serde(rename = "type")]
+        type_name: &'static str,
+        since: String,
+        items: Vec<TypedJson>,
+    },
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -341,6 +352,18 @@ impl From<CheckpointRecord> for CheckpointTuple {
                     version: version.clone(),
                     type_name: "list",
                     base: base.as_ref().map(TypedJson::from),
+                    items: items.iter().map(TypedJson::from).collect(),
+                },
+                ResolvedBlob::Since {
+                    channel,
+                    version,
+                    since,
+                    items,
+                } => BlobOut::Since {
+                    channel: channel.clone(),
+                    version: version.clone(),
+                    type_name: "list",
+                    since: since.clone(),
                     items: items.iter().map(TypedJson::from).collect(),
                 },
             })
@@ -448,17 +471,50 @@ fn regex_is_match(_pattern: &str, text: &str) -> bool {
         .is_some_and(|re| re.is_match(text))
 }
 
-/// The query of `checkpoint_ns` alone (the get endpoints).
+/// The query of the get endpoints: `checkpoint_ns`, and `have`, the versions of channels
+/// the reader already holds (a JSON object channel -> version).
 #[derive(Debug, Default, Deserialize)]
-pub struct NsParams {
+pub struct GetParams {
     pub checkpoint_ns: Option<String>,
+    pub have: Option<String>,
 }
 
-impl NsParams {
+impl GetParams {
     pub(crate) fn ns(&self) -> ApiResult<String> {
         let ns = self.checkpoint_ns.clone().unwrap_or_default();
         check_text("checkpoint_ns", &ns, 0, MAX_PATH_CHARS)?;
         Ok(ns)
+    }
+
+    pub(crate) fn have(&self) -> ApiResult<BTreeMap<String, String>> {
+        let Some(text) = &self.have else {
+            return Ok(BTreeMap::new());
+        };
+        let bad = || {
+            ApiError::invalid(
+                "have",
+                "have must be a JSON object of channel -> version (strings)",
+            )
+        };
+        let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) else {
+            return Err(bad());
+        };
+        if map.len() > MAX_ITEMS {
+            return Err(ApiError::invalid(
+                "have",
+                format!("have names at most {MAX_ITEMS} channels"),
+            ));
+        }
+        let mut have = BTreeMap::new();
+        for (channel, version) in map {
+            let Value::String(version) = version else {
+                return Err(bad());
+            };
+            check_text("have", &channel, 1, MAX_ID_CHARS)?;
+            check_text("have", &version, 1, MAX_ID_CHARS)?;
+            have.insert(channel, version);
+        }
+        Ok(have)
     }
 }
 
@@ -498,6 +554,10 @@ pub(crate) fn harden(doc: &mut Value) {
     let out_full = json!({"type": "object", "required": ["channel", "version", "type", "data"],
         "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
             "type": {"type": "string"}, "data": {"type": "string", "contentEncoding": "base64"}}});
+    let out_since = json!({"type": "object", "required": ["channel", "version", "type", "since", "items"],
+        "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
+            "type": {"const": "list"}, "since": {"type": "string"},
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/TypedJson"}}}});
     let out_list = json!({"type": "object", "required": ["channel", "version", "type", "base", "items"],
         "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
             "type": {"const": "list"},
@@ -512,7 +572,7 @@ pub(crate) fn harden(doc: &mut Value) {
         schemas.insert("AppendBlob".into(), append_blob);
         schemas.insert(
             "ResolvedBlob".into(),
-            json!({"oneOf": [out_full, out_list]}),
+            json!({"oneOf": [out_full, out_list, out_since]}),
         );
     }
     if let Some(blobs) = doc.pointer_mut("/components/schemas/CheckpointTuple/properties/blobs") {
@@ -550,6 +610,19 @@ pub(crate) fn harden(doc: &mut Value) {
                             json!({"type": "integer", "minimum": 1, "maximum": MAX_CHECKPOINT_PAGE})
                         }
                         ("query", "cursor") => json!({"type": "string", "pattern": CURSOR}),
+                        ("query", "have") => {
+                            if let Some(p) = parameter.as_object_mut() {
+                                p.remove("schema");
+                                p.insert(
+                                    "content".into(),
+                                    json!({"application/json": {"schema": {
+                                    "type": "object", "maxProperties": MAX_ITEMS,
+                                    "propertyNames": text_schema(1, MAX_ID_CHARS),
+                                    "additionalProperties": text_schema(1, MAX_ID_CHARS)}}}),
+                                );
+                            }
+                            continue;
+                        }
                         ("query", "filter") => {
                             if let Some(p) = parameter.as_object_mut() {
                                 p.remove("schema");

@@ -85,7 +85,9 @@ fn list_items(blob: &ResolvedBlob) -> (Option<String>, Vec<String>) {
                 .map(|i| String::from_utf8_lossy(&i.data).into_owned())
                 .collect(),
         ),
-        ResolvedBlob::Full { .. } => panic!("expected a list value, got {blob:?}"),
+        ResolvedBlob::Full { .. } | ResolvedBlob::Since { .. } => {
+            panic!("expected a list value, got {blob:?}")
+        }
     }
 }
 
@@ -211,6 +213,73 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     let c5 = some(store.get_checkpoint(&t, "th", "", None).await, "005");
     assert!(matches!(&c5.blobs[0], ResolvedBlob::Full { value, .. } if *value == typed("3")));
 
+    // A reader holding an earlier version of a list gets only what came after it.
+    let have = |c: &str, v: &str| [(c.to_string(), v.to_string())].into_iter().collect();
+    let since = some(
+        store
+            .get_checkpoint_since(&t, "th", "", Some("003"), &have("messages", "1"))
+            .await,
+        "since 1",
+    );
+    let messages = since.blobs.iter().find(|b| b.channel() == "messages");
+    let Some(ResolvedBlob::Since {
+        since: from,
+        items,
+        version,
+        ..
+    }) = messages
+    else {
+        panic!("expected the items since version 1, got {messages:?}");
+    };
+    assert_eq!((from.as_str(), version.as_str()), ("1", "3"));
+    assert_eq!(items, &vec![typed("m1"), typed("m2"), typed("m3")]);
+    let same = some(
+        store
+            .get_checkpoint_since(&t, "th", "", Some("003"), &have("messages", "3"))
+            .await,
+        "since 3",
+    );
+    assert!(same.blobs.iter().any(
+        |b| matches!(b, ResolvedBlob::Since { channel, items, .. } if channel == "messages" && items.is_empty())
+    ));
+    for other in ["x", "9"] {
+        let full = some(
+            store
+                .get_checkpoint_since(&t, "th", "", Some("003"), &have("messages", other))
+                .await,
+            "not on the chain",
+        );
+        assert_eq!(
+            full.blobs,
+            latest_003_blobs(&store, &t).await,
+            "have {other}"
+        );
+    }
+
+    // An append on a base that is not stored is refused, writing nothing.
+    let mut orphan = checkpoint("th", "", "009", Some("005"));
+    orphan.channel_versions = versions(&[("messages", "9")]);
+    orphan.blobs = vec![append("messages", "9", Some("8"), &["x"])];
+    assert_err!(
+        store.put_checkpoint(&t, orphan.clone()).await,
+        stepwise_store::StoreError::Conflict(_),
+        "an append on a missing base"
+    );
+    orphan.thread_id = "new-thread".into();
+    assert_err!(
+        store.put_checkpoint(&t, orphan).await,
+        stepwise_store::StoreError::Conflict(_),
+        "an append on a missing base"
+    );
+    assert!(ok(store.get_thread(&t, "new-thread").await, "no thread").is_none());
+    assert!(
+        ok(
+            store.get_checkpoint(&t, "th", "", Some("009")).await,
+            "not stored"
+        )
+        .is_none()
+    );
+
     // The thread is a session named after it, marked with the thread id.
     let info = some(store.get_thread(&t, "th").await, "get_thread");
     assert_eq!(info.checkpoints, 5);
@@ -240,6 +309,10 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     let got = some(store.get_checkpoint(&t, "big", "", None).await, "big");
     assert_eq!(got.checkpoint, typed(&big));
     assert_eq!(list_items(&got.blobs[0]).1, vec![big, "small".to_string()]);
+}
+
+async fn latest_003_blobs<S: Store>(store: &S, t: &Tenant) -> Vec<ResolvedBlob> {
+    some(store.get_checkpoint(t, "th", "", Some("003")).await, "003").blobs
 }
 
 pub async fn checkpoint_writes<H: Harness>(harness: &H) {
@@ -619,6 +692,9 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     );
 
     // prune keep_latest: the latest checkpoint of each namespace with what it needs.
+    let mut base = with_run("p", "", "003", "run-3", "3", None);
+    base.blobs = vec![full("m", "3", "[base]"), full("junk", "9", "x")];
+    assert!(put(&store, &t, base).await);
     for (id, version, base) in [("004", "4", Some("3")), ("005", "5", Some("4"))] {
         assert!(put(&store, &t, with_run("p", "", id, "run-3", version, base)).await);
         ok(
@@ -626,9 +702,6 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
             "writes",
         );
     }
-    let mut base = with_run("p", "", "003", "run-3", "3", None);
-    base.blobs = vec![full("m", "3", "[base]"), full("junk", "9", "x")];
-    assert!(put(&store, &t, base).await);
     assert!(put(&store, &t, with_run("p", "sub", "001", "run-3", "1", None)).await);
     assert!(
         put(
