@@ -728,7 +728,8 @@ impl Store for FileStore {
             e.status = target;
             entry.resume_answer = None;
             match transition {
-                Transition::Pause { .. } => {}
+                // The claim ended with the worker pausing: not an interruption.
+                Transition::Pause { .. } => e.attempts = 0,
                 Transition::Resume { answer } => entry.resume_answer = Some(answer),
                 Transition::Complete { output } => {
                     e.output = output;

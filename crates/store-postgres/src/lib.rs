@@ -682,7 +682,8 @@ impl Store for PgStore {
         };
         let sql = format!(
             "UPDATE executions SET status = $1, output = COALESCE($2, output), error_message = COALESCE($3, error_message), \
-             resume_answer = $4, completed_at = COALESCE($5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
+             resume_answer = $4, completed_at = COALESCE($5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = $6, \
+             attempts = CASE WHEN $1 = 'paused' THEN 0 ELSE attempts END \
              WHERE id = $7 AND tenant_id = $8 RETURNING {}",
             sql::EXECUTION_COLS
         );

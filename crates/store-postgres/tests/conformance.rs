@@ -133,6 +133,7 @@ pg_conformance! {
     queue_claims
     queue_leases
     queue_resume
+    queue_pause_is_not_an_attempt
     queue_concurrent_claims
     steps
     concurrent_step_writers

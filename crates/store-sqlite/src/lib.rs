@@ -749,7 +749,8 @@ impl Store for SqliteStore {
             };
             conn.prepare_cached(
                 "UPDATE executions SET status = ?1, output = COALESCE(?2, output), error_message = COALESCE(?3, error_message), \
-                 resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6 \
+                 resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
+                 attempts = CASE WHEN ?1 = 'paused' THEN 0 ELSE attempts END \
                  WHERE id = ?7 AND tenant_id = ?8",
             )
             .and_then(|mut s| s.execute(params![target.as_str(), output, error, answer, done, now.0, bid(id), tenant]))

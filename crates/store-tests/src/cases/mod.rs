@@ -27,7 +27,10 @@ pub use executions::{execution_transitions, executions};
 pub use import::import_document;
 pub use isolation::tenant_isolation;
 pub use messages::messages;
-pub use queue::{queue_claims, queue_concurrent_claims, queue_leases, queue_resume};
+pub use queue::{
+    queue_claims, queue_concurrent_claims, queue_leases, queue_pause_is_not_an_attempt,
+    queue_resume,
+};
 pub use reopen::restore_after_reopen;
 pub use retention::{retention_cleanup, retention_mark_abandoned};
 pub use sessions::{list_sessions, list_sessions_pagination, session_names, sessions};

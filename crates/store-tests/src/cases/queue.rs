@@ -521,3 +521,58 @@ pub async fn queue_concurrent_claims<H: Harness>(harness: &H) {
     assert_eq!(unique, expected, "every execution was claimed");
     assert_eq!(ok(store.queue_depth().await, "queue_depth"), 0);
 }
+
+/// Pausing ends a claim cleanly: it is not an interruption. An execution paused and resumed
+/// more times than `max_attempts` still runs, and a crash after that (the lease expiring)
+/// is handed to another worker rather than failed.
+pub async fn queue_pause_is_not_an_attempt<H: Harness>(harness: &H) {
+    let (store, clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, Some("questions")).await;
+    let execution =
+        create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
+    for round in 0..(MAX_ATTEMPTS + 4) {
+        let taken = claim(&store, "w1")
+            .await
+            .unwrap_or_else(|| panic!("round {round}: the resumed execution is claimable"));
+        assert_eq!(taken.execution.id, execution.id);
+        assert_eq!(
+            taken.execution.attempts, 1,
+            "round {round}: a claim after a pause is the first attempt of that run"
+        );
+        let paused = ok(
+            store
+                .transition_execution(
+                    &acme,
+                    execution.id,
+                    Transition::Pause {
+                        question: format!("question {round}?"),
+                    },
+                )
+                .await,
+            "pause",
+        );
+        assert_eq!(paused.attempts, 0, "pausing clears the interruption count");
+        ok(
+            store
+                .transition_execution(
+                    &acme,
+                    execution.id,
+                    Transition::Resume {
+                        answer: json!({"round": round}),
+                    },
+                )
+                .await,
+            "resume",
+        );
+    }
+    // The worker now crashes mid-run: its lease expires and another worker takes over.
+    assert_eq!(claimed_id(claim(&store, "w1").await, "claim"), execution.id);
+    clock.advance_secs(31);
+    let takeover = claim(&store, "w2")
+        .await
+        .expect("after many pauses, a crash is still only the first interruption");
+    assert_eq!(takeover.execution.id, execution.id);
+    assert_eq!(takeover.execution.attempts, 2);
+    assert_eq!(takeover.execution.status, ExecutionStatus::Running);
+}
