@@ -48,8 +48,12 @@ const INSERT_WRITES_REPLACE: &str = "INSERT INTO checkpoint_writes (tenant_id, s
      SELECT $1, $2, $3, $4, $5, $6, * FROM unnest($7::int8[], $8::text[], $9::text[], $10::bytea[]) \
      ON CONFLICT (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx) \
      DO UPDATE SET channel = excluded.channel, type = excluded.type, payload = excluded.payload, task_path = excluded.task_path";
-const CHECKPOINT_COLS: &str = "t.thread_id, c.session_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.payload, c.metadata::text AS metadata, c.channel_versions, c.created_at";
-const CHECKPOINT_FROM: &str = "FROM checkpoints c JOIN threads t ON t.tenant_id = c.tenant_id AND t.session_id = c.session_id";
+const CHECKPOINT_COLS: &str = "(SELECT t.thread_id FROM threads t WHERE t.tenant_id = c.tenant_id AND t.session_id = c.session_id) AS thread_id, c.session_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.payload, c.metadata::text AS metadata, c.channel_versions, c.created_at";
+/// Only `checkpoints` in FROM (the thread id is a subquery of each row answered), so the
+/// order comes from its indexes.
+const CHECKPOINT_FROM: &str = "FROM checkpoints c";
+const OF_THREAD: &str =
+    "c.session_id = (SELECT session_id FROM threads WHERE tenant_id = $1 AND thread_id = $2)";
 const BLOBS_UP_TO: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs \
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4) AND version <= $5";
 const BLOBS_SINCE: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs b \
@@ -762,11 +766,11 @@ impl PgStore {
         let c = &**client;
         let row = match checkpoint_id {
             Some(id) => {
-                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE t.tenant_id = $1 AND t.thread_id = $2 AND c.checkpoint_ns = $3 AND c.checkpoint_id = $4");
+                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = $1 AND {OF_THREAD} AND c.checkpoint_ns = $3 AND c.checkpoint_id = $4");
                 c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns, id]).await
             }
             None => {
-                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE t.tenant_id = $1 AND t.thread_id = $2 AND c.checkpoint_ns = $3 ORDER BY c.checkpoint_id DESC LIMIT 1");
+                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = $1 AND {OF_THREAD} AND c.checkpoint_ns = $3 ORDER BY c.checkpoint_id DESC LIMIT 1");
                 c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns]).await
             }
         }

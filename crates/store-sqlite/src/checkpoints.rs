@@ -44,8 +44,10 @@ const INSERT_WRITE_REPLACE: &str = "INSERT INTO checkpoint_writes (tenant_id, se
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
      ON CONFLICT (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx) \
      DO UPDATE SET channel = excluded.channel, type = excluded.type, payload = excluded.payload, task_path = excluded.task_path";
-const CHECKPOINT_COLS: &str = "t.thread_id, c.session_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.payload, c.metadata, c.channel_versions, c.created_at";
-const CHECKPOINT_FROM: &str = "FROM checkpoints c JOIN threads t ON t.tenant_id = c.tenant_id AND t.session_id = c.session_id";
+const CHECKPOINT_COLS: &str = "(SELECT t.thread_id FROM threads t WHERE t.tenant_id = c.tenant_id AND t.session_id = c.session_id) AS thread_id, c.session_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.payload, c.metadata, c.channel_versions, c.created_at";
+/// Only `checkpoints` in FROM (the thread id is a subquery of each row answered), so the
+/// order comes from its indexes.
+const CHECKPOINT_FROM: &str = "FROM checkpoints c";
 const BLOBS_UP_TO: &str = "SELECT version, is_append, base_version, type, payload FROM checkpoint_blobs \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4 AND version <= ?5";
 const BLOBS_BETWEEN: &str = "SELECT version, is_append, base_version, type, payload FROM checkpoint_blobs \
@@ -597,12 +599,23 @@ impl SqliteStore {
             let Some(session) = find_thread(conn, &tenant, &thread_id)? else {
                 return Ok(None);
             };
-            let sql = format!(
-                "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = ?1 AND c.session_id = ?2 AND c.checkpoint_ns = ?3 AND (?4 IS NULL OR c.checkpoint_id = ?4) ORDER BY c.checkpoint_id DESC LIMIT 1"
-            );
+            let sql = match checkpoint_id {
+                Some(_) => format!(
+                    "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = ?1 AND c.session_id = ?2 AND c.checkpoint_ns = ?3 AND c.checkpoint_id = ?4"
+                ),
+                None => format!(
+                    "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = ?1 AND c.session_id = ?2 AND c.checkpoint_ns = ?3 AND ?4 IS NULL ORDER BY c.checkpoint_id DESC LIMIT 1"
+                ),
+            };
             let row = conn
                 .prepare_cached(&sql)
-                .and_then(|mut s| s.query_row(params![tenant, bid(session), ns, checkpoint_id], checkpoint_row).optional())
+                .and_then(|mut s| {
+                    s.query_row(
+                        params![tenant, bid(session), ns, checkpoint_id],
+                        checkpoint_row,
+                    )
+                    .optional()
+                })
                 .map_err(map_sqlite)?;
             Ok(complete(conn, &tenant, row.into_iter().collect(), &have)?.pop())
         })
