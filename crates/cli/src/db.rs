@@ -5,15 +5,104 @@
 //! body with it, then closes the store so queued writes are drained before exit.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use stepwise_store_files::FileStore;
-use stepwise_store_sqlite::{SqliteOptions, SqliteStore};
+use stepwise_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 
 use crate::config;
 
 /// The file name of the default SQLite database inside the data directory.
 pub const DEFAULT_DB_FILE: &str = "stepwise.db";
+
+/// The WAL size (MiB) past which the SQLite writer checkpoints and truncates it.
+pub const DEFAULT_WAL_LIMIT_MB: u64 = stepwise_store_sqlite::DEFAULT_WAL_LIMIT_BYTES / (1024 * 1024);
+
+/// How long `serve` keeps trying to reach PostgreSQL before giving up.
+pub const DEFAULT_SERVE_DB_WAIT_SECS: u64 = 60;
+
+/// `--durability`: what an acknowledged SQLite write survives.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurabilityArg {
+    /// Power loss: each group commit is synced before it is acknowledged.
+    Full,
+    /// A crash of the process only: the OS writes commits out later.
+    Process,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(arg: DurabilityArg) -> Self {
+        match arg {
+            DurabilityArg::Full => Durability::Full,
+            DurabilityArg::Process => Durability::Process,
+        }
+    }
+}
+
+/// How a command opens its store.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    pub durability: Durability,
+    pub wal_limit_bytes: u64,
+    /// How long to keep trying to reach a PostgreSQL that does not answer (zero: once).
+    pub wait: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            durability: Durability::Full,
+            wal_limit_bytes: stepwise_store_sqlite::DEFAULT_WAL_LIMIT_BYTES,
+            wait: Duration::ZERO,
+        }
+    }
+}
+
+impl OpenOptions {
+    pub fn sqlite(&self) -> SqliteOptions {
+        SqliteOptions {
+            durability: self.durability,
+            wal_limit_bytes: self.wal_limit_bytes,
+            ..SqliteOptions::default()
+        }
+    }
+}
+
+/// The lock `serve` holds on a SQLite database for its whole life: `<db>.serve.lock`
+/// beside the file, locked exclusively (an advisory lock the OS drops when the process
+/// ends, however it ends). Other commands do not take it, so `stepwise sessions`,
+/// `keys` and the like still work beside a running server.
+pub fn lock_for_serve(db: &Path) -> anyhow::Result<std::fs::File> {
+    if let Some(parent) = db.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the directory {}", parent.display()))?;
+    }
+    let mut path = db.as_os_str().to_owned();
+    path.push(".serve.lock");
+    let path = PathBuf::from(path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open the lock file {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "another `stepwise serve` is already running on the SQLite database {} (it holds {}). \
+             One SQLite file serves one server process: stop the other one, or give this one \
+             another --database. To run several servers on one store, use PostgreSQL \
+             (--database postgres://...). CLI commands such as `stepwise sessions` can still \
+             use the file while the server runs.",
+            db.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+}
 
 /// A parsed `--database` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,24 +197,26 @@ pub enum OpenedStore {
 }
 
 /// Opens (and so migrates) the store the URL names.
-pub async fn open(url: &DatabaseUrl) -> anyhow::Result<OpenedStore> {
+pub async fn open(url: &DatabaseUrl, options: &OpenOptions) -> anyhow::Result<OpenedStore> {
     match url {
-        DatabaseUrl::Sqlite(path) => Ok(OpenedStore::Sqlite(open_sqlite(path).await?)),
-        DatabaseUrl::Postgres(url) => Ok(OpenedStore::Postgres(open_postgres(url).await?)),
+        DatabaseUrl::Sqlite(path) => Ok(OpenedStore::Sqlite(
+            open_sqlite_with(path, options.sqlite()).await?,
+        )),
+        DatabaseUrl::Postgres(url) => Ok(OpenedStore::Postgres(
+            open_postgres_waiting(url, options.wait).await?,
+        )),
         DatabaseUrl::Files(dir) => Ok(OpenedStore::Files(open_files(dir).await?)),
     }
 }
 
-pub async fn open_sqlite(path: &Path) -> anyhow::Result<SqliteStore> {
+pub async fn open_sqlite_with(path: &Path, options: SqliteOptions) -> anyhow::Result<SqliteStore> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("cannot create the directory {}", parent.display()))?;
     }
     let path = path.to_path_buf();
     // Opening runs the migrations on this thread; keep it off the async workers.
-    let store = tokio::task::spawn_blocking(move || {
-        SqliteStore::open_with(&path, SqliteOptions::default())
-    })
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open_with(&path, options))
     .await
     .context("the database open task failed")?
     .context("cannot open the SQLite database")?;
@@ -133,11 +224,54 @@ pub async fn open_sqlite(path: &Path) -> anyhow::Result<SqliteStore> {
 }
 
 /// Connects to PostgreSQL and migrates the schema (under an advisory lock, so nodes that
-/// start together take turns).
-pub async fn open_postgres(url: &str) -> anyhow::Result<stepwise_store_postgres::PgStore> {
-    stepwise_store_postgres::PgStore::connect(url)
-        .await
-        .context("cannot open the PostgreSQL database")
+/// start together take turns). While PostgreSQL cannot be reached (not up yet, restarting)
+/// keeps trying for up to `wait`, with backoff from 0.25 s to 5 s, logging each try: a
+/// server started beside its database comes up once the database does.
+pub async fn open_postgres_waiting(
+    url: &str,
+    wait: Duration,
+) -> anyhow::Result<stepwise_store_postgres::PgStore> {
+    let shown = redact_password(url);
+    let deadline = Instant::now() + wait;
+    let mut delay = Duration::from_millis(250);
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        match stepwise_store_postgres::PgStore::connect(url).await {
+            Ok(store) => {
+                if tries > 1 {
+                    tracing::info!(database = %shown, tries, "connected to PostgreSQL");
+                }
+                return Ok(store);
+            }
+            Err(stepwise_store::StoreError::Unavailable(reason)) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    let waited = if wait.is_zero() {
+                        String::new()
+                    } else {
+                        format!(" after trying for {} s ({tries} tries)", wait.as_secs())
+                    };
+                    bail!(
+                        "cannot reach PostgreSQL at {shown}{waited}: {reason}. Is it running \
+                         and accepting connections? (--db-wait-secs sets how long to wait)"
+                    );
+                }
+                let pause = delay.min(left);
+                tracing::warn!(
+                    database = %shown,
+                    attempt = tries,
+                    error = %reason,
+                    retry_in_ms = pause.as_millis() as u64,
+                    left_s = left.as_secs(),
+                    "PostgreSQL is not reachable yet; trying again"
+                );
+                tokio::time::sleep(pause).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e).context("cannot open the PostgreSQL database"),
+        }
+    }
 }
 
 pub async fn open_files(dir: &Path) -> anyhow::Result<FileStore> {

@@ -52,6 +52,27 @@ struct Cli {
         value_name = "FORMAT"
     )]
     log_format: LogFormat,
+    /// When a SQLite write is acknowledged: `full` (default) syncs each group commit to
+    /// disk first, so an acknowledged write survives a power cut; `process` leaves the
+    /// sync to the OS, so it survives a crash of the process but not of the machine.
+    /// PostgreSQL always acknowledges after its own fsync. `bench steps` runs both
+    /// unless one is given.
+    #[arg(long, global = true, env = "STEPWISE_DURABILITY", value_enum, value_name = "LEVEL")]
+    durability: Option<db::DurabilityArg>,
+    /// SQLite: past this size (MiB) the WAL is checkpointed and truncated by the writer;
+    /// after a second without writes it is truncated to zero.
+    #[arg(
+        long,
+        global = true,
+        env = "STEPWISE_WAL_LIMIT_MB",
+        default_value_t = db::DEFAULT_WAL_LIMIT_MB,
+        value_name = "MIB"
+    )]
+    wal_limit_mb: u64,
+    /// PostgreSQL: how long to keep trying to connect (with backoff, logging each try)
+    /// before giving up. Default: 60 for `serve`, 0 (one try) for other commands.
+    #[arg(long, global = true, env = "STEPWISE_DB_WAIT_SECS", value_name = "SECS")]
+    db_wait_secs: Option<u64>,
     #[command(subcommand)]
     command: Command,
 }
@@ -156,7 +177,14 @@ async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()
         } else {
             None
         };
-        return bench::run(args, database).await;
+        let levels = match cli.durability {
+            Some(level) => vec![level.into()],
+            None => vec![
+                stepwise_store_sqlite::Durability::Full,
+                stepwise_store_sqlite::Durability::Process,
+            ],
+        };
+        return bench::run(args, database, &levels).await;
     }
     // A chat with a server needs no database of its own.
     if let Command::Chat(args) = &cli.command
@@ -165,7 +193,22 @@ async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()
         return chat::run_remote(args.clone()).await;
     }
     let url = DatabaseUrl::resolve(cli.database.as_deref(), cli.data_dir.as_deref())?;
-    let opened = db::open(&url)
+    let is_serve = matches!(cli.command, Command::Serve(_));
+    // One server per SQLite file: a second one would run executions and events that the
+    // first one's subscribers never see. Held until the process exits.
+    let _serve_lock = match (&url, is_serve) {
+        (DatabaseUrl::Sqlite(path), true) => Some(db::lock_for_serve(path)?),
+        _ => None,
+    };
+    let options = db::OpenOptions {
+        durability: cli.durability.map(Into::into).unwrap_or_default(),
+        wal_limit_bytes: cli.wal_limit_mb.max(1).saturating_mul(1024 * 1024),
+        wait: std::time::Duration::from_secs(
+            cli.db_wait_secs
+                .unwrap_or(if is_serve { db::DEFAULT_SERVE_DB_WAIT_SECS } else { 0 }),
+        ),
+    };
+    let opened = db::open(&url, &options)
         .await
         .with_context(|| format!("database {url}"))?;
     match cli.command {

@@ -78,6 +78,17 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_state", message)
     }
 
+    /// 503 `storage_full`: the database's disk is full. Like `unavailable`, the request may
+    /// succeed later (once space is freed), so it is a 503; the code tells an operator
+    /// what to fix.
+    pub fn storage_full() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_full",
+            "the server's storage is full: nothing can be saved until space is freed; reads still work",
+        )
+    }
+
     /// 429 `rate_limited` with `Retry-After: seconds` (at least 1).
     pub fn rate_limited(seconds: u64, message: impl Into<String>) -> Self {
         let mut error = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
@@ -134,6 +145,10 @@ impl From<StoreError> for ApiError {
                     "unavailable",
                     "the database is not available; try again",
                 )
+            }
+            StoreError::StorageFull(message) => {
+                tracing::error!(%message, "storage full: writes fail until space is freed");
+                ApiError::storage_full()
             }
             StoreError::Backend(message) => {
                 tracing::error!(%message, "storage error");

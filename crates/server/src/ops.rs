@@ -22,6 +22,10 @@ pub async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
     match state.store().ping().await {
         Ok(()) => Json(json!({"status": "ready", "backend": state.store().backend_name()}))
             .into_response(),
+        Err(e @ stepwise_store::StoreError::StorageFull(_)) => {
+            tracing::warn!(error = %e, "not ready: the store cannot write");
+            ApiError::storage_full().into_response()
+        }
         Err(e) => {
             tracing::warn!(error = %e, "not ready");
             ApiError::new(
@@ -201,6 +205,14 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
         "stepwise_sse_subscribers",
         "Open event streams.",
         crate::events::subscriber_count() as u64,
+    );
+    // 0 while the store cannot save (its last write failed for a full disk, or the
+    // database does not answer); 1 again once a write succeeds.
+    let writable = store.ping().await.is_ok();
+    gauge(
+        "stepwise_store_writable",
+        "1 when the store can save, 0 when its writes fail (disk full, database down).",
+        u64::from(writable),
     );
     if let Ok(stats) = store.stats().await {
         gauge(

@@ -73,7 +73,9 @@ pub(crate) fn map_pg(e: tokio_postgres::Error) -> StoreError {
         return StoreError::Unavailable(e.to_string());
     };
     let code = db.code().code();
-    if code.starts_with("08") || code.starts_with("57") || code.starts_with("53") {
+    if code == SqlState::DISK_FULL.code() {
+        StoreError::StorageFull(db.message().to_string())
+    } else if code.starts_with("08") || code.starts_with("57") || code.starts_with("53") {
         StoreError::Unavailable(db.message().to_string())
     } else if code.starts_with("22") {
         StoreError::Invalid {

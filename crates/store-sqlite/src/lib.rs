@@ -1,6 +1,10 @@
-//! The embedded SQLite store: one database file in WAL mode (`synchronous=NORMAL`: a
-//! commit survives a process crash), one writer thread that commits queued writes in
-//! batches, and a small pool of reader connections used from `spawn_blocking`.
+//! The embedded SQLite store: one database file in WAL mode, one writer thread that
+//! commits queued writes in batches, and a small pool of reader connections used from
+//! `spawn_blocking`. With [`Durability::Full`] (the default) each batch's commit is synced
+//! to disk before any of its writes is acknowledged (`synchronous=FULL`: an acknowledged
+//! write survives a power cut); with [`Durability::Process`] it survives a crash of the
+//! process but not of the machine (`synchronous=NORMAL`). Group commit makes one sync
+//! cover every write of a batch.
 
 mod checkpoints;
 mod import;
@@ -30,7 +34,7 @@ use stepwise_store::{
 use tokio::sync::broadcast;
 
 use crate::rows::{bid, json_text, opt_bid};
-use crate::writer::{Published, Writer, map_sqlite};
+use crate::writer::{Published, WalPolicy, Writer, map_sqlite};
 
 mod embedded {
     refinery::embed_migrations!("migrations");
@@ -50,7 +54,46 @@ pub struct SqliteOptions {
     pub readers: usize,
     /// How long a write waits for another process holding the database lock.
     pub busy_timeout: Duration,
+    /// When an acknowledged write is safe: synced to disk, or handed to the OS.
+    pub durability: Durability,
+    /// The WAL file is checkpointed and truncated by the writer once it passes this size.
+    pub wal_limit_bytes: u64,
+    /// After this long without a write the WAL is checkpointed and truncated to zero.
+    pub wal_idle_truncate: Duration,
 }
+
+/// What an acknowledged write survives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// A power cut or an OS crash: each group commit is synced (fsync) before its writes
+    /// are acknowledged (`PRAGMA synchronous = FULL`).
+    #[default]
+    Full,
+    /// A crash of the process, not of the machine: commits reach the OS, which writes them
+    /// out later (`PRAGMA synchronous = NORMAL`).
+    Process,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Full => "full",
+            Durability::Process => "process",
+        }
+    }
+
+    fn synchronous(self) -> &'static str {
+        match self {
+            Durability::Full => "FULL",
+            Durability::Process => "NORMAL",
+        }
+    }
+}
+
+/// The WAL size past which the writer checkpoints and truncates it (64 MiB).
+pub const DEFAULT_WAL_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+/// How long without a write before the WAL is truncated to zero.
+pub const DEFAULT_WAL_IDLE_TRUNCATE: Duration = Duration::from_millis(1000);
 
 impl Default for SqliteOptions {
     fn default() -> Self {
@@ -61,6 +104,9 @@ impl Default for SqliteOptions {
             max_batch: 512,
             readers: 4,
             busy_timeout: Duration::from_secs(5),
+            durability: Durability::Full,
+            wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
+            wal_idle_truncate: DEFAULT_WAL_IDLE_TRUNCATE,
         }
     }
 }
@@ -124,12 +170,19 @@ impl SqliteStore {
             .collect();
         let hub = EventHub::new();
         let checkpoints = connect(path, &options, false)?;
+        let mut wal_path = path.as_os_str().to_owned();
+        wal_path.push("-wal");
         let (writer, handle) = Writer::start(
             conn,
             checkpoints,
             hub.clone(),
             options.queue_capacity,
             options.max_batch,
+            WalPolicy {
+                wal_path: PathBuf::from(wal_path),
+                limit_bytes: options.wal_limit_bytes,
+                idle_truncate: options.wal_idle_truncate,
+            },
         )
         .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
@@ -328,14 +381,26 @@ fn connect(path: &Path, options: &SqliteOptions, writer: bool) -> Result<Connect
         .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
     conn.busy_timeout(options.busy_timeout)
         .map_err(map_sqlite)?;
+    // `synchronous` is per connection: the writer's decides when a commit is synced; the
+    // checkpoint connection's, that checkpoints sync the database file (both do at
+    // NORMAL and FULL). `journal_size_limit` cuts a WAL that SQLite starts over back to
+    // the limit.
     let pragmas = if writer {
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; \
-         PRAGMA wal_autocheckpoint = 0; \
-         PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000;"
+        format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; PRAGMA foreign_keys = OFF; \
+             PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {}; \
+             PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000;",
+            options.durability.synchronous(),
+            options.wal_limit_bytes.min(i64::MAX as u64)
+        )
     } else {
-        "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000; PRAGMA mmap_size = 268435456;"
+        format!(
+            "PRAGMA synchronous = {}; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000; \
+             PRAGMA mmap_size = 268435456;",
+            options.durability.synchronous()
+        )
     };
-    conn.execute_batch(pragmas).map_err(map_sqlite)?;
+    conn.execute_batch(&pragmas).map_err(map_sqlite)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
@@ -1326,6 +1391,12 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<()> {
+        if !self.inner.writer.writable.load(Ordering::Relaxed) {
+            return Err(StoreError::StorageFull(format!(
+                "the last write to {} failed because the disk is full",
+                self.inner.path.display()
+            )));
+        }
         self.read(|conn, _| count(conn, "SELECT 1", []).map(|_| ()))
             .await
     }

@@ -3,8 +3,9 @@
 //! inside a savepoint so one failing job rolls back alone, commits once (group commit),
 //! and only then answers the callers and publishes the committed events.
 
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -17,8 +18,22 @@ use tokio::sync::mpsc;
 pub(crate) struct Outcome {
     /// Whether the job's writes stay (false rolls back to its savepoint).
     keep: bool,
+    /// Whether the job failed because the disk is full.
+    full: bool,
     /// Called with the commit's result once the batch is over.
     finish: Box<dyn FnOnce(Result<()>) + Send>,
+}
+
+/// How the writer keeps the WAL small.
+#[derive(Clone, Debug)]
+pub(crate) struct WalPolicy {
+    /// The `-wal` file beside the database.
+    pub(crate) wal_path: PathBuf,
+    /// Past this size the writer checkpoints the whole WAL and truncates it (TRUNCATE)
+    /// itself, between two batches, instead of leaving it to the PASSIVE checkpoints.
+    pub(crate) limit_bytes: u64,
+    /// After this long without a commit the WAL is checkpointed and truncated to zero.
+    pub(crate) idle_truncate: Duration,
 }
 
 /// Events a batch publishes once it has committed.
@@ -30,6 +45,8 @@ pub(crate) struct Writer {
     tx: mpsc::Sender<Job>,
     capacity: usize,
     pub(crate) save_errors: Arc<AtomicU64>,
+    /// False from a write that failed for a full disk until a write succeeds again.
+    pub(crate) writable: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -42,19 +59,27 @@ impl Writer {
         hub: EventHub,
         capacity: usize,
         max_batch: usize,
+        wal: WalPolicy,
     ) -> std::io::Result<(Writer, JoinHandle<()>)> {
         let (tx, rx) = mpsc::channel::<Job>(capacity);
         let save_errors = Arc::new(AtomicU64::new(0));
-        let errors = save_errors.clone();
+        let writable = Arc::new(AtomicBool::new(true));
+        let state = WriterState {
+            save_errors: save_errors.clone(),
+            writable: writable.clone(),
+            wal: wal.clone(),
+            next_escalation: Instant::now(),
+        };
         let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        let idle_truncate = wal.idle_truncate;
         let checkpointer = std::thread::Builder::new()
             .name("stepwise-sqlite-checkpoint".into())
-            .spawn(move || run_checkpoints(checkpoints, woken))?;
+            .spawn(move || run_checkpoints(checkpoints, woken, idle_truncate))?;
         let handle = std::thread::Builder::new()
             .name("stepwise-sqlite-writer".into())
             .spawn(move || {
                 let mut conn = conn;
-                run(&mut conn, rx, hub, max_batch.max(1), errors, &wake);
+                run(&mut conn, rx, hub, max_batch.max(1), state, &wake);
                 drop(wake);
                 let _ = checkpointer.join();
                 // Every sender is gone: the queue is drained. Fold the WAL back so the
@@ -66,6 +91,7 @@ impl Writer {
                 tx,
                 capacity,
                 save_errors,
+                writable,
             },
             handle,
         ))
@@ -83,11 +109,13 @@ impl Writer {
             let before = published.len();
             let result = work(conn, published);
             let keep = result.is_ok();
+            let full = matches!(result, Err(StoreError::StorageFull(_)));
             if !keep {
                 published.truncate(before);
             }
             Outcome {
                 keep,
+                full,
                 finish: Box::new(move |committed| {
                     let _ = ack_tx.send(committed.and(result));
                 }),
@@ -120,12 +148,21 @@ impl Writer {
     }
 }
 
+/// What the writer thread keeps between batches.
+struct WriterState {
+    save_errors: Arc<AtomicU64>,
+    writable: Arc<AtomicBool>,
+    wal: WalPolicy,
+    /// No escalated checkpoint before this (set after one could not finish).
+    next_escalation: Instant,
+}
+
 fn run(
     conn: &mut Connection,
     mut rx: mpsc::Receiver<Job>,
     hub: EventHub,
     max_batch: usize,
-    save_errors: Arc<AtomicU64>,
+    mut state: WriterState,
     checkpoint: &std::sync::mpsc::SyncSender<()>,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
@@ -138,10 +175,19 @@ fn run(
             }
         }
         let mut published = Published::new();
-        let (finishes, committed) = run_batch(conn, jobs.drain(..), &mut published);
+        let batch = jobs.len() as u64;
+        let (finishes, committed, full) = run_batch(conn, jobs.drain(..), &mut published);
         if committed.is_err() {
-            save_errors.fetch_add(finishes.len() as u64, Ordering::Relaxed);
+            state.save_errors.fetch_add(batch, Ordering::Relaxed);
             published.clear();
+        }
+        let full = full || matches!(committed, Err(StoreError::StorageFull(_)));
+        if full {
+            if state.writable.swap(false, Ordering::Relaxed) {
+                tracing::error!("the disk is full: writes fail until space is freed");
+            }
+        } else if committed.is_ok() && !state.writable.swap(true, Ordering::Relaxed) {
+            tracing::info!("a write succeeded again: the store can save");
         }
         // Publish before answering: an acknowledged event has already reached subscribers.
         for (tenant, event) in published {
@@ -153,6 +199,44 @@ fn run(
         if committed.is_ok() {
             // A checkpoint is due (or already pending: then this is a no-op).
             let _ = checkpoint.try_send(());
+            keep_wal_bounded(conn, &mut state);
+        }
+    }
+}
+
+/// Under steady writes a PASSIVE checkpoint never catches up with the end of the WAL, so
+/// SQLite never starts it over and the file grows without end. Past the limit the writer
+/// takes its own turn to checkpoint everything and truncate the file (the queued writes
+/// wait for it, then go in one batch). Readers still on an older snapshot delay it up to
+/// the busy timeout; if it cannot finish, the next try is a second later.
+fn keep_wal_bounded(conn: &Connection, state: &mut WriterState) {
+    let size = std::fs::metadata(&state.wal.wal_path)
+        .map(|m| m.len())
+        .unwrap_or(0);
+    if size <= state.wal.limit_bytes || Instant::now() < state.next_escalation {
+        return;
+    }
+    let started = Instant::now();
+    match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+        row.get::<_, i64>(0)
+    }) {
+        Ok(0) => {
+            tracing::debug!(
+                wal_bytes = size,
+                took_ms = started.elapsed().as_millis() as u64,
+                "the WAL passed its limit: checkpointed and truncated"
+            );
+        }
+        Ok(_) => {
+            tracing::warn!(
+                wal_bytes = size,
+                "the WAL passed its limit but readers kept it from being truncated; trying again in a second"
+            );
+            state.next_escalation = Instant::now() + Duration::from_secs(1);
+        }
+        Err(e) => {
+            tracing::warn!(wal_bytes = size, error = %e, "a WAL checkpoint failed; trying again in a second");
+            state.next_escalation = Instant::now() + Duration::from_secs(1);
         }
     }
 }
@@ -162,45 +246,75 @@ fn run(
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
 
 /// Copies committed pages from the WAL into the database file after commits, on a thread
-/// of its own: a PASSIVE checkpoint never blocks the writer or the readers, and it lets
-/// SQLite start the WAL over from its beginning once every page is copied. Ends when the
-/// writer goes away.
-fn run_checkpoints(conn: Connection, woken: std::sync::mpsc::Receiver<()>) {
-    while woken.recv().is_ok() {
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(error = %e, "a WAL checkpoint failed; the next commit tries again");
-        }
-        let until = Instant::now() + CHECKPOINT_INTERVAL;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
+/// of its own: a PASSIVE checkpoint (at most one a [`CHECKPOINT_INTERVAL`]) never blocks
+/// the writer or the readers, and it lets SQLite start the WAL over from its beginning
+/// once every page is copied. After `idle_truncate` without a commit, a TRUNCATE
+/// checkpoint copies the rest and cuts the file back to zero bytes, so a store at rest
+/// keeps no WAL. Ends when the writer goes away.
+fn run_checkpoints(
+    conn: Connection,
+    woken: std::sync::mpsc::Receiver<()>,
+    idle_truncate: Duration,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    // Commits since the last TRUNCATE, and when the last PASSIVE ran.
+    let mut dirty = false;
+    let mut last_passive: Option<Instant> = None;
+    loop {
+        let woke = if dirty {
+            woken.recv_timeout(idle_truncate)
+        } else {
+            woken.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        };
+        match woke {
+            Ok(()) => {
+                dirty = true;
+                // Commits within the interval are covered by the next checkpoint, or by
+                // the TRUNCATE once they stop.
+                if last_passive.is_none_or(|at| at.elapsed() >= CHECKPOINT_INTERVAL) {
+                    if let Err(e) =
+                        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::warn!(error = %e, "a WAL checkpoint failed; the next commit tries again");
+                    }
+                    last_passive = Some(Instant::now());
+                }
             }
-            match woken.recv_timeout(left) {
-                // Commits during the pause are covered by the next checkpoint.
-                Ok(()) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {
+                match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                    row.get::<_, i64>(0)
+                }) {
+                    Ok(0) => dirty = false,
+                    // Busy (a reader or a new write): the next idle pause tries again.
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "truncating the idle WAL failed; trying again later")
+                    }
+                }
             }
+            Err(RecvTimeoutError::Disconnected) => return,
         }
     }
 }
 
 type Finish = Box<dyn FnOnce(Result<()>) + Send>;
 
+/// Runs one batch: the callers' answers, the commit's result, and whether a job failed
+/// because the disk is full.
 fn run_batch(
     conn: &mut Connection,
     jobs: impl ExactSizeIterator<Item = Job>,
     published: &mut Published,
-) -> (Vec<Finish>, Result<()>) {
+) -> (Vec<Finish>, Result<()>, bool) {
     let mut finishes = Vec::with_capacity(jobs.len());
+    let mut full = false;
     let single = jobs.len() == 1;
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         // Nothing ran: tell every caller why (database locked for too long, disk gone).
         for job in jobs {
             let _ = job; // dropping the job drops its Ack sender: callers see Unavailable
         }
-        return (finishes, Err(map_sqlite(e)));
+        return (finishes, Err(map_sqlite(e)), false);
     }
     let mut failed_statement = None;
     for job in jobs {
@@ -209,6 +323,7 @@ fn run_batch(
             failed_statement = Some(e);
         }
         let outcome = job(conn, published);
+        full |= outcome.full;
         if !single {
             let end = if outcome.keep {
                 "RELEASE job"
@@ -226,7 +341,7 @@ fn run_batch(
         } else if !outcome.keep {
             let _ = conn.execute_batch("ROLLBACK");
             (outcome.finish)(Ok(()));
-            return (finishes, Ok(()));
+            return (finishes, Ok(()), full);
         }
         finishes.push(outcome.finish);
     }
@@ -238,7 +353,7 @@ fn run_batch(
         let _ = conn.execute_batch("ROLLBACK");
         tracing::error!(error = ?committed, jobs = finishes.len(), "a write batch failed to commit");
     }
-    (finishes, committed)
+    (finishes, committed, full)
 }
 
 fn exec_cached(conn: &Connection, sql: &str) -> Result<()> {
@@ -248,14 +363,15 @@ fn exec_cached(conn: &Connection, sql: &str) -> Result<()> {
         .map_err(map_sqlite)
 }
 
-/// Maps a SQLite error to the store's error kinds: a full disk or a locked database is
-/// `Unavailable` (the caller may retry), everything else a backend error.
+/// Maps a SQLite error to the store's error kinds: a full disk is `StorageFull`, a locked
+/// or unreachable database `Unavailable` (the caller may retry), everything else a
+/// backend error.
 pub(crate) fn map_sqlite(e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode;
     match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => StoreError::StorageFull(e.to_string()),
         Some(
-            ErrorCode::DiskFull
-            | ErrorCode::DatabaseBusy
+            ErrorCode::DatabaseBusy
             | ErrorCode::DatabaseLocked
             | ErrorCode::CannotOpen
             | ErrorCode::ReadOnly

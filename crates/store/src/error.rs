@@ -21,9 +21,13 @@ pub enum StoreError {
     /// A row the call refers to does not exist for this tenant.
     #[error("{0} not found")]
     NotFound(&'static str),
-    /// The database cannot be reached or written (down, disk full, writer stopped).
+    /// The database cannot be reached or written (down, locked, writer stopped).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The database's disk (or quota) is full: writes fail until space is freed; reads
+    /// still work.
+    #[error("storage full: {0}")]
+    StorageFull(String),
     /// Anything else the backend reports; a bug or an unexpected database error.
     #[error("storage error: {0}")]
     Backend(String),
