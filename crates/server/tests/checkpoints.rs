@@ -799,3 +799,107 @@ async fn new_checkpoints_are_events_and_mirror_the_conversation() {
     .await;
     server.stop().await;
 }
+
+/// Figures for issue 13 (no thresholds: it prints them):
+/// `cargo test --release -p stepwise-server --test checkpoints -- --ignored --nocapture`.
+/// A 1,000-step thread whose `messages` list grows by one ~400-byte message per step (stored
+/// as appends): GET latest, whole and with `have`; a thread of 20,000 checkpoints: list 20.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "figures; run explicitly with --release"]
+async fn checkpoint_figures() {
+    use stepwise_store::{BlobBody, NewBlob, NewCheckpoint, TypedValue};
+    let server = TestServer::start().await;
+    let tenant = Tenant::new(stepwise_server::LOCAL_TENANT).expect("tenant");
+    let message = "x".repeat(400);
+    let new =
+        |thread: &str, i: u32, blobs: Vec<NewBlob>, versions: &[(&str, String)]| NewCheckpoint {
+            thread_id: thread.into(),
+            user_id: "bench".into(),
+            checkpoint_ns: String::new(),
+            checkpoint_id: format!("{i:08}"),
+            parent_checkpoint_id: (i > 1).then(|| format!("{:08}", i - 1)),
+            checkpoint: TypedValue::new("msgpack", vec![7u8; 300]),
+            metadata: json!({"source": "loop", "step": i, "run_id": "run"}),
+            channel_versions: versions
+                .iter()
+                .map(|(c, v)| (c.to_string(), json!(v)))
+                .collect(),
+            blobs,
+        };
+    for i in 1..=1000u32 {
+        let version = format!("{i:08}");
+        let blobs = vec![
+            NewBlob {
+                channel: "messages".into(),
+                version: version.clone(),
+                body: BlobBody::Append {
+                    base_version: (i > 1).then(|| format!("{:08}", i - 1)),
+                    items: vec![TypedValue::new("msgpack", message.as_bytes().to_vec())],
+                },
+            },
+            NewBlob {
+                channel: "count".into(),
+                version: version.clone(),
+                body: BlobBody::Full(TypedValue::new("msgpack", i.to_le_bytes().to_vec())),
+            },
+        ];
+        let versions = [("messages", version.clone()), ("count", version)];
+        server
+            .store
+            .put_checkpoint(&tenant, new("long", i, blobs, &versions))
+            .await
+            .expect("put");
+    }
+    for i in 1..=20_000u32 {
+        server
+            .store
+            .put_checkpoint(&tenant, new("many", i, Vec::new(), &[]))
+            .await
+            .expect("put");
+    }
+    async fn timed(server: &TestServer, path: &str, n: usize) -> (f64, f64, usize) {
+        let mut ms = Vec::with_capacity(n);
+        let mut bytes = 0;
+        for _ in 0..n {
+            let started = std::time::Instant::now();
+            let response = server
+                .client
+                .get(server.url(path))
+                .send()
+                .await
+                .expect("get");
+            assert_eq!(response.status().as_u16(), 200);
+            bytes = response.bytes().await.expect("body").len();
+            ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        ms.sort_by(f64::total_cmp);
+        (ms[n / 2], ms[n * 95 / 100], bytes)
+    }
+    let have = enc(&json!({"messages": "00000999"}).to_string());
+    for (what, path) in [
+        (
+            "get latest, 1,000-step thread (whole list)",
+            "/v1/threads/long/checkpoints/latest?checkpoint_ns=".to_string(),
+        ),
+        (
+            "get latest, 1,000-step thread (have the previous step)",
+            format!("/v1/threads/long/checkpoints/latest?checkpoint_ns=&have={have}"),
+        ),
+        (
+            "list limit=20, 20,000 checkpoints, ns=\"\"",
+            "/v1/threads/many/checkpoints?checkpoint_ns=&limit=20".to_string(),
+        ),
+        (
+            "list limit=20, 20,000 checkpoints, every ns",
+            "/v1/threads/many/checkpoints?limit=20".to_string(),
+        ),
+        (
+            "list limit=20 before the middle",
+            "/v1/threads/many/checkpoints?checkpoint_ns=&limit=20&before=00010000".to_string(),
+        ),
+    ] {
+        let (p50, p95, bytes) = timed(&server, &path, 200).await;
+        println!("{what}: p50 {p50:.2} ms, p95 {p95:.2} ms, {bytes} bytes");
+    }
+    server.stop().await;
+}
