@@ -85,7 +85,12 @@ async fn items_come_back_exactly_and_the_latest_n_oldest_first() {
     assert_eq!(items(&server, &session, "").await, (vec![], 0));
 
     let first = turn();
-    let (status, body) = add(&server, &session, json!({"items": first[..3], "version": 0})).await;
+    let (status, body) = add(
+        &server,
+        &session,
+        json!({"items": first[..3], "version": 0}),
+    )
+    .await;
     assert_eq!((status, &body), (201, &json!({"added": 3, "version": 1})));
     let (status, body) = add(&server, &session, json!({"items": first[3..]})).await;
     assert_eq!((status, &body), (201, &json!({"added": 2, "version": 2})));
@@ -110,7 +115,6 @@ async fn items_come_back_exactly_and_the_latest_n_oldest_first() {
     let (status, body) = add(&server, &session, json!({"items": []})).await;
     assert_eq!((status, &body), (200, &json!({"added": 0, "version": 2})));
     assert_eq!(steps(&server, &session).await.len(), 2);
-
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,8 +298,12 @@ async fn a_write_at_a_stale_version_is_a_conflict_and_writes_nothing() {
         let server = &server;
         let session = &session;
         async move {
-            add(server, session, json!({"items": [{"role": "user", "content": format!("m{i}")}]}))
-                .await
+            add(
+                server,
+                session,
+                json!({"items": [{"role": "user", "content": format!("m{i}")}]}),
+            )
+            .await
         }
     });
     for (status, body) in futures_util::future::join_all(adds).await {
@@ -346,7 +354,12 @@ async fn user_and_assistant_messages_tool_calls_and_events_show_in_the_session()
     add(&server, &session, json!({"items": all[..1]})).await;
     add(&server, &session, json!({"items": all[1..]})).await;
 
-    let messages = server.messages(&session).await;
+    // The messages follow the steps by a moment (in order).
+    let messages = wait_for(|| async {
+        let messages = server.messages(&session).await;
+        (messages.len() >= 2).then_some(messages)
+    })
+    .await;
     let said: Vec<(Value, Value)> = messages
         .iter()
         .map(|m| (m["role"].clone(), m["content"].clone()))
@@ -401,7 +414,20 @@ async fn user_and_assistant_messages_tool_calls_and_events_show_in_the_session()
     )
     .await;
     assert_eq!(status, 200);
-    assert_eq!(server.messages(&session).await.len(), 3);
+    // Mirrors keep the order of the writes: once a later add's message is there, the retry
+    // would have shown before it.
+    add(
+        &server,
+        &session,
+        json!({"items": [{"role": "user", "content": "marker"}]}),
+    )
+    .await;
+    let messages = wait_for(|| async {
+        let messages = server.messages(&session).await;
+        (messages.last().map(|m| m["content"].clone()) == Some(json!("marker"))).then_some(messages)
+    })
+    .await;
+    assert_eq!(messages.len(), 4, "{messages:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,7 +471,11 @@ async fn refused_input_writes_nothing() {
         .await;
     assert_eq!(status, 415);
     for query in ["?limit=-1", "?limit=x", "?limit=9007199254740992"] {
-        assert_eq!(server.get(&format!("{path}{query}")).await.0, 400, "{query}");
+        assert_eq!(
+            server.get(&format!("{path}{query}")).await.0,
+            400,
+            "{query}"
+        );
     }
     for query in ["?version=-1", "?version=x", "?op_id=%20"] {
         assert_eq!(clear(&server, &session, query).await.0, 400, "{query}");
@@ -473,13 +503,17 @@ async fn refused_input_writes_nothing() {
         .await;
     assert_eq!(executions["items"], json!([]));
     // A whole number written as a float is a number.
-    let (status, body) = add(&server, &session, json!({"items": [{"a": 1}], "version": 0.0})).await;
+    let (status, body) = add(
+        &server,
+        &session,
+        json!({"items": [{"a": 1}], "version": 0.0}),
+    )
+    .await;
     assert_eq!((status, body["version"].clone()), (201, json!(1)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_conversation_goes_on_in_a_new_execution_and_deleted_sessions_are_read_only()
-{
+async fn a_cancelled_conversation_goes_on_in_a_new_execution_and_deleted_sessions_are_read_only() {
     let server = TestServer::start().await;
     let session = new_session(&server).await;
     let all = turn();

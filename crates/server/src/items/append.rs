@@ -74,13 +74,18 @@ pub async fn append<S: Store>(
     let fields = body_object(&body)?;
     let items = match fields.get("items") {
         Some(Value::Array(items)) => items,
-        Some(_) => return Err(ApiError::invalid("items", "items must be an array of JSON objects")),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "items",
+                "items must be an array of JSON objects",
+            ));
+        }
         None => return Err(ApiError::invalid("items", "missing field `items`")),
     };
     check_items(items)?;
     let params = body_params(fields)?;
     if items.is_empty() {
-        let conversation = load(&state, &caller, &id).await?;
+        let conversation = load(&state, &caller, &id, false).await?;
         let added = ItemsAdded {
             added: 0,
             version: conversation.version(),
@@ -225,10 +230,8 @@ fn add_step(items: &[Value], op_id: &str) -> PlannedStep {
         if let Some(role) = message_role(item) {
             let text = content_text(item.get("content"));
             match role {
-                "user" => {
-                    if !text.trim().is_empty() {
-                        messages.push((Role::User, cut(&text, crate::limits::MAX_CONTENT_CHARS)));
-                    }
+                "user" if !text.trim().is_empty() => {
+                    messages.push((Role::User, cut(&text, crate::limits::MAX_CONTENT_CHARS)));
                 }
                 "assistant" => {
                     only_input = false;

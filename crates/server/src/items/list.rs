@@ -43,7 +43,7 @@ pub async fn list<S: Store>(
     ApiQuery(query): ApiQuery<ListItemsQuery>,
 ) -> ApiResult<Response> {
     let limit = parse_limit(&query.limit)?;
-    let conversation = load(&state, &caller, &id).await?;
+    let conversation = load(&state, &caller, &id, false).await?;
     let version = conversation.version();
     let items = if limit == Some(0) {
         Items::default()

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use stepwise_core::{
-    EventType, Execution, ExecutionStatus, Id, Role, Session, SessionStatus, StepBody, StepKind,
+    EventType, Execution, ExecutionStatus, Id, Role, SessionStatus, StepBody, StepKind,
 };
 use stepwise_engine::EXTERNAL_AGENT;
 use stepwise_store::{NewExecution, NewStep, Store, StoreError};
@@ -105,9 +105,8 @@ impl WriteParams {
 
 /// The fields of a JSON body, which must be an object.
 pub(crate) fn body_object(body: &Value) -> ApiResult<&serde_json::Map<String, Value>> {
-    body.as_object().ok_or_else(|| {
-        ApiError::bad_request("the body is not valid: it must be a JSON object")
-    })
+    body.as_object()
+        .ok_or_else(|| ApiError::bad_request("the body is not valid: it must be a JSON object"))
 }
 
 /// `version` and `op_id` of a body (absent or `null`: not given). A whole number written as
@@ -142,9 +141,12 @@ pub(crate) fn body_params(body: &serde_json::Map<String, Value>) -> ApiResult<Wr
 
 // --- the conversation ------------------------------------------------------------------------
 
-/// A session and its conversation executions, oldest first.
+/// A session's conversation executions, oldest first.
+#[derive(Clone)]
 pub(crate) struct Conversation {
-    pub session: Session,
+    pub session_id: Id,
+    /// Whether the session is deleted (read by writes; reads do not look).
+    pub deleted: bool,
     pub executions: Vec<Execution>,
 }
 
@@ -172,27 +174,34 @@ pub(crate) fn is_conversation(execution: &Execution) -> bool {
         && execution.metadata.get(MARKER_KEY).and_then(Value::as_str) == Some(MARKER_VALUE)
 }
 
-/// The session (404 when it is not the caller's) and its conversation executions.
+/// The session's conversation executions (404 when the session is not the caller's). Reads
+/// of a session with a conversation take one query; writes also read the session's status.
 pub(crate) async fn load<S: Store>(
     state: &AppState<S>,
     caller: &Caller,
     id: &str,
+    for_write: bool,
 ) -> ApiResult<Conversation> {
     let id = path_id(id, "id")?;
-    let session = state
-        .store()
-        .get_session(&caller.tenant, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("session"))?;
-    let executions = state
+    let executions: Vec<Execution> = state
         .store()
         .list_executions(&caller.tenant, id)
         .await?
         .into_iter()
         .filter(is_conversation)
         .collect();
+    let mut deleted = false;
+    if for_write || executions.is_empty() {
+        let session = state
+            .store()
+            .get_session(&caller.tenant, id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("session"))?;
+        deleted = session.status == SessionStatus::Deleted;
+    }
     Ok(Conversation {
-        session,
+        session_id: id,
+        deleted,
         executions,
     })
 }
@@ -285,7 +294,7 @@ pub(crate) async fn items_at<S: Store>(
     conversation: &Conversation,
     version: u64,
 ) -> ApiResult<Items> {
-    let key = (caller.tenant.as_str().to_string(), conversation.session.id);
+    let key = (caller.tenant.as_str().to_string(), conversation.session_id);
     if let Some(items) = cache().get(&key, version) {
         return Ok(items);
     }
@@ -457,12 +466,22 @@ pub(crate) async fn write<S: Store>(
     );
     // Writes to one conversation take turns in this process (other processes race through
     // the store: a conflict, or for a write without version another attempt).
-    let _turn = WriteTurn::take(&key).await;
+    let _turn = Turn::take(write_turns(), &key).await;
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let conversation = load(state, caller, session_id).await?;
-        if conversation.session.status == SessionStatus::Deleted {
+        // A write at the version this process last wrote skips the reads (the store still
+        // refuses it if another process wrote meanwhile: then it reads and goes again).
+        let remembered = match params.version {
+            Some(version) if attempt == 1 => recent().get(&key, version),
+            _ => None,
+        };
+        let from_memory = remembered.is_some();
+        let conversation = match remembered {
+            Some(conversation) => conversation,
+            None => load(state, caller, session_id, true).await?,
+        };
+        if conversation.deleted {
             return Err(ApiError::invalid_state("the session is deleted"));
         }
         let current = conversation.version();
@@ -491,8 +510,9 @@ pub(crate) async fn write<S: Store>(
             });
         };
         let number = version + 1;
-        let (execution, step_number) = match conversation.locate(number) {
-            Some((i, local)) => (conversation.executions[i].clone(), local),
+        let mut conversation = conversation;
+        let (index, step_number) = match conversation.locate(number) {
+            Some(found) => found,
             None => {
                 let last = conversation
                     .executions
@@ -500,12 +520,15 @@ pub(crate) async fn write<S: Store>(
                     .filter(|e| !e.status.is_finished());
                 match last {
                     Some(last) => (
-                        last.clone(),
+                        conversation.executions.len() - 1,
                         u32::try_from(last.step_count + 1)
                             .map_err(|_| ApiError::invalid_state("the conversation is full"))?,
                     ),
                     None => match open_conversation(state, caller, &conversation).await? {
-                        Some(opened) => (opened, 1),
+                        Some(opened) => {
+                            conversation.executions.push(opened);
+                            (conversation.executions.len() - 1, 1)
+                        }
                         // Another request opened one meanwhile: read again.
                         None if attempt < MAX_ATTEMPTS => continue,
                         None => {
@@ -517,13 +540,14 @@ pub(crate) async fn write<S: Store>(
                 }
             }
         };
+        let execution_id = conversation.executions[index].id;
         let output = planned.body.output.clone();
         let appended = state
             .store()
             .append_step(
                 &caller.tenant,
                 NewStep {
-                    execution_id: execution.id,
+                    execution_id,
                     step_number,
                     kind: planned.kind,
                     body: planned.body,
@@ -533,6 +557,11 @@ pub(crate) async fn write<S: Store>(
             .await;
         let appended = match appended {
             Ok(appended) => appended,
+            // What this process remembered is out of date: read and go again.
+            Err(StoreError::Conflict(_) | StoreError::InvalidState(_)) if from_memory => {
+                recent().forget(&key);
+                continue;
+            }
             // Another write took this number (or the execution finished meanwhile): with no
             // version named, write after it instead.
             Err(StoreError::Conflict(_) | StoreError::InvalidState(_))
@@ -551,33 +580,41 @@ pub(crate) async fn write<S: Store>(
         };
         if appended.created {
             cache().advance(&key, version, &output);
-            let session_id = conversation.session.id;
-            for (role, content) in &planned.messages {
-                state
-                    .engine
-                    .say(&caller.tenant, session_id, execution.id, *role, content)
+            let execution = &mut conversation.executions[index];
+            execution.step_count = execution.step_count.max(u64::from(step_number));
+            recent().put(&key, conversation.clone(), from_memory);
+            // The readable side (messages, the step's event) follows in order, without
+            // holding up the answer: the step itself is durable already.
+            let mirror = Turn::take(mirror_turns(), &key).await;
+            let engine = state.engine.clone();
+            let tenant = caller.tenant.clone();
+            let session_id = conversation.session_id;
+            let tool = appended.step.tool_calls.first().map(|c| c.name.clone());
+            tokio::spawn(async move {
+                let _mirror = mirror;
+                for (role, content) in &planned.messages {
+                    engine
+                        .say(&tenant, session_id, execution_id, *role, content)
+                        .await;
+                }
+                let mut metadata = json!({
+                    "step_number": step_number,
+                    "items_op": output.get("items_op").cloned().unwrap_or(Value::Null),
+                });
+                if let (Some(tool), Some(map)) = (tool, metadata.as_object_mut()) {
+                    map.insert("tool".into(), Value::String(tool));
+                }
+                engine
+                    .emit(
+                        &tenant,
+                        Some(session_id),
+                        Some(execution_id),
+                        EventType::StepCompleted,
+                        &format!("Completed step {step_number}"),
+                        metadata,
+                    )
                     .await;
-            }
-            let mut metadata = json!({
-                "step_number": step_number,
-                "items_op": output.get("items_op").cloned().unwrap_or(Value::Null),
             });
-            if let Some(tool) = appended.step.tool_calls.first().map(|c| c.name.clone())
-                && let Some(map) = metadata.as_object_mut()
-            {
-                map.insert("tool".into(), Value::String(tool));
-            }
-            state
-                .engine
-                .emit(
-                    &caller.tenant,
-                    Some(session_id),
-                    Some(execution.id),
-                    EventType::StepCompleted,
-                    &format!("Completed step {step_number}"),
-                    metadata,
-                )
-                .await;
         }
         return Ok(Written {
             version: number,
@@ -590,45 +627,100 @@ pub(crate) async fn write<S: Store>(
 /// Attempts of a write without version when other processes keep taking its number.
 const MAX_ATTEMPTS: u32 = 16;
 
-/// The turn of one write to a conversation in this process.
-struct WriteTurn {
+/// A turn on one conversation in this process: writes take turns, and so do the mirrors
+/// of their steps (in the order of the writes).
+struct Turn {
+    map: &'static TurnMap,
     key: CacheKey,
     lock: Arc<tokio::sync::Mutex<()>>,
-    _guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 type TurnMap = Mutex<HashMap<CacheKey, Arc<tokio::sync::Mutex<()>>>>;
 
-fn turns() -> &'static TurnMap {
+fn write_turns() -> &'static TurnMap {
     static TURNS: OnceLock<TurnMap> = OnceLock::new();
     TURNS.get_or_init(TurnMap::default)
 }
 
-impl WriteTurn {
-    async fn take(key: &CacheKey) -> WriteTurn {
-        let lock = turns()
+fn mirror_turns() -> &'static TurnMap {
+    static TURNS: OnceLock<TurnMap> = OnceLock::new();
+    TURNS.get_or_init(TurnMap::default)
+}
+
+impl Turn {
+    async fn take(map: &'static TurnMap, key: &CacheKey) -> Turn {
+        let lock = map
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .entry(key.clone())
             .or_default()
             .clone();
         let guard = lock.clone().lock_owned().await;
-        WriteTurn {
+        Turn {
+            map,
             key: key.clone(),
             lock,
-            _guard: Some(guard),
+            guard: Some(guard),
         }
     }
 }
 
-impl Drop for WriteTurn {
+impl Drop for Turn {
     fn drop(&mut self) {
-        self._guard = None;
-        let mut map = turns().lock().unwrap_or_else(|e| e.into_inner());
+        self.guard = None;
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         // Only the map and this turn hold it: nobody waits, forget it.
         if Arc::strong_count(&self.lock) == 2 {
             map.remove(&self.key);
         }
+    }
+}
+
+/// How long a write may rely on what this process read of a conversation (the session's
+/// status: a session deleted meanwhile refuses writes at most this much later).
+const REMEMBER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The conversations this process wrote to last, as of their last write.
+#[derive(Default)]
+struct Recent(Mutex<HashMap<CacheKey, (Conversation, std::time::Instant)>>);
+
+fn recent() -> &'static Recent {
+    static RECENT: OnceLock<Recent> = OnceLock::new();
+    RECENT.get_or_init(Recent::default)
+}
+
+impl Recent {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<CacheKey, (Conversation, std::time::Instant)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The conversation at `version`, if this process wrote it last and read it recently.
+    fn get(&self, key: &CacheKey, version: u64) -> Option<Conversation> {
+        let map = self.lock();
+        let (conversation, read_at) = map.get(key)?;
+        (read_at.elapsed() < REMEMBER && conversation.version() == version)
+            .then(|| conversation.clone())
+    }
+
+    /// After a write: `from_memory` keeps the time it was last read from the store.
+    fn put(&self, key: &CacheKey, conversation: Conversation, from_memory: bool) {
+        let mut map = self.lock();
+        let now = std::time::Instant::now();
+        let read_at = match map.get(key) {
+            Some((_, at)) if from_memory => *at,
+            _ => now,
+        };
+        if map.len() >= 10_000 {
+            map.retain(|_, (_, at)| at.elapsed() < REMEMBER);
+        }
+        map.insert(key.clone(), (conversation, read_at));
+    }
+
+    fn forget(&self, key: &CacheKey) {
+        self.lock().remove(key);
     }
 }
 
@@ -654,10 +746,10 @@ async fn open_conversation<S: Store>(
     seen: &Conversation,
 ) -> ApiResult<Option<Execution>> {
     let _guard = open_lock().lock().await;
-    let session = &seen.session;
+    let session_id = seen.session_id;
     let now: Vec<Id> = state
         .store()
-        .list_executions(&caller.tenant, session.id)
+        .list_executions(&caller.tenant, session_id)
         .await?
         .into_iter()
         .filter(|e| is_conversation(e) && !e.status.is_finished())
@@ -671,7 +763,7 @@ async fn open_conversation<S: Store>(
         .create_execution(
             &caller.tenant,
             NewExecution {
-                session_id: Some(session.id),
+                session_id: Some(session_id),
                 parent_execution_id: None,
                 user_id: caller.user_id.clone(),
                 agent_type: EXTERNAL_AGENT.to_string(),
@@ -686,7 +778,7 @@ async fn open_conversation<S: Store>(
         .engine
         .emit(
             &caller.tenant,
-            Some(session.id),
+            Some(session_id),
             Some(execution.id),
             EventType::ExecutionStarted,
             "Conversation started",
@@ -725,7 +817,12 @@ pub(crate) fn harden(doc: &mut Value) {
         "items",
         json!({"type": "array", "items": object}),
     );
-    set(doc, "PoppedItem", "item", json!({"type": ["object", "null"]}));
+    set(
+        doc,
+        "PoppedItem",
+        "item",
+        json!({"type": ["object", "null"]}),
+    );
     let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
         return;
     };

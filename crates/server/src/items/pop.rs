@@ -72,7 +72,10 @@ pub(crate) fn doc() {}
 /// A short description of an item for a pop step (`message (user)`, `function_call`).
 fn describe(item: &Value) -> String {
     use crate::error::cut;
-    let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
     match item.get("role").and_then(Value::as_str) {
         Some(role) => format!("{} ({})", cut(kind, 64), cut(role, 32)),
         None => cut(kind, 64),
