@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import time
 import uuid
 from typing import Any
 
@@ -319,7 +320,13 @@ async def test_a_runner_conversation_is_kept_in_stepwise(
 
     # In Stepwise: the messages, and the tool call and its output as steps.
     sid = await session.stepwise_session_id()
-    messages = [(m["role"], m["content"]) for m in client.list_messages(sid)]
+    # The messages follow the steps by a moment.
+    deadline = time.monotonic() + 30
+    while True:
+        messages = [(m["role"], m["content"]) for m in client.list_messages(sid)]
+        if len(messages) >= 4 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.02)
     assert messages == [
         ("user", "Weather in Paris?"),
         ("assistant", "It is 18 °C in Paris."),
@@ -333,3 +340,21 @@ async def test_a_runner_conversation_is_kept_in_stepwise(
     assert calls == [{"id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}]
     assert any(step["observations"] == "18 °C and light rain in Paris" for step in steps)
     assert all(step["output"]["items_op"] == "add" for step in steps)
+
+
+async def test_calls_survive_a_server_restart_and_a_cancelled_read() -> None:
+    from stepwise.testing import local_server
+
+    with local_server() as own:
+        session = StepwiseSession(unique(), base_url=own.url)
+        await session.add_items([{"role": "user", "content": "before"}])
+        own.restart()  # the kept-alive connection is gone
+        await session.add_items([{"role": "user", "content": "after"}])
+        assert [i["content"] for i in await session.get_items()] == ["before", "after"]
+        read = asyncio.create_task(session.get_items())
+        await asyncio.sleep(0)
+        read.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await read
+        assert [i["content"] for i in await session.get_items(limit=1)] == ["after"]
+        await session.aclose()

@@ -61,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
+from ._items import ItemsConnection, fast_path_for
 
 __all__ = ["StepwiseSession", "stepwise_name"]
 
@@ -179,6 +180,8 @@ class StepwiseSession:
         # AsyncStepwise clients of our own, one per event loop (an httpx.AsyncClient's
         # connections belong to the loop that opened them).
         self._own: dict[asyncio.AbstractEventLoop, AsyncStepwise] = {}
+        # The lean connection for the items calls, per event loop (None: use the client).
+        self._fast: dict[asyncio.AbstractEventLoop, ItemsConnection | None] = {}
         self._name = self._stepwise_name()
         # The Stepwise session's id once known, and the conversation's version (its step
         # count) as of this session's last answer.
@@ -216,11 +219,35 @@ class StepwiseSession:
         return own
 
     async def aclose(self) -> None:
-        """Closes this session's own client of the running loop (not a given one)."""
+        """Closes this session's connections of the running loop (not a given client)."""
         loop = asyncio.get_running_loop()
+        fast = self._fast.pop(loop, None)
+        if fast is not None:
+            await fast.close()
         own = self._own.pop(loop, None)
         if own is not None:
             await own.aclose()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """One items call (all of them are safe to retry): over the lean connection when
+        the server is reached over plain HTTP, else through the client."""
+        client = self.client
+        loop = asyncio.get_running_loop()
+        if loop not in self._fast:
+            for old in [l for l in self._fast if l.is_closed()]:
+                del self._fast[old]
+            self._fast[loop] = fast_path_for(client)
+        fast = self._fast[loop]
+        if fast is not None:
+            return await fast.request(method, path, json_body=json, params=params, idempotent=True)
+        return await client.request(method, path, json=json, params=params, idempotent=True)
 
     async def stepwise_session_id(self) -> str:
         """The id of the Stepwise session (found by name, or created)."""
@@ -271,7 +298,7 @@ class StepwiseSession:
         if self._stepwise_id is None:
             await self._resolve()
         params = {"limit": limit} if limit is not None else None
-        answer = await self.client.request("GET", self._path(), params=params)
+        answer = await self._call("GET", self._path(), params=params)
         self._version = int(answer["version"])
         return cast(list[TResponseInputItem], answer["items"])
 
@@ -320,11 +347,10 @@ class StepwiseSession:
         async def send(version: int, op_id: str) -> dict[str, Any]:
             return cast(
                 dict[str, Any],
-                await self.client.request(
+                await self._call(
                     "POST",
                     self._path(),
                     json={"items": batch, "version": version, "op_id": op_id},
-                    idempotent=True,
                 ),
             )
 
@@ -336,11 +362,10 @@ class StepwiseSession:
         async def send(version: int, op_id: str) -> dict[str, Any]:
             return cast(
                 dict[str, Any],
-                await self.client.request(
+                await self._call(
                     "POST",
                     self._path("/pop"),
                     json={"version": version, "op_id": op_id},
-                    idempotent=True,
                 ),
             )
 
@@ -353,11 +378,10 @@ class StepwiseSession:
         async def send(version: int, op_id: str) -> dict[str, Any]:
             return cast(
                 dict[str, Any],
-                await self.client.request(
+                await self._call(
                     "DELETE",
                     self._path(),
                     params={"version": version, "op_id": op_id},
-                    idempotent=True,
                 ),
             )
 

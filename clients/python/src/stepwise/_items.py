@@ -1,0 +1,234 @@
+"""A lean keep-alive HTTP/1.1 connection for the conversation-items calls.
+
+`StepwiseSession` makes one small request per `add_items`; through httpx each costs about half
+a millisecond of Python before the server sees it, more than the write itself. This sends the
+same requests over one plain asyncio connection (tens of microseconds). It is used only for
+``http://`` servers reached directly (no proxy in the environment) by a client with the
+default transport; anything else goes through `AsyncStepwise.request`.
+
+It keeps the client's behaviour: the same headers (API key, user agent), JSON bodies, the
+API's error shape as `StepwiseError`, and retries of idempotent calls after connection errors,
+429 (honouring ``Retry-After``) and 502/503/504, with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import urllib.request
+from typing import Any, Mapping
+from urllib.parse import quote, urlencode, urlsplit
+
+import httpx
+
+from ._async_client import AsyncStepwise
+from ._errors import StepwiseError, error_from_answer
+
+__all__ = ["ItemsConnection", "fast_path_for"]
+
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_MAX_HEADER_BYTES = 64 * 1024
+
+
+def fast_path_for(client: AsyncStepwise) -> "ItemsConnection | None":
+    """An `ItemsConnection` for this client's server, or ``None`` when the client must be used
+    (https, a proxy, a custom transport)."""
+    parts = urlsplit(client.base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    transport = getattr(getattr(client, "_http", None), "_transport", None)
+    if type(transport) is not httpx.AsyncHTTPTransport:
+        return None
+    proxies = urllib.request.getproxies()
+    if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(
+        parts.hostname
+    ):
+        return None
+    timeout = client.timeout.read if client.timeout.read is not None else 30.0
+    headers = dict(getattr(client, "_headers", {}))
+    return ItemsConnection(
+        parts.hostname,
+        parts.port or 80,
+        parts.path.rstrip("/"),
+        headers,
+        timeout=float(timeout),
+        max_retries=client.max_retries,
+    )
+
+
+class ItemsConnection:
+    """One keep-alive connection (per event loop: make one in each), one request at a time."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        prefix: str,
+        headers: Mapping[str, str],
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+    ) -> None:
+        self.host, self.port, self.prefix = host, port, prefix
+        self.timeout = timeout
+        self.max_retries = max_retries
+        host_header = host if port == 80 else f"{host}:{port}"
+        if ":" in host and not host.startswith("["):
+            host_header = f"[{host}]" if port == 80 else f"[{host}]:{port}"
+        lines = [f"Host: {host_header}"]
+        for key, value in headers.items():
+            if key.lower() not in {"host", "content-length", "content-type", "connection"}:
+                lines.append(f"{key}: {value}")
+        self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock: asyncio.Lock | None = None
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}:{self.port}{self.prefix}{path}"
+
+    async def close(self) -> None:
+        writer, self._reader, self._writer = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (OSError, asyncio.CancelledError):
+                pass
+
+    def _drop(self) -> None:
+        writer, self._reader, self._writer = self._writer, None, None
+        if writer is not None:
+            writer.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        idempotent: bool = False,
+    ) -> Any:
+        """Sends one request and returns the parsed JSON answer (``None`` when empty)."""
+        target = quote(self.prefix + path, safe="/:@!$&'()*+,;=-._~")
+        if params:
+            target += "?" + urlencode({k: str(v) for k, v in params.items()})
+        body = b""
+        head = f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + self._head
+        if json_body is not None:
+            body = json.dumps(
+                json_body, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            ).encode("utf-8")
+            head += b"Content-Type: application/json\r\n"
+        if json_body is not None or method in ("POST", "PUT", "PATCH"):
+            head += f"Content-Length: {len(body)}\r\n".encode("latin-1")
+        message = head + b"\r\n" + body
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        attempt = 0
+        async with self._lock:
+            while True:
+                try:
+                    status, headers, content = await asyncio.wait_for(
+                        self._exchange(message), self.timeout
+                    )
+                except asyncio.CancelledError:
+                    # The answer may still come: this connection cannot be reused.
+                    self._drop()
+                    raise
+                except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.TimeoutError,
+                        ValueError) as exc:
+                    self._drop()
+                    # A kept-alive connection the server closed meanwhile fails at once: the
+                    # first retry goes without a pause.
+                    if idempotent and attempt < max(self.max_retries, 1):
+                        attempt += 1
+                        await asyncio.sleep(0 if attempt == 1 else self._backoff(attempt))
+                        continue
+                    raise StepwiseError(
+                        "connection_error",
+                        f"no answer from {self.url('')} to {method} {path}: "
+                        f"{exc or type(exc).__name__} ({type(exc).__name__})",
+                        method=method,
+                        url=self.url(path),
+                    ) from exc
+                if status in _RETRY_STATUSES and idempotent and attempt < self.max_retries:
+                    attempt += 1
+                    await asyncio.sleep(self._retry_after(headers) or self._backoff(attempt))
+                    continue
+                break
+        parsed: Any = None
+        text = ""
+        if content:
+            try:
+                parsed = json.loads(content)
+            except ValueError:
+                text = content[:2000].decode("utf-8", "replace")
+        if not 200 <= status < 300:
+            raise error_from_answer(
+                status, parsed, text, method=method, url=self.url(path), reason=""
+            )
+        if text:
+            raise StepwiseError(
+                "invalid_response",
+                f"the answer to {method} {path} is not JSON: {text[:200]!r}",
+                status=status,
+                method=method,
+                url=self.url(path),
+            )
+        return parsed
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        return min(0.25 * 2 ** (attempt - 1), 8.0) * (0.5 + random.random() / 2)
+
+    @staticmethod
+    def _retry_after(headers: dict[str, str]) -> float | None:
+        try:
+            return min(float(headers.get("retry-after", "")), 60.0)
+        except ValueError:
+            return None
+
+    async def _exchange(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
+        if self._writer is None or self._reader is None or self._writer.is_closing():
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, limit=_MAX_HEADER_BYTES
+            )
+        reader, writer = self._reader, self._writer
+        writer.write(message)
+        await writer.drain()
+        raw = await reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+            raise ValueError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
+        status = int(parts[1])
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if ":" in line:
+                key, value = line.split(":", 1)
+                headers[key.strip().lower()] = value.strip()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            chunks = []
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                        pass
+                    break
+                chunks.append(await reader.readexactly(size))
+                await reader.readexactly(2)
+            content = b"".join(chunks)
+        elif "content-length" in headers:
+            content = await reader.readexactly(int(headers["content-length"]))
+        elif status in (204, 304) or 100 <= status < 200:
+            content = b""
+        else:
+            content = await reader.read()
+            headers["connection"] = "close"
+        if headers.get("connection", "").lower() == "close":
+            self._drop()
+        return status, headers, content
