@@ -635,6 +635,20 @@ async fn run_level(
         bench_db.path.display()
     ));
 
+    // The yardstick first, right before W1, so both run under the same conditions.
+    progress.stage(&format!(
+        "raw: the W1 steps through a plain rusqlite insert loop, synchronous={}",
+        synchronous(level)
+    ));
+    let raw_bodies: Vec<StepBody> = (1..=args.w1_steps as usize)
+        .map(|k| corpus.line(k).clone())
+        .collect();
+    let scratch_path = scratch.to_path_buf();
+    let raw_total =
+        tokio::task::spawn_blocking(move || raw_insert(&scratch_path, raw_bodies, level))
+            .await
+            .context("the raw insert task failed")??;
+
     // W1, then W4 on the database as W1 left it.
     progress.stage(&format!(
         "W1: one session, {} durable appends",
@@ -698,19 +712,6 @@ async fn run_level(
     db::close_sqlite(store)
         .await
         .context("closing the store after W3")?;
-
-    progress.stage(&format!(
-        "raw: the W1 steps through a plain rusqlite insert loop, synchronous={}",
-        synchronous(level)
-    ));
-    let raw_bodies: Vec<StepBody> = (1..=args.w1_steps as usize)
-        .map(|k| corpus.line(k).clone())
-        .collect();
-    let scratch_path = scratch.to_path_buf();
-    let raw_total =
-        tokio::task::spawn_blocking(move || raw_insert(&scratch_path, raw_bodies, level))
-        .await
-        .context("the raw insert task failed")??;
 
     // The figures.
     let w1_steps = u64::from(args.w1_steps);
@@ -818,7 +819,11 @@ async fn run_level(
     // The human table. With `full` every save waits for a sync, so the goals are the ones
     // for that level: W1 within 0.9 of a raw loop syncing every commit, W2c 20,000/s.
     let full = level == Durability::Full;
-    let (raw_goal, w2c_goal) = if full { (0.9, 20_000.0) } else { (0.7, 50_000.0) };
+    let (raw_goal, w2c_goal) = if full {
+        (0.9, 20_000.0)
+    } else {
+        (0.7, 50_000.0)
+    };
     let goal = |met: bool| if met { "met" } else { "NOT met" };
     let mut rows: Vec<Vec<String>> = vec![vec![
         format!("W1 {}", level.as_str()),
@@ -850,7 +855,10 @@ async fn run_level(
     ]);
     rows.push(vec![
         "raw".into(),
-        format!("rusqlite, one row per commit, synchronous={}", synchronous(level)),
+        format!(
+            "rusqlite, one row per commit, synchronous={}",
+            synchronous(level)
+        ),
         format!("{raw_steps_per_s:.0} steps/s; W1/raw {w1_vs_raw:.2}"),
         format!(">= {raw_goal}: {}", goal(w1_vs_raw >= raw_goal)),
     ]);

@@ -17,7 +17,8 @@ use crate::config;
 pub const DEFAULT_DB_FILE: &str = "stepwise.db";
 
 /// The WAL size (MiB) past which the SQLite writer checkpoints and truncates it.
-pub const DEFAULT_WAL_LIMIT_MB: u64 = stepwise_store_sqlite::DEFAULT_WAL_LIMIT_BYTES / (1024 * 1024);
+pub const DEFAULT_WAL_LIMIT_MB: u64 =
+    stepwise_store_sqlite::DEFAULT_WAL_LIMIT_BYTES / (1024 * 1024);
 
 /// How long `serve` keeps trying to reach PostgreSQL before giving up.
 pub const DEFAULT_SERVE_DB_WAIT_SECS: u64 = 60;
@@ -217,9 +218,9 @@ pub async fn open_sqlite_with(path: &Path, options: SqliteOptions) -> anyhow::Re
     let path = path.to_path_buf();
     // Opening runs the migrations on this thread; keep it off the async workers.
     let store = tokio::task::spawn_blocking(move || SqliteStore::open_with(&path, options))
-    .await
-    .context("the database open task failed")?
-    .context("cannot open the SQLite database")?;
+        .await
+        .context("the database open task failed")?
+        .context("cannot open the SQLite database")?;
     Ok(store)
 }
 

@@ -57,7 +57,13 @@ struct Cli {
     /// sync to the OS, so it survives a crash of the process but not of the machine.
     /// PostgreSQL always acknowledges after its own fsync. `bench steps` runs both
     /// unless one is given.
-    #[arg(long, global = true, env = "STEPWISE_DURABILITY", value_enum, value_name = "LEVEL")]
+    #[arg(
+        long,
+        global = true,
+        env = "STEPWISE_DURABILITY",
+        value_enum,
+        value_name = "LEVEL"
+    )]
     durability: Option<db::DurabilityArg>,
     /// SQLite: past this size (MiB) the WAL is checkpointed and truncated by the writer;
     /// after a second without writes it is truncated to zero.
@@ -71,7 +77,12 @@ struct Cli {
     wal_limit_mb: u64,
     /// PostgreSQL: how long to keep trying to connect (with backoff, logging each try)
     /// before giving up. Default: 60 for `serve`, 0 (one try) for other commands.
-    #[arg(long, global = true, env = "STEPWISE_DB_WAIT_SECS", value_name = "SECS")]
+    #[arg(
+        long,
+        global = true,
+        env = "STEPWISE_DB_WAIT_SECS",
+        value_name = "SECS"
+    )]
     db_wait_secs: Option<u64>,
     #[command(subcommand)]
     command: Command,
@@ -203,10 +214,11 @@ async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()
     let options = db::OpenOptions {
         durability: cli.durability.map(Into::into).unwrap_or_default(),
         wal_limit_bytes: cli.wal_limit_mb.max(1).saturating_mul(1024 * 1024),
-        wait: std::time::Duration::from_secs(
-            cli.db_wait_secs
-                .unwrap_or(if is_serve { db::DEFAULT_SERVE_DB_WAIT_SECS } else { 0 }),
-        ),
+        wait: std::time::Duration::from_secs(cli.db_wait_secs.unwrap_or(if is_serve {
+            db::DEFAULT_SERVE_DB_WAIT_SECS
+        } else {
+            0
+        })),
     };
     let opened = db::open(&url, &options)
         .await

@@ -176,6 +176,7 @@ fn run(
         }
         let mut published = Published::new();
         let batch = jobs.len() as u64;
+        let changes_before = conn.total_changes();
         let (finishes, committed, full) = run_batch(conn, jobs.drain(..), &mut published);
         if committed.is_err() {
             state.save_errors.fetch_add(batch, Ordering::Relaxed);
@@ -196,7 +197,10 @@ fn run(
         for finish in finishes {
             finish(committed.clone());
         }
-        if committed.is_ok() {
+        // Only a batch that changed rows wrote to the WAL (the workers' queue polls are
+        // write transactions that usually change nothing; they must not keep the
+        // checkpointer from seeing the store idle).
+        if committed.is_ok() && conn.total_changes() != changes_before {
             // A checkpoint is due (or already pending: then this is a no-op).
             let _ = checkpoint.try_send(());
             keep_wal_bounded(conn, &mut state);
@@ -272,8 +276,7 @@ fn run_checkpoints(
                 // Commits within the interval are covered by the next checkpoint, or by
                 // the TRUNCATE once they stop.
                 if last_passive.is_none_or(|at| at.elapsed() >= CHECKPOINT_INTERVAL) {
-                    if let Err(e) =
-                        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
                     {
                         tracing::warn!(error = %e, "a WAL checkpoint failed; the next commit tries again");
                     }
