@@ -123,11 +123,11 @@ def pytest_configure(config: pytest.Config) -> None:
     root = str(config.rootpath)
     if root not in sys.path:
         sys.path.insert(0, root)
-    import tests.utils.simple_session as simple_session  # the SDK's, from its sdist
+    import tests.utils.simple_session as simple_session  # type: ignore[import-not-found]  # the sdist's
 
-    simple_session.SimpleListSession = SimpleListSession  # type: ignore[misc]
-    simple_session.CountingSession = CountingSession  # type: ignore[misc]
-    simple_session.IdStrippingSession = IdStrippingSession  # type: ignore[misc]
+    simple_session.SimpleListSession = SimpleListSession
+    simple_session.CountingSession = CountingSession
+    simple_session.IdStrippingSession = IdStrippingSession
     config.addinivalue_line("markers", "stepwise: run with StepwiseSession")
 
 

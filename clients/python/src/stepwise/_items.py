@@ -182,7 +182,7 @@ class ItemsConnection:
 
     @staticmethod
     def _backoff(attempt: int) -> float:
-        return min(0.25 * 2 ** (attempt - 1), 8.0) * (0.5 + random.random() / 2)
+        return float(min(0.25 * 2 ** (attempt - 1), 8.0)) * (0.5 + random.random() / 2)
 
     @staticmethod
     def _retry_after(headers: dict[str, str]) -> float | None:
