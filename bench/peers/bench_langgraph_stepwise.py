@@ -46,7 +46,7 @@ LIST_THREAD_CHECKPOINTS = 20_000
 
 def server(a, name: str) -> LocalServer:
     path = C.fresh_db(name)
-    return LocalServer(binary=a.bin, database=f"sqlite://{path}").start()
+    return LocalServer(binary=a.bin, database=f"sqlite://{path}", args=["--durability", a.durability]).start()
 
 
 def db_path(srv: LocalServer) -> Path:
@@ -216,6 +216,9 @@ def run_sqlite(a) -> dict:
     import bench_langgraph_sqlite as S
 
     w1, w2, w3, w4 = S.run_sync(a, "graph")
+    for name in ("lg_sqlite_graph_w1.db", "lg_sqlite_graph_w2.db"):  # gigabytes: measured, not kept
+        for suffix in ("", "-wal", "-shm"):
+            Path(C.DATA / (name + suffix)).unlink(missing_ok=True)
     return {"w1": w1, "w2": w2, "w3": w3, "w4": w4}
 
 
@@ -273,6 +276,8 @@ def main() -> None:
     ap = C.base_args(__doc__)
     ap.add_argument("--bin", default=str(REPO / "target" / "release" / "stepwise"))
     ap.add_argument("--data", default=str(REPO / "target" / "bench-peers"))
+    ap.add_argument("--durability", default="full", choices=["full", "process"],
+                    help="the server's SQLite durability (full = fsync per group commit, like SqliteSaver's FULL)")
     ap.add_argument("--skip-w2", action="store_true", help="skip W2 (200 sessions x 50 steps)")
     ap.add_argument("--skip-list", action="store_true", help="skip the 20,000-checkpoint list figure")
     a = ap.parse_args()
@@ -284,13 +289,14 @@ def main() -> None:
         results = {v: run_variant(a, v) for v in ("memory", "sqlite", "graph")}
         listing = None if a.skip_list else list_figure(a)
         report = {"key": "langgraph_stepwise_all", "versions": C.versions(*PKGS, "langgraph-checkpoint-sqlite"),
-                  "server": a.bin, "results": results, "list": listing, "goals": goals(results, listing)}
+                  "server": a.bin, "durability": a.durability, "results": results, "list": listing, "goals": goals(results, listing)}
     else:
         results = {variant: run_variant(a, variant)}
         listing = None
         if variant == "graph" and not a.skip_list:
             listing = list_figure(a)
         report = {"key": f"langgraph_stepwise_{variant}", "versions": C.versions(*PKGS), "server": a.bin,
+                  "durability": a.durability,
                   **results[variant], "list": listing}
         if variant == "graph":
             report["goals"] = goals(results, listing)

@@ -29,7 +29,7 @@ its sync ones (e.g. ``graph.get_state``).
 from __future__ import annotations
 
 import asyncio
-import base64
+import binascii
 import json
 import random
 import threading
@@ -74,11 +74,11 @@ _ZLIB = "+zlib"
 
 
 def _b64(data: bytes | bytearray | None) -> str:
-    return base64.b64encode(data or b"").decode("ascii")
+    return binascii.b2a_base64(data or b"", newline=False).decode("ascii")
 
 
 def _unb64(text: str | None) -> bytes:
-    return base64.b64decode(text) if text else b""
+    return binascii.a2b_base64(text) if text else b""
 
 
 def _json_safe(value: Any) -> Any:
