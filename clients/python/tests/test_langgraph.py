@@ -27,7 +27,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
-from stepwise import AsyncStepwise, Stepwise
+from stepwise import AsyncStepwise, Stepwise, StepwiseError
 from stepwise.langgraph import AsyncStepwiseSaver, StepwiseSaver
 from stepwise.testing import LocalServer, find_binary, local_server
 
@@ -192,9 +192,12 @@ def test_interrupt_and_resume_across_a_server_restart() -> None:
     with local_server() as srv:
         with StepwiseSaver(base_url=srv.url) as saver:
             out = approval_graph(saver).invoke({"request": "refund #42", "log": []}, cfg(thread))
-        assert out["__interrupt__"][0].value == {"question": "approve refund #42?"}
+            assert out["__interrupt__"][0].value == {"question": "approve refund #42?"}
 
-        srv.restart()
+            srv.restart()
+
+            # The saver's kept-alive connections died with the server: it reconnects.
+            assert approval_graph(saver).get_state(cfg(thread)).next == ("ask",)
 
         with StepwiseSaver(base_url=srv.url) as saver:
             graph = approval_graph(saver)
@@ -507,3 +510,16 @@ def test_messages_of_tool_results_reach_the_session(server: LocalServer, saver: 
     session = session_of(server.client, thread)["session"]
     calls = [tc["name"] for s in all_steps(server.client, session["id"]) for tc in s.get("tool_calls") or []]
     assert calls == ["add"]
+
+
+def test_server_errors_are_stepwise_errors(saver: StepwiseSaver) -> None:
+    assert saver._fast is not None  # the lean connection is in use for a plain http:// server
+    graph = echo_graph(saver)
+    with pytest.raises(StepwiseError) as info:
+        graph.invoke({"messages": [HumanMessage("hi")]}, cfg("x" * 300))
+    assert info.value.status == 400 and info.value.code == "invalid_request"
+    with pytest.raises(StepwiseError) as info:
+        saver.copy_thread(new_thread("nothing"), "")  # an empty target id
+    assert info.value.status == 400
+    assert saver.get_tuple(cfg(new_thread("missing"))) is None
+    assert list(saver.list(cfg(new_thread("missing")))) == []
