@@ -150,6 +150,8 @@ def main() -> None:
     p.add_argument("--w1", type=int, default=C.W1_STEPS, help="steps (add_items calls) per round")
     p.add_argument("--loads", type=int, default=C.W3_LOADS, help="timed get_items() per round")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--durability", choices=["full", "process"],
+                   help="the started server's --durability (default: the server's, full)")
     p.add_argument("--out", help="also write the JSON here")
     a = p.parse_args()
     if not os.environ.get("STEPWISE_BIN"):
@@ -160,12 +162,14 @@ def main() -> None:
         result = asyncio.run(run(a.url, a))
         binary = None
     else:
-        with local_server(env={"STEPWISE_LOG": "warn"}) as server:
+        args = ["--durability", a.durability] if a.durability else []
+        with local_server(env={"STEPWISE_LOG": "warn"}, args=args) as server:
             result = asyncio.run(run(server.url, a))
             binary = server.binary
     result["config"] = {
         "w1": a.w1, "loads": a.loads, "rounds": a.rounds, "items_per_step": 3,
-        "server": a.url or "local_server (SQLite, synchronous=NORMAL)", "binary": binary,
+        "server": a.url or f"local_server (SQLite, --durability {a.durability or 'default'})",
+        "binary": binary,
         "sqlite_session": "file, WAL (set by SDK), synchronous=FULL (sqlite default)",
     }
     result["versions"] = C.versions("openai-agents", "httpx")
