@@ -619,10 +619,11 @@ class _FastHTTP:
                 retry_after = response.getheader("Retry-After")
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                # A kept-alive connection the server closed meanwhile fails at once: try again
-                # on a new one at once; otherwise back off like the client.
-                if not fresh and attempt == 0:
-                    attempt += 1
+                # A kept-alive connection the server closed meanwhile (a restart, an idle
+                # timeout) fails at once, and so will the other idle ones: drop them and try
+                # again on a new connection at once; a new one failing backs off like the client.
+                if not fresh:
+                    self.close()
                     continue
                 if attempt < max(self.max_retries, 1):
                     attempt += 1
