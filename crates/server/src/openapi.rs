@@ -573,12 +573,12 @@ fn harden_parameters(path: &str, operation: &mut Value) {
             ("query", "status") => {
                 parameter["style"] = json!("form");
                 parameter["explode"] = json!(false);
-                json!({"type": "array", "items": {"type": "string", "enum": statuses}})
+                json!({"type": "array", "minItems": 1, "items": {"type": "string", "enum": statuses}})
             }
             ("query", "roles") => {
                 parameter["style"] = json!("form");
                 parameter["explode"] = json!(false);
-                json!({"type": "array", "items": {"type": "string", "enum": roles}})
+                json!({"type": "array", "minItems": 1, "items": {"type": "string", "enum": roles}})
             }
             ("query", "related_type" | "related_id") => text(crate::sessions::MAX_REF_CHARS),
             ("query", "name") => {

@@ -254,7 +254,9 @@ pub async fn list<S: Store>(
         None => None,
         Some(text) => {
             let mut statuses = Vec::new();
-            for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            // An empty part (`?status=`, `?status=active,`) names no status: refused like any
+            // unknown one, as the OpenAPI document says (at least one item, each from the enum).
+            for part in text.split(',').map(str::trim) {
                 statuses.push(SessionStatus::parse(part).ok_or_else(|| {
                     ApiError::invalid(
                         "status",
@@ -393,7 +395,7 @@ pub async fn list_messages<S: Store>(
         None => None,
         Some(text) => {
             let mut roles = Vec::new();
-            for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            for part in text.split(',').map(str::trim) {
                 roles.push(Role::parse(part).ok_or_else(|| {
                     ApiError::invalid(
                         "roles",

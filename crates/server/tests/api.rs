@@ -160,6 +160,18 @@ async fn bad_input_answers_a_4xx_json_error_never_a_5xx() {
             "invalid_request",
         ),
         (
+            "an empty status",
+            client.get(url("/v1/sessions?status=")),
+            400,
+            "invalid_request",
+        ),
+        (
+            "an empty role among others",
+            client.get(url(&format!("/v1/sessions/{session}/messages?roles=user,"))),
+            400,
+            "invalid_request",
+        ),
+        (
             "bad after",
             client.get(url(&format!("/v1/sessions/{session}/messages?after=x"))),
             400,
