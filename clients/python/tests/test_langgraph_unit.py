@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 
 import pytest
@@ -335,3 +336,34 @@ def test_string_channel_versions_travel_once(saver):
     assert tup.checkpoint["channel_versions"] == versions
     assert {k: v for k, v in tup.checkpoint.items() if k != "channel_values"} == {k: v for k, v in cp.items() if k != "channel_values"}
     assert tup.checkpoint["channel_values"] == {"messages": ["a"], "turn": 1}
+
+
+def test_other_values_are_held_too_and_an_unchanged_one_is_not_sent_back(saver):
+    cp, _, body, _ = put_body(saver, {"turn": {"n": 1}, "messages": ["a"]}, {"turn": V1, "messages": V1, "gone": V1})
+    path, params, held = saver._wire.get_request(config())
+    assert json.loads(params["have"]) == {"turn": V1, "messages": V1, "gone": V1}
+    d = saver._wire.dump
+    answer = {
+        "thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cp["id"], "parent_checkpoint_id": None,
+        "checkpoint": body["checkpoint"], "metadata": {}, "channel_versions": {"turn": V1, "messages": V1, "gone": V1},
+        "blobs": [
+            {"channel": "turn", "version": V1, "type": "list", "since": V1, "items": []},
+            {"channel": "messages", "version": V1, "type": "list", "since": V1, "items": []},
+            {"channel": "gone", "version": V1, "type": "list", "since": V1, "items": []},
+        ],
+        "pending_writes": [],
+    }
+    tup = saver._wire.tuple_from(answer, remember=True, held=held)
+    assert tup.checkpoint["channel_values"] == {"turn": {"n": 1}, "messages": ["a"]}
+    tup.checkpoint["channel_values"]["turn"]["n"] = 99  # a mutated result does not change what is held
+    assert saver._wire.tuple_from(answer, held=held).checkpoint["channel_values"]["turn"] == {"n": 1}
+    # A changed value comes whole and is held from then on.
+    answer["blobs"][0] = {"channel": "turn", "version": V2, **d({"n": 2})}
+    assert saver._wire.tuple_from(answer, remember=True, held=held).checkpoint["channel_values"]["turn"] == {"n": 2}
+    _, params, _ = saver._wire.get_request(config())
+    assert json.loads(params["have"])["turn"] == V2
+    # Items "since" a value that is not a list make no sense: an error, not a wrong value.
+    _, _, held = saver._wire.get_request(config())
+    answer["blobs"][0] = {"channel": "turn", "version": V3, "type": "list", "since": V2, "items": [d(1)]}
+    with pytest.raises(StepwiseError):
+        saver._wire.tuple_from(answer, held=held)

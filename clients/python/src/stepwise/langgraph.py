@@ -38,6 +38,7 @@ import time
 import urllib.request
 import zlib
 from collections import OrderedDict
+from dataclasses import dataclass
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import quote, urlencode, urlsplit
@@ -121,17 +122,29 @@ def _common_prefix(prev: Sequence[Any], new: Sequence[Any]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Value:
+    """A non-list channel value as serialized (``None``: the channel had no value)."""
+
+    typed: Mapping[str, Any] | None
+
+
+# What the cache holds of one channel: a list's items (a tuple), or a `_Value`.
+_Held = tuple[str, "tuple[Any, ...] | _Value"]
+
+
 class _ListCache:
-    """Per (thread, namespace), per channel: the version of a list value this saver last
-    wrote or read, and its items (a shallow copy). Bounded by (thread, namespace) pairs,
-    least recently used first out."""
+    """Per (thread, namespace), per channel: the version of the value this saver last wrote
+    or read, and the value: a list's items (a shallow copy, the base of the next append and
+    of reads "since" that version), any other value serialized (reads "since" that version
+    are unchanged). Bounded by (thread, namespace) pairs, least recently used first out."""
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[str, str], dict[str, tuple[str, tuple[Any, ...]]]] = OrderedDict()
+        self._data: OrderedDict[tuple[str, str], dict[str, _Held]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, str]) -> tuple[str, tuple[Any, ...]] | None:
+    def get(self, key: tuple[str, str, str]) -> _Held | None:
         with self._lock:
             channels = self._data.get(key[:2])
             if channels is None:
@@ -139,17 +152,18 @@ class _ListCache:
             self._data.move_to_end(key[:2])
             return channels.get(key[2])
 
-    def held(self, thread_id: str, checkpoint_ns: str) -> dict[str, tuple[str, tuple[Any, ...]]]:
-        """{channel: (version, items)} of the lists held for one thread and namespace."""
+    def held(self, thread_id: str, checkpoint_ns: str) -> dict[str, _Held]:
+        """{channel: (version, value)} of what is held for one thread and namespace."""
         with self._lock:
             return dict(self._data.get((thread_id, checkpoint_ns)) or {})
 
-    def set(self, key: tuple[str, str, str], version: str, items: Sequence[Any]) -> None:
+    def set(self, key: tuple[str, str, str], version: str, value: "Sequence[Any] | _Value") -> None:
         if self.maxsize <= 0:
             return
+        held = value if isinstance(value, _Value) else tuple(value)
         with self._lock:
             channels = self._data.setdefault(key[:2], {})
-            channels[key[2]] = (version, tuple(items))
+            channels[key[2]] = (version, held)
             self._data.move_to_end(key[:2])
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
@@ -299,7 +313,7 @@ class _Wire:
         new_versions: ChannelVersions,
         *,
         allow_append: bool = True,
-    ) -> tuple[str, dict[str, Any], list[tuple[tuple[str, str, str], str, list[Any]]], RunnableConfig]:
+    ) -> tuple[str, dict[str, Any], list[tuple[tuple[str, str, str], str, list[Any] | _Value]], RunnableConfig]:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         checkpoint_ns = conf.get("checkpoint_ns") or ""
@@ -310,17 +324,20 @@ class _Wire:
             del c["channel_versions"]
         blobs: list[dict[str, Any]] = []
         mirror: list[dict[str, Any]] = []
-        cache_updates: list[tuple[tuple[str, str, str], str, list[Any]]] = []
+        cache_updates: list[tuple[tuple[str, str, str], str, list[Any] | _Value]] = []
         for channel, version in new_versions.items():
             vkey = _version_key(version)
+            key = (thread_id, checkpoint_ns, channel)
             if channel not in values:
                 blobs.append({"channel": channel, "version": vkey, "type": "empty", "data": ""})
+                if _cacheable(vkey):
+                    cache_updates.append((key, vkey, _Value(None)))
                 continue
             value = values[channel]
             new_items: list[Any] | None = None
             if isinstance(value, list) and _cacheable(vkey):
-                key = (thread_id, checkpoint_ns, channel)
-                prev = self.cache.get(key) if allow_append else None
+                held = self.cache.get(key) if allow_append else None
+                prev = (held[0], held[1]) if held is not None and not isinstance(held[1], _Value) else None
                 if prev is not None and prev[0] != vkey and _common_prefix(prev[1], value):
                     base_version, prev_items = prev
                     new_items = value[len(prev_items):]
@@ -337,7 +354,10 @@ class _Wire:
                     new_items = value if prev is None else self._new_since(prev[1], value)
                 cache_updates.append((key, vkey, list(value)))
             else:
-                blobs.append({"channel": channel, "version": vkey, **self.dump(value)})
+                typed = self.dump(value)
+                blobs.append({"channel": channel, "version": vkey, **typed})
+                if _cacheable(vkey):
+                    cache_updates.append((key, vkey, _Value(typed)))
             if channel in self.mirror_channels and new_items:
                 mirror.extend(m for m in map(mirror_message, new_items) if m is not None)
         body: dict[str, Any] = {
@@ -386,9 +406,9 @@ class _Wire:
         """An append was refused (its base version is gone, e.g. pruned elsewhere): send it whole."""
         return error.status in (400, 404, 409, 422)
 
-    def commit(self, updates: list[tuple[tuple[str, str, str], str, list[Any]]]) -> None:
-        for key, version, items in updates:
-            self.cache.set(key, version, items)
+    def commit(self, updates: list[tuple[tuple[str, str, str], str, list[Any] | _Value]]) -> None:
+        for key, version, value in updates:
+            self.cache.set(key, version, value)
 
     # -- put_writes
 
@@ -418,7 +438,7 @@ class _Wire:
 
     def get_request(
         self, config: RunnableConfig
-    ) -> tuple[str, dict[str, str], dict[str, tuple[str, tuple[Any, ...]]]]:
+    ) -> tuple[str, dict[str, str], dict[str, _Held]]:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         checkpoint_ns = conf.get("checkpoint_ns") or ""
@@ -475,7 +495,7 @@ class _Wire:
         answer: Mapping[str, Any],
         *,
         remember: bool = False,
-        held: Mapping[str, tuple[str, tuple[Any, ...]]] | None = None,
+        held: Mapping[str, _Held] | None = None,
     ) -> CheckpointTuple:
         thread_id = answer["thread_id"]
         checkpoint_ns = answer.get("checkpoint_ns") or ""
@@ -489,20 +509,32 @@ class _Wire:
                 since = blob.get("since")
                 if since is not None:
                     mine = (held or {}).get(channel)
-                    if mine is None or mine[0] != since:
+                    if mine is None or mine[0] != since or (isinstance(mine[1], _Value) and blob["items"]):
                         raise StepwiseError(
                             "invalid_answer",
                             f"the server answered {channel!r} since version {since!r}, which this saver did not send",
                         )
+                    if isinstance(mine[1], _Value):  # unchanged since the version held
+                        if remember:
+                            self.cache.set((thread_id, checkpoint_ns, channel), since, mine[1])
+                        if mine[1].typed is not None:
+                            values[channel] = self.load(mine[1].typed)
+                        continue
                     value = list(mine[1])
                 else:
                     base = blob.get("base")
                     value = list(self.load(base)) if base else []
                 value.extend(self.load(item) for item in blob["items"])
-            elif blob.get("type") == "empty":
-                continue
             else:
-                value = self.load(blob)
+                typed = {"type": blob["type"], "data": blob.get("data") or ""}
+                version = _version_key(blob["version"])
+                if blob.get("type") == "empty":
+                    if remember and _cacheable(version):
+                        self.cache.set((thread_id, checkpoint_ns, channel), version, _Value(None))
+                    continue
+                value = self.load(typed)
+                if remember and not isinstance(value, list) and _cacheable(version):
+                    self.cache.set((thread_id, checkpoint_ns, channel), version, _Value(typed))
             values[channel] = value
             if remember and isinstance(value, list) and _cacheable(_version_key(blob["version"])):
                 self.cache.set((thread_id, checkpoint_ns, channel), _version_key(blob["version"]), value)
