@@ -208,11 +208,14 @@ fn run(
     }
 }
 
+/// How long after an escalated checkpoint that could not finish the writer tries again.
+const ESCALATION_RETRY: Duration = Duration::from_millis(100);
+
 /// Under steady writes a PASSIVE checkpoint never catches up with the end of the WAL, so
 /// SQLite never starts it over and the file grows without end. Past the limit the writer
 /// takes its own turn to checkpoint everything and truncate the file (the queued writes
 /// wait for it, then go in one batch). Readers still on an older snapshot delay it up to
-/// the busy timeout; if it cannot finish, the next try is a second later.
+/// the busy timeout; if it cannot finish, the next try is [`ESCALATION_RETRY`] later.
 fn keep_wal_bounded(conn: &Connection, state: &mut WriterState) {
     let size = std::fs::metadata(&state.wal.wal_path)
         .map(|m| m.len())
@@ -234,13 +237,18 @@ fn keep_wal_bounded(conn: &Connection, state: &mut WriterState) {
         Ok(_) => {
             tracing::warn!(
                 wal_bytes = size,
-                "the WAL passed its limit but readers kept it from being truncated; trying again in a second"
+                "the WAL passed its limit but readers kept it from being truncated; trying again shortly"
             );
-            state.next_escalation = Instant::now() + Duration::from_secs(1);
+            state.next_escalation = Instant::now() + ESCALATION_RETRY;
+        }
+        // The checkpoint thread is running a PASSIVE one (SQLite then answers BUSY at
+        // once): try again after it.
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {
+            state.next_escalation = Instant::now() + ESCALATION_RETRY;
         }
         Err(e) => {
-            tracing::warn!(wal_bytes = size, error = %e, "a WAL checkpoint failed; trying again in a second");
-            state.next_escalation = Instant::now() + Duration::from_secs(1);
+            tracing::warn!(wal_bytes = size, error = %e, "a WAL checkpoint failed; trying again shortly");
+            state.next_escalation = Instant::now() + ESCALATION_RETRY;
         }
     }
 }
