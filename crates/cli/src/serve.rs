@@ -75,8 +75,38 @@ pub struct ServeArgs {
     /// network); `/metrics` stays on the main address too.
     #[arg(long, env = "STEPWISE_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// Seconds a connection has to send a request's complete headers, from when it opens or
+    /// starts sending the request; then it is closed.
+    #[arg(long, env = "STEPWISE_HEADER_TIMEOUT_SECS", default_value_t = stepwise_server::DEFAULT_HEADER_TIMEOUT_SECS, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_secs: u64,
+    /// Seconds a request body has to arrive in full after its headers; then 408 and the
+    /// connection closes.
+    #[arg(long, env = "STEPWISE_BODY_TIMEOUT_SECS", default_value_t = stepwise_server::DEFAULT_BODY_TIMEOUT_SECS, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_secs: u64,
+    /// Seconds a keep-alive connection may sit idle between requests (an open event stream
+    /// is not idle).
+    #[arg(long, env = "STEPWISE_IDLE_TIMEOUT_SECS", default_value_t = stepwise_server::DEFAULT_IDLE_TIMEOUT_SECS, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
+    /// Open HTTP connections at most; over it new connections get 503 and are closed.
+    /// Default: the open-file limit (`ulimit -n`) minus 256; 0 = no limit.
+    #[arg(long, env = "STEPWISE_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
     #[command(flatten)]
     pub retention: crate::cleanup::RetentionArgs,
+}
+
+impl ServeArgs {
+    /// The connection timeouts and cap.
+    pub fn connections(&self) -> stepwise_server::ConnectionConfig {
+        stepwise_server::ConnectionConfig {
+            header_timeout: Duration::from_secs(self.header_timeout_secs),
+            body_timeout: Duration::from_secs(self.body_timeout_secs),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(stepwise_server::default_max_connections),
+        }
+    }
 }
 
 fn resolve(listen: &str) -> anyhow::Result<SocketAddr> {
@@ -208,9 +238,22 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
-        let _ = server_stop.wait_for(|stop| *stop).await;
-    }));
+    let connections = args.connections();
+    tracing::info!(
+        header_timeout_secs = args.header_timeout_secs,
+        body_timeout_secs = args.body_timeout_secs,
+        idle_timeout_secs = args.idle_timeout_secs,
+        max_connections = connections.max_connections,
+        "connection limits"
+    );
+    let server = tokio::spawn(stepwise_server::launch_with(
+        listener,
+        state,
+        connections,
+        async move {
+            let _ = server_stop.wait_for(|stop| *stop).await;
+        },
+    ));
     println!("Stepwise listening on http://{local}");
     println!("Default agent: {default_agent}");
     if let Some(metrics_local) = metrics_local {

@@ -172,11 +172,38 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        check_charset(req.headers())?;
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(value)) => Ok(ApiJson(value)),
             Err(rejection) => Err(json_rejection(rejection)),
         }
     }
+}
+
+/// 415 `unsupported_media_type` when the `Content-Type` names a charset other than UTF-8
+/// (JSON is UTF-8; `charset=utf-8` in any case, quoted or not, is accepted).
+pub(crate) fn check_charset(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    for param in text.split(';').skip(1) {
+        let Some((name, charset)) = param.split_once('=') else {
+            continue;
+        };
+        if !name.trim().eq_ignore_ascii_case("charset") {
+            continue;
+        }
+        let charset = charset.trim().trim_matches('"');
+        if !charset.eq_ignore_ascii_case("utf-8") && !charset.eq_ignore_ascii_case("utf8") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("the body must be UTF-8 JSON; charset={charset} is not accepted"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn json_rejection(rejection: JsonRejection) -> ApiError {

@@ -3,6 +3,12 @@
 //! the replay already sent: no gap and no duplicate, even while events are being produced.
 //! A subscriber that falls more than the hub's buffer behind is disconnected (it comes back
 //! with `Last-Event-ID`); the server never buffers without bound.
+//!
+//! Catch-up reads the store in small pages whose size adapts to the events' size (about
+//! [`REPLAY_PAGE_BYTES`] a page), and reads the next page only when the previous one has
+//! been handed to hyper, which polls the stream only when the connection's write buffer
+//! has room (`connections::MAX_BUF`): a client that does not read costs about one page plus
+//! one buffer, whatever the session's history.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -28,7 +34,21 @@ use crate::limits::SubscriberSlot;
 
 /// Keep-alive comments on idle streams (api.md: at least every 15 s).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
-const REPLAY_PAGE: u32 = 500;
+/// Events read from the store at once during catch-up: at most this many...
+const REPLAY_PAGE_MAX: u32 = 32;
+/// ...the first page (before the events' size is known)...
+const REPLAY_PAGE_FIRST: u32 = 2;
+/// ...and about this many bytes a page, counting each event as large as the largest this
+/// stream has read so far (so a page of small events does not grow the next page into a
+/// run of large ones).
+pub const REPLAY_PAGE_BYTES: usize = 64 * 1024;
+/// Catch-up reads running at once, over all streams: each is a blocking database read
+/// (a thread and, for SQLite, a reader connection with its page cache), so a crowd of
+/// streams opening at once queues here instead of each opening its own.
+const REPLAY_READS_AT_ONCE: usize = 4;
+
+static REPLAY_READS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(REPLAY_READS_AT_ONCE);
 
 static OPEN_STREAMS: AtomicUsize = AtomicUsize::new(0);
 
@@ -94,6 +114,8 @@ pub async fn stream<S: Store>(
         session_id,
         last_sent: after,
         replaying: true,
+        page: REPLAY_PAGE_FIRST,
+        largest: 0,
         backlog: VecDeque::new(),
         live,
         shutdown: state.shutdown.clone(),
@@ -128,6 +150,10 @@ struct EventCursor<S: Store> {
     session_id: Id,
     last_sent: i64,
     replaying: bool,
+    /// Events to read in the next catch-up page.
+    page: u32,
+    /// The largest event read so far (rough bytes).
+    largest: usize,
     backlog: VecDeque<Event>,
     live: broadcast::Receiver<Arc<Event>>,
     shutdown: CancellationToken,
@@ -144,13 +170,22 @@ impl<S: Store> EventCursor<S> {
                 return Some(Sent::Replayed(event));
             }
             if self.replaying {
-                match self
+                let permit = tokio::select! {
+                    _ = self.shutdown.cancelled() => return None,
+                    permit = REPLAY_READS.acquire() => permit.ok(),
+                };
+                let read = self
                     .store
-                    .list_events(&self.tenant, self.session_id, self.last_sent, REPLAY_PAGE)
-                    .await
-                {
+                    .list_events(&self.tenant, self.session_id, self.last_sent, self.page)
+                    .await;
+                drop(permit);
+                match read {
                     Ok(page) if page.is_empty() => self.replaying = false,
-                    Ok(page) => self.backlog.extend(page),
+                    Ok(page) => {
+                        self.largest = page.iter().map(rough_size).fold(self.largest, usize::max);
+                        self.page = page_size(self.largest);
+                        self.backlog.extend(page);
+                    }
                     Err(e) => {
                         tracing::warn!(session = %self.session_id, error = %e, "event replay failed; closing the stream");
                         return None;
@@ -191,6 +226,18 @@ impl<S: Store> EventCursor<S> {
             }
         }
     }
+}
+
+/// An event's rough size: its content plus an allowance for the rest.
+fn rough_size(event: &Event) -> usize {
+    event.content.len() + 512
+}
+
+/// A catch-up page's size: about [`REPLAY_PAGE_BYTES`] of events as large as `largest`.
+fn page_size(largest: usize) -> u32 {
+    u32::try_from(REPLAY_PAGE_BYTES / largest.max(1))
+        .unwrap_or(REPLAY_PAGE_MAX)
+        .clamp(1, REPLAY_PAGE_MAX)
 }
 
 /// An event on its way to one client: read back from the store, or live (the same

@@ -7,6 +7,7 @@
 mod auth;
 pub mod bench;
 mod checkpoints;
+mod connections;
 mod error;
 mod events;
 mod executions;
@@ -35,6 +36,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AUTH_CACHE_TTL, Caller, LOCAL_TENANT, LOCAL_USER};
+pub use connections::{
+    ConnectionConfig, ConnectionCounts, DEFAULT_BODY_TIMEOUT_SECS, DEFAULT_HEADER_TIMEOUT_SECS,
+    DEFAULT_IDLE_TIMEOUT_SECS, FD_RESERVE, connection_counts, default_max_connections,
+};
 pub use error::{ApiError, ApiResult};
 pub use metered::Metered;
 pub use openapi::openapi_json;
@@ -255,9 +260,13 @@ pub async fn launch_metrics<S: Store>(
     state: AppState<S>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, metrics_app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    connections::serve(
+        listener,
+        metrics_app(state),
+        ConnectionConfig::default(),
+        shutdown,
+    )
+    .await
 }
 
 async fn method_not_allowed() -> ApiError {
@@ -274,16 +283,26 @@ async fn not_found() -> ApiError {
 
 /// Serves the app on `listener` until `shutdown` resolves; then live streams end and
 /// in-flight requests finish. Starting and stopping the engine's workers is the caller's.
+/// Connections get the default timeouts and cap ([`ConnectionConfig::default`]).
 pub async fn launch<S: Store>(
     listener: TcpListener,
     state: AppState<S>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    launch_with(listener, state, ConnectionConfig::default(), shutdown).await
+}
+
+/// [`launch`] with the given connection timeouts and cap.
+pub async fn launch_with<S: Store>(
+    listener: TcpListener,
+    state: AppState<S>,
+    connections: ConnectionConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let router = app(state.clone());
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            state.close_streams();
-        })
-        .await
+    connections::serve(listener, router, connections, async move {
+        shutdown.await;
+        state.close_streams();
+    })
+    .await
 }

@@ -206,6 +206,27 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
         "Open event streams.",
         crate::events::subscriber_count() as u64,
     );
+    let connections = crate::connections::connection_counts();
+    gauge(
+        "stepwise_http_connections",
+        "Open HTTP connections.",
+        connections.open as u64,
+    );
+    gauge(
+        "stepwise_http_connections_refused_total",
+        "New connections answered 503 and closed at the connection cap (every connection had a request in flight).",
+        connections.shed,
+    );
+    gauge(
+        "stepwise_http_connections_evicted_total",
+        "Connections waiting without a request closed to make room at the connection cap or when out of file descriptors.",
+        connections.evicted,
+    );
+    gauge(
+        "stepwise_http_connections_timed_out_total",
+        "Connections closed by the header, body or idle timeout.",
+        connections.timed_out,
+    );
     // 0 while the store cannot save (its last write failed for a full disk, or the
     // database does not answer); 1 again once a write succeeds.
     let writable = store.ping().await.is_ok();

@@ -616,6 +616,7 @@ pub async fn import<S: Store>(
             "the body must be JSON with Content-Type: application/json",
         ));
     }
+    crate::error::check_charset(&headers)?;
     let body = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
