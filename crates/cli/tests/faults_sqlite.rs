@@ -7,7 +7,8 @@
 //! - pausing and resuming an execution many times is not counted as crashes;
 //! - kill -9 under 32 writing clients: every acknowledged step is there exactly once;
 //! - a full disk (a small tmpfs, when running as root) answers 503 `storage_full`, turns
-//!   `/readyz` and `stepwise_store_writable` to not ready, and recovers once space is freed;
+//!   `/readyz` and `stepwise_store_writable` to not ready, and recovers once space is freed
+//!   (SQLite, and the session-files backend);
 //! - a corrupted stored step is skipped and counted, the rest of the session still served.
 
 mod fault_support;
@@ -434,8 +435,23 @@ impl Drop for Tmpfs {
 
 #[test]
 fn a_full_disk_answers_storage_full_and_recovers_when_space_is_freed() {
+    full_disk_scenario("sqlite", |dir| db_arg(&dir.join("stepwise.db")));
+}
+
+#[test]
+fn a_full_disk_under_the_files_backend_answers_storage_full_too() {
+    full_disk_scenario("files", |dir| {
+        format!("files://{}", dir.join("sessions").display())
+    });
+}
+
+/// A server whose database lives on an 8 MiB tmpfs (with 3 MiB of filler to free later)
+/// takes steps until a save fails: that answer is 503 `storage_full`, `/readyz` says the
+/// same and `stepwise_store_writable` is 0, reads still work; once space is freed, saves
+/// succeed again and readiness comes back.
+fn full_disk_scenario(backend: &str, url_for: impl Fn(&Path) -> String) {
     if !is_root() {
-        eprintln!("\n*** SKIPPED: mounting a small tmpfs needs root ***\n");
+        eprintln!("\n*** SKIPPED ({backend}): mounting a small tmpfs needs root ***\n");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -447,17 +463,16 @@ fn a_full_disk_answers_storage_full_and_recovers_when_space_is_freed() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("\n*** SKIPPED: cannot mount a tmpfs here ***\n");
+        eprintln!("\n*** SKIPPED ({backend}): cannot mount a tmpfs here ***\n");
         return;
     }
     let _unmount = Tmpfs(mount.clone());
     // Room to free later.
     let filler = mount.join("filler");
     std::fs::write(&filler, vec![7u8; 3 * 1024 * 1024]).expect("filler");
-    let db = mount.join("stepwise.db");
-    let db_text = db_arg(&db);
+    let url = url_for(&mount);
     let log = dir.path().join("serve.log");
-    let mut server = serve(&["--database", &db_text], &log);
+    let mut server = serve(&["--database", &url], &log);
     assert_eq!(metric(&server, "stepwise_store_writable"), Some(1));
     let (_, execution) = external_execution(&server.addr);
     let mut acked = 0u64;
@@ -472,28 +487,39 @@ fn a_full_disk_answers_storage_full_and_recovers_when_space_is_freed() {
             201 => acked = n,
             _ => break (status, body),
         }
-        assert!(n < 1000, "an 8 MiB disk never filled");
+        assert!(n < 1000, "{backend}: an 8 MiB disk never filled");
     };
-    assert_eq!(full.0, 503, "{}", full.1);
-    assert_eq!(full.1["error"]["code"], "storage_full", "{}", full.1);
+    assert_eq!(full.0, 503, "{backend}: {}", full.1);
+    assert_eq!(
+        full.1["error"]["code"], "storage_full",
+        "{backend}: {}",
+        full.1
+    );
     let (status, ready) = server.request("GET", "/readyz", None);
-    assert_eq!(status, 503, "{ready}");
+    assert_eq!(status, 503, "{backend}: {ready}");
     assert_eq!(ready["error"]["code"], "storage_full");
     assert_eq!(metric(&server, "stepwise_store_writable"), Some(0));
-    // Reads still work and every acknowledged step is there.
+    // Reads still work and every acknowledged step is there, once.
     let stored = step_numbers(&server.addr, &execution);
-    assert_eq!(stored, (1..=acked).collect::<Vec<_>>());
-
-    // Space comes back: the next write succeeds, and readiness with it.
-    std::fs::remove_file(&filler).expect("free space");
-    let (status, body) = server.request(
-        "POST",
-        &format!("/v1/executions/{execution}/steps"),
-        Some(&step_body(acked + 1, 100)),
+    assert!(
+        stored.len() as u64 >= acked && stored == (1..=stored.len() as u64).collect::<Vec<_>>(),
+        "{backend}: {acked} acknowledged, stored {stored:?}"
     );
-    assert_eq!(status, 201, "{body}");
-    let (status, _) = server.request("GET", "/readyz", None);
-    assert_eq!(status, 200);
+
+    // Space comes back: saves succeed again, and readiness with them.
+    std::fs::remove_file(&filler).expect("free space");
+    let next = stored.len() as u64 + 1;
+    wait_for("a save to succeed once space is freed", || {
+        let (status, _) = server.request(
+            "POST",
+            &format!("/v1/executions/{execution}/steps"),
+            Some(&step_body(next, 100)),
+        );
+        matches!(status, 200 | 201).then_some(())
+    });
+    wait_for("readiness to come back", || {
+        (server.request("GET", "/readyz", None).0 == 200).then_some(())
+    });
     assert_eq!(metric(&server, "stepwise_store_writable"), Some(1));
     assert!(server.stop().success());
     drop(server);

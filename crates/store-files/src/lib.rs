@@ -84,6 +84,8 @@ pub(crate) struct Shared {
     clock: SharedClock,
     decode_errors: AtomicU64,
     save_errors: AtomicU64,
+    /// False from a write that failed because the disk is full until one succeeds.
+    writable: std::sync::atomic::AtomicBool,
     /// Another tenant's subscriptions listen here: it never sends.
     nowhere: broadcast::Sender<Arc<Event>>,
     /// Holds the folder's lock for as long as the store is open.
@@ -158,6 +160,7 @@ impl FileStore {
             clock: options.clock,
             decode_errors: AtomicU64::new(skipped),
             save_errors: AtomicU64::new(0),
+            writable: std::sync::atomic::AtomicBool::new(true),
             nowhere: broadcast::channel(1).0,
             _lock: lock,
         });
@@ -1484,6 +1487,12 @@ impl Store for FileStore {
 
     async fn ping(&self) -> Result<()> {
         let root = &self.inner.shared.root;
+        if !self.inner.shared.writable.load(Ordering::Relaxed) {
+            return Err(StoreError::StorageFull(format!(
+                "the last write to {} failed because the disk is full",
+                root.display()
+            )));
+        }
         match std::fs::metadata(root) {
             Ok(m) if m.is_dir() => Ok(()),
             Ok(_) => Err(StoreError::Unavailable(format!(

@@ -204,6 +204,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
                 Ok(sizes) => {
                     failures = 0;
                     apply_sizes(&mut state, sizes);
+                    shared.writable.store(true, Ordering::Relaxed);
                     Ok(())
                 }
                 Err(e) => {
@@ -225,9 +226,16 @@ pub(crate) fn run(shared: Arc<Shared>) {
                         pending_events.append(&mut state.pending.events);
                         state.pending.events = pending_events;
                     }
-                    Err(StoreError::Unavailable(format!(
-                        "cannot write the session files: {e}"
-                    )))
+                    if e.kind() == std::io::ErrorKind::StorageFull {
+                        shared.writable.store(false, Ordering::Relaxed);
+                        Err(StoreError::StorageFull(format!(
+                            "cannot write the session files: {e}"
+                        )))
+                    } else {
+                        Err(StoreError::Unavailable(format!(
+                            "cannot write the session files: {e}"
+                        )))
+                    }
                 }
             }
         };
