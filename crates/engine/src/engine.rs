@@ -42,7 +42,8 @@ pub struct EngineConfig {
     pub lease: Duration,
     /// Claims after which an execution that keeps losing its worker fails.
     pub max_attempts: u32,
-    /// How often idle workers look for work submitted elsewhere (other processes, restarts).
+    /// The fallback poll: idle workers look for work the doorbell did not announce (leases
+    /// of crashed workers, lost notifications) after between one and two of these.
     pub poll_interval: Duration,
     /// The agent type of a message that names none.
     pub default_agent: String,
@@ -57,7 +58,7 @@ impl Default for EngineConfig {
             workers: 8,
             lease: Duration::from_secs(15),
             max_attempts: 5,
-            poll_interval: Duration::from_millis(300),
+            poll_interval: Duration::from_secs(5),
             default_agent: crate::demo::DEMO_AGENT.to_string(),
             tool_timeout: Duration::from_secs(300),
         }
@@ -506,20 +507,18 @@ impl<S: Store> Engine<S> {
 
     // --- workers ----------------------------------------------------------------------
 
-    /// Starts the configured number of workers.
+    /// Starts the workers: one claimer that sleeps on the doorbell and hands what it
+    /// claims to a bounded pool of runners (`workers` executions at a time).
     pub fn spawn_workers(&self) {
         let prefix = format!(
             "{}-{}",
             std::process::id(),
             &new_id().simple().to_string()[20..]
         );
-        for n in 0..self.inner.config.workers.max(1) {
-            let engine = self.clone();
-            let worker = format!("worker-{prefix}-{n}");
-            self.inner
-                .tracker
-                .spawn(async move { engine.worker_loop(worker).await });
-        }
+        let engine = self.clone();
+        self.inner
+            .tracker
+            .spawn(async move { engine.claimer_loop(prefix).await });
     }
 
     /// Stops taking work; running executions stop at their next step boundary and go back
@@ -532,31 +531,68 @@ impl<S: Store> Engine<S> {
             .is_ok()
     }
 
-    async fn worker_loop(self, worker: String) {
+    /// Claims work while there is some and a runner is free, then sleeps until the
+    /// doorbell rings (a message queued here, a run ended here, another node's `NOTIFY`)
+    /// or the jittered fallback poll is due (leases of crashed workers, lost notifications).
+    /// An idle node so sends one claim query per fallback interval, not one per worker.
+    async fn claimer_loop(self, prefix: String) {
         let config = &self.inner.config;
         let shutdown = self.inner.shutdown.clone();
-        tracing::debug!(worker, "worker started");
-        while !shutdown.is_cancelled() {
-            match self
-                .inner
-                .store
-                .claim_next(&worker, config.lease, config.max_attempts)
-                .await
+        let (free_tx, mut free_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        for n in 0..config.workers.max(1) {
+            let _ = free_tx.send(format!("worker-{prefix}-{n}"));
+        }
+        tracing::debug!(workers = config.workers.max(1), "workers started");
+        loop {
+            let retry_soon;
             {
-                Ok(Some(claim)) => {
-                    self.run_claim(&worker, claim).await;
-                    continue;
+                // A free runner first: its name is the claim's lease owner.
+                let worker = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break,
+                    worker = free_rx.recv() => match worker {
+                        Some(worker) => worker,
+                        None => break,
+                    },
+                };
+                match self
+                    .inner
+                    .store
+                    .claim_next(&worker, config.lease, config.max_attempts)
+                    .await
+                {
+                    Ok(Some(claim)) => {
+                        // More may be pending: look again as soon as a runner is free.
+                        let engine = self.clone();
+                        let free_tx = free_tx.clone();
+                        self.inner.tracker.spawn(async move {
+                            engine.run_claim(&worker, claim).await;
+                            let _ = free_tx.send(worker);
+                        });
+                        continue;
+                    }
+                    Ok(None) => retry_soon = false,
+                    Err(e) => {
+                        tracing::warn!(worker, error = %e, "claiming work failed");
+                        retry_soon = true;
+                    }
                 }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(worker, error = %e, "claiming work failed"),
+                let _ = free_tx.send(worker);
             }
+            // A crashed worker's lease expires at most `lease` after its last heartbeat.
+            let wait = if retry_soon {
+                config.poll_interval.min(Duration::from_secs(1))
+            } else {
+                jittered(config.poll_interval).min(config.lease)
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.inner.doorbell.notified() => {}
-                _ = tokio::time::sleep(config.poll_interval) => {}
+                _ = self.inner.store.queue_signal() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
-        tracing::debug!(worker, "worker stopped");
+        tracing::debug!("workers stopped");
     }
 
     async fn run_claim(&self, worker: &str, claim: Claim) {
@@ -623,10 +659,7 @@ impl<S: Store> Engine<S> {
         heartbeat_done.cancel();
         let _ = heartbeat_task.await;
         self.running_map().remove(&id);
-        if matches!(
-            end,
-            RunEnd::Completed(_) | RunEnd::Failed(_) | RunEnd::Cancelled
-        ) {
+        if !matches!(end, RunEnd::Lost) {
             // The session's next queued execution may run now.
             self.ring();
         }
@@ -1912,6 +1945,15 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "unknown panic".to_string()
     }
+}
+
+/// `base` plus a random part of it (so nodes started together do not poll together).
+fn jittered(base: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(base.as_nanos() as u64);
+    let fraction = (hasher.finish() % 1_000) as u32;
+    base + base * fraction / 1_000
 }
 
 fn cut(text: &str, max: usize) -> String {

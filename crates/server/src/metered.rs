@@ -97,8 +97,16 @@ pub fn observe(what: Timed, took: Duration) {
     }
 }
 
+/// Claim queries the workers sent (`claim_next` calls), for `stepwise_claim_queries_total`.
+static CLAIM_QUERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Appends the save and load histograms in Prometheus text format.
 pub fn write_metrics(text: &mut String) {
+    text.push_str(&format!(
+        "# HELP stepwise_claim_queries_total Queries the workers sent to claim queued executions.\n\
+         # TYPE stepwise_claim_queries_total counter\nstepwise_claim_queries_total {}\n",
+        CLAIM_QUERIES.load(std::sync::atomic::Ordering::Relaxed)
+    ));
     let all = *HISTOGRAMS.lock().unwrap_or_else(|p| p.into_inner());
     for (name, help, saves) in [
         (
@@ -244,6 +252,7 @@ impl<S: Store> Store for Metered<S> {
         lease: Duration,
         max_attempts: u32,
     ) -> Result<Option<Claim>> {
+        CLAIM_QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.claim_next(worker, lease, max_attempts).await
     }
 
@@ -257,6 +266,10 @@ impl<S: Store> Store for Metered<S> {
 
     async fn queue_depth(&self) -> Result<u64> {
         self.inner.queue_depth().await
+    }
+
+    async fn queue_signal(&self) {
+        self.inner.queue_signal().await
     }
 
     async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {

@@ -619,6 +619,9 @@ impl Store for PgStore {
         )
         .await
         .map_err(map_pg)?;
+        if e.parent_execution_id.is_none() && e.status == ExecutionStatus::Pending {
+            notify_queue(&tx).await?;
+        }
         tx.commit().await.map_err(map_pg)?;
         self.remember(&execution);
         Ok(execution)
@@ -704,9 +707,17 @@ impl Store for PgStore {
             .await
             .map_err(map_pg)?;
         let execution = sql::execution(&row)?;
+        if execution.parent_execution_id.is_none() && target != ExecutionStatus::Paused {
+            // Queued again, or the session's next execution may run now.
+            notify_queue(&tx).await?;
+        }
         tx.commit().await.map_err(map_pg)?;
         self.remember(&execution);
         Ok(execution)
+    }
+
+    async fn queue_signal(&self) {
+        self.inner.relay.queue.notified().await
     }
 
     async fn claim_next(
@@ -834,8 +845,9 @@ impl Store for PgStore {
         let client = self.client().await?;
         client
             .execute_typed(
-                "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - 1, 0), updated_at = $1 \
-                 WHERE id = $2 AND lease_owner = $3 AND status = 'running'",
+                "WITH released AS (UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - 1, 0), updated_at = $1 \
+                 WHERE id = $2 AND lease_owner = $3 AND status = 'running' RETURNING id) \
+                 SELECT pg_notify('stepwise_queue', '') FROM released",
                 args![now.0, id, worker],
             )
             .await
@@ -1396,4 +1408,12 @@ impl PgStore {
     pub fn save_queue_depth(&self) -> u64 {
         self.inner.writer.depth()
     }
+}
+
+/// Rings the other nodes' workers when the transaction commits (see `relay::QUEUE_CHANNEL`).
+async fn notify_queue(tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
+    tx.execute_typed("SELECT pg_notify('stepwise_queue', '')", &[])
+        .await
+        .map_err(map_pg)?;
+    Ok(())
 }

@@ -22,6 +22,9 @@ use tokio_postgres::AsyncMessage;
 use crate::sql::{self, args, map_pg, map_pool};
 
 pub(crate) const CHANNEL: &str = "stepwise_events";
+/// Notified (empty payload) when an execution may have become claimable: the workers'
+/// doorbell between nodes.
+pub(crate) const QUEUE_CHANNEL: &str = "stepwise_queue";
 /// How far back in time a new subscription starts reading: covers events queued just
 /// before it and clock skew between nodes. Extra old events are harmless (subscribers
 /// skip what they replayed); a missed one would not be.
@@ -63,6 +66,8 @@ pub(crate) struct Relay {
     clock: SharedClock,
     state: Mutex<State>,
     wake: Notify,
+    /// Rung by a `NOTIFY` on [`QUEUE_CHANNEL`] (and after (re)connecting the listener).
+    pub(crate) queue: Notify,
 }
 
 impl Relay {
@@ -71,6 +76,7 @@ impl Relay {
             clock,
             state: Mutex::new(State::default()),
             wake: Notify::new(),
+            queue: Notify::new(),
         }
     }
 
@@ -374,7 +380,7 @@ pub(crate) async fn run_listener(
             Ok((client, mut connection)) => {
                 let mut messages =
                     futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-                let statement = format!("LISTEN {CHANNEL}");
+                let statement = format!("LISTEN {CHANNEL}; LISTEN {QUEUE_CHANNEL}");
                 let listen = client.batch_execute(&statement);
                 tokio::pin!(listen);
                 let mut listening = false;
@@ -385,6 +391,8 @@ pub(crate) async fn run_listener(
                                 listening = true;
                                 // Whatever was committed while not listening is read now.
                                 relay.mark_all_dirty();
+                                // And whatever was queued: the workers look once.
+                                relay.queue.notify_one();
                             }
                             Err(e) => {
                                 tracing::warn!(error = %e, "LISTEN failed");
@@ -392,7 +400,13 @@ pub(crate) async fn run_listener(
                             }
                         },
                         message = messages.next() => match message {
-                            Some(Ok(AsyncMessage::Notification(n))) => relay.notified(n.payload()),
+                            Some(Ok(AsyncMessage::Notification(n))) => {
+                                if n.channel() == QUEUE_CHANNEL {
+                                    relay.queue.notify_one();
+                                } else {
+                                    relay.notified(n.payload());
+                                }
+                            }
                             Some(Ok(_)) => {}
                             Some(Err(e)) => {
                                 tracing::warn!(error = %e, "the LISTEN connection failed");

@@ -366,3 +366,83 @@ fn nodes_starting_together_migrate_once() {
         );
     });
 }
+
+/// The workers' doorbell crosses nodes: a message queued on node A (which runs no
+/// workers) is started by node B's workers at once, not at B's next fallback poll (set
+/// here far beyond the test's deadline).
+#[test]
+fn a_message_queued_on_one_node_starts_on_the_other_without_waiting_for_a_poll() {
+    use stepwise_engine::{
+        AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig, MessageInput,
+    };
+    let Some(admin) = postgres_or_skip() else {
+        return;
+    };
+    run(async move {
+        let databases = TestDatabases::new(admin);
+        let (a, b) = two_nodes(&databases).await;
+        let acme = tenant();
+        let engine = |store: PgStore| {
+            let mut agents = AgentRegistry::new();
+            agents.register(
+                DEMO_AGENT,
+                DemoAgent::with_step_delay(Duration::from_millis(1)),
+            );
+            let config = EngineConfig {
+                workers: 2,
+                // The fallback poll comes after min(30..60 s, lease).
+                poll_interval: Duration::from_secs(30),
+                lease: Duration::from_secs(60),
+                ..EngineConfig::default()
+            };
+            Engine::new(store, agents, config)
+        };
+        let node_a = engine(a.clone());
+        let node_b = engine(b.clone());
+        node_b.spawn_workers();
+        let session = a
+            .create_session(
+                &acme,
+                NewSession {
+                    user_id: "u".into(),
+                    ..NewSession::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create_session: {e}"));
+        // The second message is queued after node B's workers have looked once (when they
+        // started) and gone back to sleep: only the NOTIFY can wake them in time.
+        for n in 0..2 {
+            let started = std::time::Instant::now();
+            let submitted = node_a
+                .submit_message(
+                    &acme,
+                    "u",
+                    session.id,
+                    MessageInput {
+                        content: "steps: 1".into(),
+                        ..MessageInput::default()
+                    },
+                )
+                .await
+                .unwrap_or_else(|e| panic!("submit_message: {e}"));
+            loop {
+                let execution = a
+                    .get_execution(&acme, submitted.execution.id)
+                    .await
+                    .unwrap_or_else(|e| panic!("get_execution: {e}"))
+                    .unwrap_or_else(|| panic!("the execution is gone"));
+                if execution.status == ExecutionStatus::Completed {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < DEADLINE,
+                    "message {n} queued on node A did not run on node B before its fallback poll: {execution:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        assert_eq!(node_a.running_count(), 0);
+        node_b.shutdown(Duration::from_secs(5)).await;
+    });
+}

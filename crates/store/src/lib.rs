@@ -146,6 +146,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
     /// Executions waiting to run.
     fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send;
+    /// Resolves when another process may have queued work for the workers (PostgreSQL:
+    /// a `NOTIFY` on the queue channel). Stores without such a doorbell never resolve:
+    /// their workers rely on the in-process doorbell and the fallback poll.
+    fn queue_signal(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 
     // --- steps ----------------------------------------------------------------------
 

@@ -1,0 +1,119 @@
+//! An idle node does not poll the queue: its workers sleep on a doorbell (rung when a
+//! message is queued or a run ends) with a slow fallback poll, so `/metrics` shows no
+//! claim queries while nothing happens, and a posted message still starts at once.
+//! (Its own test binary: the claim counter is per process.)
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
+use stepwise_server::{AppState, Metered, ServerConfig};
+use stepwise_store_sqlite::SqliteStore;
+
+async fn claim_queries(client: &reqwest::Client, base: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find_map(|line| line.strip_prefix("stepwise_claim_queries_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no stepwise_claim_queries_total in:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_node_sends_no_claim_queries_and_a_message_still_starts_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Metered::new(SqliteStore::open(&dir.path().join("stepwise.db")).expect("open"));
+    let mut agents = AgentRegistry::new();
+    agents.register(
+        DEMO_AGENT,
+        DemoAgent::with_step_delay(Duration::from_millis(1)),
+    );
+    // A fallback poll far longer than this test: any claim below was rung for.
+    let config = EngineConfig {
+        workers: 8,
+        poll_interval: Duration::from_secs(60),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(store, agents, config);
+    engine.spawn_workers();
+    let state = AppState::new(engine.clone(), ServerConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+
+    // The workers look once when they start (work queued before a restart)...
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while claim_queries(&client, &base).await < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the workers never looked for work"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let at_start = claim_queries(&client, &base).await;
+    // ...and then not again while nothing happens (8 workers used to poll every 300 ms).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        claim_queries(&client, &base).await,
+        at_start,
+        "an idle node sent claim queries"
+    );
+
+    // A posted message rings the doorbell: it runs without waiting for the fallback poll.
+    let answer: Value = client
+        .post(format!("{base}/v1/messages"))
+        .json(&json!({"content": "steps: 1"}))
+        .send()
+        .await
+        .expect("post")
+        .json()
+        .await
+        .expect("json");
+    let execution = answer["execution"]["id"]
+        .as_str()
+        .expect("execution id")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let current: Value = client
+            .get(format!("{base}/v1/executions/{execution}"))
+            .send()
+            .await
+            .expect("get")
+            .json()
+            .await
+            .expect("json");
+        if current["status"] == "completed" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the execution did not complete: {current}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One claim for the message, one look when its run ended (and maybe one more for a
+    // ring that arrived while claiming): a handful, not a poll.
+    let after = claim_queries(&client, &base).await;
+    assert!(
+        after - at_start <= 4.0,
+        "{} claim queries for one message",
+        after - at_start
+    );
+
+    let _ = stop.send(());
+    engine.shutdown(Duration::from_secs(5)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+}
