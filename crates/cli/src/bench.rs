@@ -19,6 +19,7 @@ use stepwise_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 
 use crate::db::{self, DatabaseUrl};
 
+mod http;
 mod postgres;
 mod retention;
 
@@ -46,6 +47,9 @@ pub enum BenchCommand {
     /// delete time and the longest request stall. Fresh temporary SQLite database unless
     /// --database is given on this command line (it must be empty).
     Retention(retention::RetentionArgs),
+    /// Messages accepted per second by a running server (`--url`), from this separate
+    /// process: N clients, one session each, posting back to back. JSON on stdout.
+    Http(http::HttpArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -80,6 +84,7 @@ pub async fn run(
     match args.command {
         BenchCommand::Steps(steps) => run_steps(steps, database, levels).await,
         BenchCommand::Retention(args) => retention::run(args, database).await,
+        BenchCommand::Http(args) => http::run(args).await,
     }
 }
 

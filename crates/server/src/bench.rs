@@ -1,6 +1,7 @@
 //! HTTP figures of the real server over loopback, in one process (run by the ignored test
-//! `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`; there is
-//! no `stepwise bench http` command yet).
+//! `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`; the
+//! messages figure with the load generator in a process of its own is
+//! `stepwise bench http --url URL`, see [`accept_messages`]).
 //!
 //! - messages accepted per second: `POST /v1/sessions/{id}/messages` from N concurrent
 //!   clients (one session each) for a fixed time; workers are not started, so the figure
@@ -113,7 +114,7 @@ pub async fn run_http_bench<S: Store>(
     }));
     let tenant = Tenant::new(LOCAL_TENANT)?;
 
-    let messages = accept_throughput(&base, options).await?;
+    let messages = accept_messages(&base, options.clients, options.accept_duration, None).await?;
     let mut latency = Vec::new();
     for &subscribers in &options.subscriber_counts {
         latency.push(step_latency(&store, &tenant, &base, subscribers, options).await?);
@@ -130,27 +131,49 @@ pub async fn run_http_bench<S: Store>(
     })
 }
 
-async fn accept_throughput(
+/// Messages accepted per second by the server at `base`: `clients` concurrent clients, one
+/// session each, each posting `POST /v1/sessions/{id}/messages` back to back for `duration`
+/// (a 202 counts; anything else is an error). With `api_key`, requests carry it as a
+/// bearer token. `stepwise bench http --url` runs this from a process of its own.
+pub async fn accept_messages(
     base: &str,
-    options: &HttpBenchOptions,
+    clients: usize,
+    duration: Duration,
+    api_key: Option<&str>,
 ) -> Result<AcceptFigure, BenchError> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|e| BenchError::Http(format!("the API key: {e}")))?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(options.clients * 2)
+        .pool_max_idle_per_host(clients * 2)
+        .default_headers(headers)
         .build()
         .map_err(http)?;
+    let base = base.trim_end_matches('/');
     let mut sessions = Vec::new();
-    for n in 0..options.clients {
+    for n in 0..clients {
         let response = client
             .post(format!("{base}/v1/sessions"))
             .json(&json!({"title": format!("bench {n}")}))
             .send()
             .await
             .map_err(http)?;
+        let status = response.status();
         let body: serde_json::Value = response.json().await.map_err(http)?;
-        sessions.push(body["id"].as_str().unwrap_or_default().to_string());
+        match body["id"].as_str() {
+            Some(id) if status.is_success() => sessions.push(id.to_string()),
+            _ => {
+                return Err(BenchError::Http(format!(
+                    "creating a session: {status} {body}"
+                )));
+            }
+        }
     }
     let start = Instant::now();
-    let deadline = start + options.accept_duration;
+    let deadline = start + duration;
     let mut tasks = Vec::new();
     for session in sessions {
         let client = client.clone();
@@ -187,7 +210,7 @@ async fn accept_throughput(
     let accepted = latencies.len() as u64;
     let (p50_ms, p99_ms) = percentiles(&mut latencies);
     Ok(AcceptFigure {
-        clients: options.clients,
+        clients,
         accepted,
         errors,
         seconds,
