@@ -17,6 +17,9 @@ fn tight() -> DocumentLimits {
         max_steps: 3,
         max_snapshots: 2,
         max_tool_calls_per_step: 2,
+        max_checkpoints: 3,
+        max_checkpoint_blobs: 3,
+        max_checkpoint_writes: 3,
     }
 }
 

@@ -247,6 +247,7 @@ fn sample_document() -> SessionDocument {
             step(2, StepKind::FinalAnswer, 3),
         ],
         snapshots: vec![],
+        thread: None,
     }
 }
 

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::document::{FORMAT_VERSION, SessionDocument};
+use crate::document::{BlobKind, DocumentThread, FORMAT_VERSION, SessionDocument};
 use crate::model::{Role, SessionStatus};
 use crate::name::validate_name;
 use crate::time::Timestamp;
@@ -35,6 +35,11 @@ pub struct DocumentLimits {
     pub max_steps: usize,
     pub max_snapshots: usize,
     pub max_tool_calls_per_step: usize,
+    /// A LangGraph thread's arrays (`thread.checkpoints`, `thread.checkpoint_blobs`,
+    /// `thread.checkpoint_writes`).
+    pub max_checkpoints: usize,
+    pub max_checkpoint_blobs: usize,
+    pub max_checkpoint_writes: usize,
 }
 
 impl Default for DocumentLimits {
@@ -47,6 +52,9 @@ impl Default for DocumentLimits {
             max_steps: 100_000,
             max_snapshots: 10_000,
             max_tool_calls_per_step: 256,
+            max_checkpoints: 100_000,
+            max_checkpoint_blobs: 500_000,
+            max_checkpoint_writes: 500_000,
         }
     }
 }
@@ -237,6 +245,204 @@ pub fn validate_document(
             ));
         }
     }
+    if let Some(thread) = &doc.thread {
+        validate_thread(thread, limits)?;
+    }
+    Ok(())
+}
+
+/// Most items one append blob of a document holds.
+pub const MAX_BLOB_ITEMS: usize = 100_000;
+
+/// Checks text of the checkpoint arrays: `min..=max` characters, no control characters.
+fn check_text(field: &str, text: &str, min: usize, max: usize) -> Result<(), DocumentError> {
+    let chars = text.chars().count();
+    if chars < min || chars > max || text.chars().any(char::is_control) {
+        return Err(DocumentError::invalid(
+            field,
+            format!("must be {min} to {max} characters, none of them control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_bytes(field: &str, text: &str) -> Result<(), DocumentError> {
+    if crate::base64::is_canonical(text) {
+        Ok(())
+    } else {
+        Err(DocumentError::invalid(
+            field,
+            "must be standard padded base64",
+        ))
+    }
+}
+
+/// A LangGraph thread's checkpoints: the limits the checkpoint calls apply, unique keys,
+/// blobs whose `base_version` is a blob of the document (same namespace and channel, no
+/// loop), writes against checkpoints of the document, bytes in canonical base64.
+pub fn validate_thread(
+    thread: &DocumentThread,
+    limits: &DocumentLimits,
+) -> Result<(), DocumentError> {
+    for (field, count, max) in [
+        (
+            "thread.checkpoints",
+            thread.checkpoints.len(),
+            limits.max_checkpoints,
+        ),
+        (
+            "thread.checkpoint_blobs",
+            thread.checkpoint_blobs.len(),
+            limits.max_checkpoint_blobs,
+        ),
+        (
+            "thread.checkpoint_writes",
+            thread.checkpoint_writes.len(),
+            limits.max_checkpoint_writes,
+        ),
+    ] {
+        if count > max {
+            return Err(DocumentError::TooMany {
+                field: field.to_string(),
+                max,
+            });
+        }
+    }
+    check_text("thread.thread_id", &thread.thread_id, 1, 256)?;
+    let mut checkpoints: HashSet<(&str, &str)> = HashSet::new();
+    for (i, c) in thread.checkpoints.iter().enumerate() {
+        let at = |f: &str| format!("thread.checkpoints[{i}].{f}");
+        check_text(&at("checkpoint_ns"), &c.checkpoint_ns, 0, 1024)?;
+        check_text(&at("checkpoint_id"), &c.checkpoint_id, 1, 256)?;
+        if let Some(parent) = &c.parent_checkpoint_id {
+            check_text(&at("parent_checkpoint_id"), parent, 1, 256)?;
+        }
+        check_text(&at("checkpoint.type"), &c.checkpoint.type_name, 1, 64)?;
+        check_bytes(&at("checkpoint.data"), &c.checkpoint.data)?;
+        if !c.metadata.is_object() {
+            return Err(DocumentError::invalid(at("metadata"), "must be an object"));
+        }
+        for (channel, version) in &c.channel_versions {
+            check_text(&at("channel_versions"), channel, 1, 256)?;
+            match version {
+                Value::String(v) => check_text(&at("channel_versions"), v, 1, 256)?,
+                Value::Number(_) => {}
+                _ => {
+                    return Err(DocumentError::invalid(
+                        at("channel_versions"),
+                        "a version must be a string",
+                    ));
+                }
+            }
+        }
+        if !checkpoints.insert((&c.checkpoint_ns, &c.checkpoint_id)) {
+            return Err(DocumentError::invalid(
+                at("checkpoint_id"),
+                "the checkpoint appears twice in its namespace",
+            ));
+        }
+    }
+    let mut bases: std::collections::HashMap<(&str, &str, &str), Option<&str>> =
+        std::collections::HashMap::new();
+    for (i, b) in thread.checkpoint_blobs.iter().enumerate() {
+        let at = |f: &str| format!("thread.checkpoint_blobs[{i}].{f}");
+        check_text(&at("checkpoint_ns"), &b.checkpoint_ns, 0, 1024)?;
+        check_text(&at("channel"), &b.channel, 1, 256)?;
+        check_text(&at("version"), &b.version, 1, 256)?;
+        match b.kind {
+            BlobKind::Full => {
+                let (Some(type_name), Some(data)) = (&b.type_name, &b.data) else {
+                    return Err(DocumentError::invalid(
+                        at("kind"),
+                        "a full blob has `type` and `data`",
+                    ));
+                };
+                if b.base_version.is_some() || !b.items.is_empty() {
+                    return Err(DocumentError::invalid(
+                        at("kind"),
+                        "a full blob has no `base_version` or `items`",
+                    ));
+                }
+                check_text(&at("type"), type_name, 1, 64)?;
+                check_bytes(&at("data"), data)?;
+            }
+            BlobKind::Append => {
+                if b.type_name.is_some() || b.data.is_some() {
+                    return Err(DocumentError::invalid(
+                        at("kind"),
+                        "an append blob has `items`, not `type` and `data`",
+                    ));
+                }
+                if b.items.len() > MAX_BLOB_ITEMS {
+                    return Err(DocumentError::TooMany {
+                        field: at("items"),
+                        max: MAX_BLOB_ITEMS,
+                    });
+                }
+                if let Some(base) = &b.base_version {
+                    check_text(&at("base_version"), base, 1, 256)?;
+                }
+                for (k, item) in b.items.iter().enumerate() {
+                    check_text(&at(&format!("items[{k}].type")), &item.type_name, 1, 64)?;
+                    check_bytes(&at(&format!("items[{k}].data")), &item.data)?;
+                }
+            }
+        }
+        let key = (
+            b.checkpoint_ns.as_str(),
+            b.channel.as_str(),
+            b.version.as_str(),
+        );
+        if bases.insert(key, b.base_version.as_deref()).is_some() {
+            return Err(DocumentError::invalid(
+                at("version"),
+                "the blob appears twice (namespace, channel and version)",
+            ));
+        }
+    }
+    for (i, b) in thread.checkpoint_blobs.iter().enumerate() {
+        let mut seen = HashSet::from([b.version.as_str()]);
+        let mut next = b.base_version.as_deref();
+        while let Some(version) = next {
+            let Some(base) = bases.get(&(b.checkpoint_ns.as_str(), b.channel.as_str(), version))
+            else {
+                return Err(DocumentError::invalid(
+                    format!("thread.checkpoint_blobs[{i}].base_version"),
+                    "the base version is not a blob of the same namespace and channel in the document",
+                ));
+            };
+            if !seen.insert(version) {
+                return Err(DocumentError::invalid(
+                    format!("thread.checkpoint_blobs[{i}].base_version"),
+                    "the append chain loops",
+                ));
+            }
+            next = *base;
+        }
+    }
+    let mut writes: HashSet<(&str, &str, &str, i64)> = HashSet::new();
+    for (i, w) in thread.checkpoint_writes.iter().enumerate() {
+        let at = |f: &str| format!("thread.checkpoint_writes[{i}].{f}");
+        check_text(&at("checkpoint_ns"), &w.checkpoint_ns, 0, 1024)?;
+        check_text(&at("checkpoint_id"), &w.checkpoint_id, 1, 256)?;
+        check_text(&at("task_id"), &w.task_id, 1, 1024)?;
+        check_text(&at("task_path"), &w.task_path, 0, 1024)?;
+        check_text(&at("channel"), &w.channel, 1, 256)?;
+        check_text(&at("type"), &w.type_name, 1, 64)?;
+        check_bytes(&at("data"), &w.data)?;
+        if !checkpoints.contains(&(w.checkpoint_ns.as_str(), w.checkpoint_id.as_str())) {
+            return Err(DocumentError::invalid(
+                at("checkpoint_id"),
+                "a write refers to a checkpoint that is not in the document",
+            ));
+        }
+        if !writes.insert((&w.checkpoint_ns, &w.checkpoint_id, &w.task_id, w.idx)) {
+            return Err(DocumentError::invalid(
+                at("idx"),
+                "the write appears twice (checkpoint, task and idx)",
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -284,6 +490,11 @@ pub fn check_structure(bytes: &[u8], limits: &DocumentLimits) -> Result<(), Docu
         ("steps", limits.max_steps),
         ("snapshots", limits.max_snapshots),
     ];
+    let thread_caps: [(&'static str, usize); 3] = [
+        ("thread.checkpoints", limits.max_checkpoints),
+        ("thread.checkpoint_blobs", limits.max_checkpoint_blobs),
+        ("thread.checkpoint_writes", limits.max_checkpoint_writes),
+    ];
     let mut stack: Vec<Frame> = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
@@ -318,7 +529,7 @@ pub fn check_structure(bytes: &[u8], limits: &DocumentLimits) -> Result<(), Docu
                 }
                 let array = b == b'[';
                 let cap = if array {
-                    array_cap(&stack, bytes, &top_caps, limits)
+                    array_cap(&stack, bytes, &top_caps, &thread_caps, limits)
                 } else {
                     None
                 };
@@ -367,6 +578,7 @@ fn array_cap(
     stack: &[Frame],
     bytes: &[u8],
     top_caps: &[(&'static str, usize); 4],
+    thread_caps: &[(&'static str, usize); 3],
     limits: &DocumentLimits,
 ) -> Option<(&'static str, usize)> {
     let key = |frame: &Frame| {
@@ -378,6 +590,10 @@ fn array_cap(
         [top] if !top.array => top_caps
             .iter()
             .find(|(name, _)| key(top) == name.as_bytes())
+            .copied(),
+        [top, thread] if !top.array && !thread.array && key(top) == b"thread" => thread_caps
+            .iter()
+            .find(|(name, _)| key(thread) == &name.as_bytes()["thread.".len()..])
             .copied(),
         [top, steps, step] if !top.array && steps.array && !step.array => {
             let in_steps = steps.cap.is_some_and(|(name, _)| name == "steps");

@@ -2,6 +2,7 @@
 //! CLI, plus the pieces every backend needs (ids, server time, the payload codec, names,
 //! context summaries).
 
+pub mod base64;
 pub mod codec;
 pub mod model;
 pub mod name;

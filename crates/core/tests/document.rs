@@ -397,6 +397,7 @@ fn build(parts: Parts) -> SessionDocument {
         executions,
         steps,
         snapshots,
+        thread: None,
     }
 }
 

@@ -400,6 +400,14 @@ impl<S: Store> Store for Metered<S> {
         self.inner.get_thread(tenant, thread_id).await
     }
 
+    async fn export_thread(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> Result<Option<stepwise_core::document::DocumentThread>> {
+        self.inner.export_thread(tenant, session_id).await
+    }
+
     async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
         self.inner.delete_thread(tenant, thread_id).await
     }
@@ -411,7 +419,9 @@ impl<S: Store> Store for Metered<S> {
         target: &str,
         user_id: &str,
     ) -> Result<Option<stepwise_store::ThreadInfo>> {
-        self.inner.copy_thread(tenant, source, target, user_id).await
+        self.inner
+            .copy_thread(tenant, source, target, user_id)
+            .await
     }
 
     async fn delete_checkpoints_for_runs(
@@ -419,7 +429,9 @@ impl<S: Store> Store for Metered<S> {
         tenant: &Tenant,
         run_ids: Vec<String>,
     ) -> Result<u64> {
-        self.inner.delete_checkpoints_for_runs(tenant, run_ids).await
+        self.inner
+            .delete_checkpoints_for_runs(tenant, run_ids)
+            .await
     }
 
     async fn prune_checkpoints(

@@ -1166,6 +1166,11 @@ impl Store for FileStore {
         user_id: &str,
         doc: SessionDocument,
     ) -> Result<Session> {
+        if doc.thread.is_some() {
+            return Err(StoreError::InvalidState(
+                "this document carries a LangGraph thread's checkpoints; checkpoints need the SQLite or PostgreSQL backend".into(),
+            ));
+        }
         validate_document(&doc, &DocumentLimits::default()).map_err(|e| StoreError::Invalid {
             field: Some("document"),
             message: e.to_string(),
@@ -1376,6 +1381,15 @@ impl Store for FileStore {
         _thread_id: &str,
     ) -> Result<Option<stepwise_store::ThreadInfo>> {
         Err(stepwise_store::checkpoints::unsupported())
+    }
+
+    /// No session of this backend is a thread: its export documents carry no checkpoints.
+    async fn export_thread(
+        &self,
+        _tenant: &Tenant,
+        _session_id: Id,
+    ) -> Result<Option<stepwise_core::document::DocumentThread>> {
+        Ok(None)
     }
 
     async fn delete_thread(&self, _tenant: &Tenant, _thread_id: &str) -> Result<bool> {

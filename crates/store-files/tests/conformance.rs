@@ -142,4 +142,5 @@ stepwise_store_tests::conformance_tests!(FilesHarness::new(); skip = [
     checkpoints_list,
     checkpoint_threads,
     checkpoint_isolation,
+    checkpoint_export_import,
 ]);

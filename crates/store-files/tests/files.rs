@@ -626,3 +626,37 @@ async fn files_refuse_checkpoints() {
             .is_empty()
     );
 }
+
+/// A document carrying a LangGraph thread's checkpoints is refused with `InvalidState` (the
+/// HTTP layer answers 422) and writes nothing; this backend's own exports carry no thread.
+#[tokio::test]
+async fn files_refuse_a_document_with_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let session = store
+        .create_session(&local(), named("plain"))
+        .await
+        .unwrap();
+    let mut doc = export_session(&store, &local(), session.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(doc.thread.is_none());
+    doc.session.name = None;
+    doc.thread = Some(stepwise_core::document::DocumentThread {
+        thread_id: "t".into(),
+        checkpoints: Vec::new(),
+        checkpoint_blobs: Vec::new(),
+        checkpoint_writes: Vec::new(),
+    });
+    let refused = store.import_document(&local(), "me", doc).await;
+    assert!(
+        matches!(&refused, Err(StoreError::InvalidState(m)) if m.contains("SQLite or PostgreSQL")),
+        "{refused:?}"
+    );
+    let all = store
+        .list_sessions(&local(), Default::default(), Default::default())
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 1, "nothing was imported");
+}

@@ -3,6 +3,7 @@
 
 use stepwise_core::codec;
 use stepwise_core::{Session, SessionDocument, Timestamp};
+use stepwise_store::checkpoints::{ThreadRows, thread_rows};
 use stepwise_store::{Result, StoreError, Tenant};
 use tokio_postgres::Transaction;
 
@@ -10,6 +11,8 @@ use crate::sql::{args, is_unique_violation, json_text, map_pg};
 
 pub(crate) struct Plan {
     doc: SessionDocument,
+    thread: Option<ThreadRows>,
+    now: Timestamp,
     step_payloads: Vec<Vec<u8>>,
     snapshot_states: Vec<Vec<u8>>,
 }
@@ -23,7 +26,8 @@ pub(crate) fn plan(
     now: Timestamp,
     threshold: usize,
 ) -> Result<Plan> {
-    let doc = stepwise_store::rekey_document(tenant, user_id, doc, now)?;
+    let mut doc = stepwise_store::rekey_document(tenant, user_id, doc, now)?;
+    let thread = doc.thread.take().map(thread_rows).transpose()?;
     let step_payloads = doc
         .steps
         .iter()
@@ -36,6 +40,8 @@ pub(crate) fn plan(
         .collect();
     Ok(Plan {
         doc,
+        thread,
+        now,
         step_payloads,
         snapshot_states,
     })
@@ -44,6 +50,8 @@ pub(crate) fn plan(
 pub(crate) async fn write(tx: &Transaction<'_>, plan: Plan) -> Result<Session> {
     let Plan {
         doc,
+        thread,
+        now,
         step_payloads,
         snapshot_states,
     } = plan;
@@ -102,6 +110,9 @@ pub(crate) async fn write(tx: &Transaction<'_>, plan: Plan) -> Result<Session> {
         )
         .await
         .map_err(map_pg)?;
+    }
+    if let Some(rows) = &thread {
+        crate::checkpoints::import_thread(tx, tenant, s.id, rows, now).await?;
     }
     Ok(doc.session)
 }

@@ -1193,6 +1193,14 @@ impl Store for PgStore {
         self.checkpoint_thread(tenant, thread_id).await
     }
 
+    async fn export_thread(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> Result<Option<stepwise_core::document::DocumentThread>> {
+        self.checkpoint_export(tenant, session_id).await
+    }
+
     async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
         self.checkpoint_delete_thread(tenant, thread_id).await
     }

@@ -154,4 +154,5 @@ pg_conformance! {
     checkpoints_list
     checkpoint_threads
     checkpoint_isolation
+    checkpoint_export_import
 }

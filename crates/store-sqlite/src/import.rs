@@ -4,6 +4,7 @@
 use rusqlite::{Connection, params};
 use stepwise_core::codec;
 use stepwise_core::{Session, SessionDocument, Timestamp};
+use stepwise_store::checkpoints::{ThreadRows, thread_rows};
 use stepwise_store::{Result, StoreError, Tenant};
 
 use crate::rows::{bid, json_text, opt_bid};
@@ -11,6 +12,8 @@ use crate::writer::map_sqlite;
 
 pub(crate) struct Plan {
     doc: SessionDocument,
+    thread: Option<ThreadRows>,
+    now: Timestamp,
     step_payloads: Vec<Vec<u8>>,
     snapshot_states: Vec<Vec<u8>>,
 }
@@ -24,7 +27,8 @@ pub(crate) fn plan(
     now: Timestamp,
     threshold: usize,
 ) -> Result<Plan> {
-    let doc = stepwise_store::rekey_document(tenant, user_id, doc, now)?;
+    let mut doc = stepwise_store::rekey_document(tenant, user_id, doc, now)?;
+    let thread = doc.thread.take().map(thread_rows).transpose()?;
     let step_payloads = doc
         .steps
         .iter()
@@ -37,6 +41,8 @@ pub(crate) fn plan(
         .collect();
     Ok(Plan {
         doc,
+        thread,
+        now,
         step_payloads,
         snapshot_states,
     })
@@ -45,6 +51,8 @@ pub(crate) fn plan(
 pub(crate) fn write(conn: &Connection, plan: Plan) -> Result<Session> {
     let Plan {
         doc,
+        thread,
+        now,
         step_payloads,
         snapshot_states,
     } = plan;
@@ -97,6 +105,9 @@ pub(crate) fn write(conn: &Connection, plan: Plan) -> Result<Session> {
         )
         .and_then(|mut q| q.execute(params![bid(sn.id), tenant, bid(sn.execution_id), bid(s.id), opt_bid(sn.parent_snapshot_id), sn.agent_id, sn.agent_name, sn.step_number, sn.is_final, sn.debug_mode, state, sn.created_at.0]))
         .map_err(map_sqlite)?;
+    }
+    if let Some(rows) = &thread {
+        crate::checkpoints::import_thread(conn, tenant, s.id, rows, now)?;
     }
     Ok(doc.session)
 }

@@ -26,10 +26,10 @@ use stepwise_core::{
 };
 use stepwise_store::{
     Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, CleanupReport,
-    EventHub, NewCheckpoint, PruneStrategy, PutWrites, ThreadInfo, Loaded, MessageQuery, NewEvent,
-    NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
-    RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
-    StoreError, StoreStats, Tenant, Transition, cursor,
+    EventHub, Loaded, MessageQuery, NewCheckpoint, NewEvent, NewExecution, NewMessage, NewSession,
+    NewSnapshot, NewStep, Page, PageRequest, PruneStrategy, PutWrites, Result, RetentionLock,
+    RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreError,
+    StoreStats, Tenant, ThreadInfo, Transition, cursor,
 };
 use tokio::sync::broadcast;
 
@@ -1296,6 +1296,14 @@ impl Store for SqliteStore {
         self.checkpoint_thread(tenant, thread_id).await
     }
 
+    async fn export_thread(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> Result<Option<stepwise_core::document::DocumentThread>> {
+        self.checkpoint_export(tenant, session_id).await
+    }
+
     async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
         self.checkpoint_delete_thread(tenant, thread_id).await
     }
@@ -1311,7 +1319,11 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn delete_checkpoints_for_runs(&self, tenant: &Tenant, run_ids: Vec<String>) -> Result<u64> {
+    async fn delete_checkpoints_for_runs(
+        &self,
+        tenant: &Tenant,
+        run_ids: Vec<String>,
+    ) -> Result<u64> {
         self.checkpoint_delete_for_runs(tenant, run_ids).await
     }
 

@@ -104,6 +104,7 @@ macro_rules! __with_cases {
             checkpoints_list
             checkpoint_threads
             checkpoint_isolation
+            checkpoint_export_import
         }
     };
 }

@@ -306,6 +306,14 @@ pub trait Store: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         thread_id: &str,
     ) -> impl Future<Output = Result<Option<ThreadInfo>>> + Send;
+    /// The LangGraph thread a session is, with every checkpoint, blob and write row as
+    /// stored (writes in the order they were written), for the session's export document.
+    /// `None` when the session is no thread (and on a backend that keeps no checkpoints).
+    fn export_thread(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> impl Future<Output = Result<Option<stepwise_core::document::DocumentThread>>> + Send;
     /// Hard delete: the thread's checkpoints, blobs and writes, and its session with every
     /// row. `false` when there is no such thread.
     fn delete_thread(

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use stepwise_core::document::FORMAT_VERSION;
+use stepwise_core::document::{DocumentLimits, FORMAT_VERSION, validate_thread};
 use stepwise_core::name::validate_name;
 use stepwise_core::{ExecutionStatus, Id, SessionDocument, SessionStatus, Timestamp, new_id};
 
@@ -14,7 +14,9 @@ use crate::{Result, StoreError, Tenant};
 /// (never followed). A deleted session comes back active; an execution that was half-way
 /// (pending or running) is cancelled, since an imported run has no worker. Refused: another
 /// `format_version`, a name breaking the rules, steps or snapshots of an execution the
-/// document does not hold, a step number that is 0 or repeated.
+/// document does not hold, a step number that is 0 or repeated, a LangGraph thread whose
+/// checkpoints break the rules of [`validate_thread`] (the thread id is kept: the backend
+/// refuses it with `Conflict` when the tenant already has that thread).
 pub fn rekey_document(
     tenant: &Tenant,
     user_id: &str,
@@ -32,6 +34,10 @@ pub fn rekey_document(
     }
     if let Some(name) = &doc.session.name {
         validate_name(name)?;
+    }
+    if let Some(thread) = &doc.thread {
+        validate_thread(thread, &DocumentLimits::default())
+            .map_err(|e| StoreError::invalid("thread", e.to_string()))?;
     }
     let mut ids: HashMap<Id, Id> = HashMap::new();
     let mut fresh = |old: Id| *ids.entry(old).or_insert_with(new_id);

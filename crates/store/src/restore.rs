@@ -51,7 +51,8 @@ pub async fn restore_memory<S: Store>(
 }
 
 /// The whole session as one document (`format_version`, session, messages, executions,
-/// steps, snapshots with their state). `Ok(None)` when the session does not exist.
+/// steps, snapshots with their state, and for a LangGraph thread's session the thread with
+/// its checkpoints, blobs and writes). `Ok(None)` when the session does not exist.
 pub async fn export_session<S: Store>(
     store: &S,
     tenant: &Tenant,
@@ -74,6 +75,7 @@ pub async fn export_session<S: Store>(
             }
         }
     }
+    let thread = store.export_thread(tenant, session_id).await?;
     Ok(Some(SessionDocument {
         format_version: FORMAT_VERSION,
         session,
@@ -81,5 +83,6 @@ pub async fn export_session<S: Store>(
         executions,
         steps,
         snapshots,
+        thread,
     }))
 }

@@ -18,8 +18,8 @@ mod steps;
 
 pub use api_keys::{api_keys, operations};
 pub use checkpoints::{
-    checkpoint_isolation, checkpoint_threads, checkpoint_writes, checkpoints_list,
-    checkpoints_put_get,
+    checkpoint_export_import, checkpoint_isolation, checkpoint_threads, checkpoint_writes,
+    checkpoints_list, checkpoints_put_get,
 };
 pub use corruption::corruption_recovery;
 pub use events::{events, events_live};
