@@ -407,7 +407,10 @@ fn sessions_import_refuses_hostile_documents_and_writes_nothing() {
             "step of another execution",
             serde_json::to_vec(&foreign_step).expect("encode"),
         ),
-        ("JSON that is no document", br#"{"hello": "world"}"#.to_vec()),
+        (
+            "JSON that is no document",
+            br#"{"hello": "world"}"#.to_vec(),
+        ),
     ] {
         let path = sandbox.path().join("hostile.json");
         std::fs::write(&path, bytes).expect("write");

@@ -196,7 +196,10 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             "/threads/{thread_id}/checkpoints/{checkpoint_id}/writes",
             put(checkpoints::put_writes::put_writes::<S>),
         )
-        .route("/threads/{thread_id}/copy", post(checkpoints::copy::copy::<S>))
+        .route(
+            "/threads/{thread_id}/copy",
+            post(checkpoints::copy::copy::<S>),
+        )
         .route("/checkpoints", get(checkpoints::list_all::list_all::<S>))
         .route(
             "/checkpoints/delete-for-runs",

@@ -421,7 +421,13 @@ async fn a_step_with_too_many_tool_calls_is_refused() {
         let (status, body) = server
             .post("/v1/sessions/import", not_a_document.clone())
             .await;
-        assert_refused(status, &body, 400, "invalid_request", Some("format_version"));
+        assert_refused(
+            status,
+            &body,
+            400,
+            "invalid_request",
+            Some("format_version"),
+        );
     }
     assert_eq!(session_count(&server).await, before, "nothing was imported");
     let (status, body) = server.post("/v1/sessions/import", document).await;
