@@ -13,13 +13,13 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows, chain_versions, channel_version_pairs,
-    checkpoint_cursor, pack_payload, resolve_chain, run_id_of, thread_document, unpack_payload,
+    CheckpointRow, ResolvedBlobs, StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows,
+    chain_versions, channel_version_pairs, checkpoint_cursor, missing_base, pack_payload,
+    resolve_chain, run_id_of, thread_document, unpack_payload,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
-    PruneStrategy, PutWrites, ResolvedBlob, Result, StoreError, Tenant, ThreadInfo, TypedValue,
-    WriteRecord,
+    PruneStrategy, PutWrites, Result, StoreError, Tenant, ThreadInfo, TypedValue, WriteRecord,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -385,19 +385,6 @@ pub(crate) async fn import_thread(
     Ok(())
 }
 
-struct CheckpointRow {
-    thread_id: String,
-    session_id: Id,
-    checkpoint_ns: String,
-    checkpoint_id: String,
-    parent_checkpoint_id: Option<String>,
-    type_name: String,
-    payload: Vec<u8>,
-    metadata: String,
-    channel_versions: String,
-    created_at: i64,
-}
-
 fn checkpoint_row(r: &Row) -> Result<CheckpointRow> {
     Ok(CheckpointRow {
         thread_id: sql::get(r, "thread_id")?,
@@ -452,7 +439,7 @@ async fn complete(
     let mut wanted: BTreeMap<(Id, String), Vec<(String, String)>> = BTreeMap::new();
     let mut versions = Vec::with_capacity(rows.len());
     for row in &rows {
-        let parsed: Value = serde_json::from_str(&row.channel_versions).unwrap_or(Value::Null);
+        let parsed = row.versions();
         let pairs = channel_version_pairs(&parsed);
         wanted
             .entry((row.session_id, row.checkpoint_ns.clone()))
@@ -460,7 +447,7 @@ async fn complete(
             .extend(pairs);
         versions.push(parsed);
     }
-    let mut resolved: HashMap<(Id, String, String, String), ResolvedBlob> = HashMap::new();
+    let mut resolved = ResolvedBlobs::new();
     for ((session, ns), pairs) in wanted {
         let Some(top) = pairs.iter().map(|(_, v)| v.clone()).max() else {
             continue;
@@ -557,14 +544,6 @@ async fn complete(
     }
     let mut out = Vec::with_capacity(rows.len());
     for (row, channel_versions) in rows.into_iter().zip(versions) {
-        let blobs = channel_version_pairs(&channel_versions)
-            .into_iter()
-            .filter_map(|(channel, version)| {
-                resolved
-                    .get(&(row.session_id, row.checkpoint_ns.clone(), channel, version))
-                    .cloned()
-            })
-            .collect();
         let pending_writes = writes
             .remove(&(
                 row.session_id,
@@ -572,22 +551,7 @@ async fn complete(
                 row.checkpoint_id.clone(),
             ))
             .unwrap_or_default();
-        out.push(CheckpointRecord {
-            thread_id: row.thread_id,
-            session_id: row.session_id,
-            checkpoint_ns: row.checkpoint_ns,
-            checkpoint_id: row.checkpoint_id,
-            parent_checkpoint_id: row.parent_checkpoint_id,
-            checkpoint: TypedValue {
-                type_name: row.type_name,
-                data: unpack_payload(&row.payload)?,
-            },
-            metadata: serde_json::from_str(&row.metadata).unwrap_or(Value::Null),
-            channel_versions,
-            created_at: Timestamp(row.created_at),
-            blobs,
-            pending_writes,
-        });
+        out.push(row.into_record(channel_versions, &resolved, pending_writes)?);
     }
     Ok(out)
 }
@@ -600,31 +564,15 @@ async fn check_bases(
     session: Id,
     new: &NewCheckpoint,
 ) -> Result<()> {
-    for (i, blob) in new.blobs.iter().enumerate() {
-        let stepwise_store::BlobBody::Append {
-            base_version: Some(base),
-            ..
-        } = &blob.body
-        else {
-            continue;
-        };
-        let in_put = new
-            .blobs
-            .iter()
-            .any(|b| b.channel == blob.channel && &b.version == base);
-        if !in_put
-            && count(
-                c,
-                BLOB_EXISTS,
-                args![tenant, session, new.checkpoint_ns, blob.channel, *base],
-            )
-            .await?
-                == 0
-        {
-            return Err(StoreError::Conflict(format!(
-                "blobs[{i}]: base_version '{base}' of channel '{}' is not stored; send the whole value",
-                blob.channel
-            )));
+    for (i, channel, base) in new.outside_bases() {
+        let stored = count(
+            c,
+            BLOB_EXISTS,
+            args![tenant, session, new.checkpoint_ns, channel, base],
+        )
+        .await?;
+        if stored == 0 {
+            return Err(missing_base(i, channel, base));
         }
     }
     Ok(())

@@ -12,13 +12,13 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows, chain_versions, channel_version_pairs,
-    checkpoint_cursor, pack_payload, resolve_chain, run_id_of, thread_document, unpack_payload,
+    CheckpointRow, ResolvedBlobs, StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows,
+    chain_versions, channel_version_pairs, checkpoint_cursor, missing_base, pack_payload,
+    resolve_chain, run_id_of, thread_document, unpack_payload,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
-    PruneStrategy, PutWrites, ResolvedBlob, Result, StoreError, Tenant, ThreadInfo, TypedValue,
-    WriteRecord,
+    PruneStrategy, PutWrites, Result, StoreError, Tenant, ThreadInfo, TypedValue, WriteRecord,
 };
 
 use crate::rows::{Bid, bid, json_text};
@@ -339,22 +339,8 @@ pub(crate) fn delete_session_checkpoints(conn: &Connection, session_id: Id) -> R
     Ok(n)
 }
 
-/// A checkpoint row before its blobs and writes are added.
-struct Row {
-    thread_id: String,
-    session_id: Id,
-    checkpoint_ns: String,
-    checkpoint_id: String,
-    parent_checkpoint_id: Option<String>,
-    type_name: String,
-    payload: Vec<u8>,
-    metadata: String,
-    channel_versions: String,
-    created_at: i64,
-}
-
-fn checkpoint_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-    Ok(Row {
+fn checkpoint_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CheckpointRow> {
+    Ok(CheckpointRow {
         thread_id: r.get(0)?,
         session_id: r.get::<_, Bid>(1)?.0,
         checkpoint_ns: r.get(2)?,
@@ -396,14 +382,14 @@ fn blob_rows(
 fn complete(
     conn: &Connection,
     tenant: &str,
-    rows: Vec<Row>,
+    rows: Vec<CheckpointRow>,
     have: &BTreeMap<String, String>,
 ) -> Result<Vec<CheckpointRecord>> {
     // Every (session, namespace, channel) once, with the versions wanted of it.
     let mut wanted: BTreeMap<(Id, String, String), Vec<String>> = BTreeMap::new();
     let mut versions = Vec::with_capacity(rows.len());
     for row in &rows {
-        let parsed: Value = serde_json::from_str(&row.channel_versions).unwrap_or(Value::Null);
+        let parsed = row.versions();
         for (channel, version) in channel_version_pairs(&parsed) {
             wanted
                 .entry((row.session_id, row.checkpoint_ns.clone(), channel))
@@ -412,7 +398,7 @@ fn complete(
         }
         versions.push(parsed);
     }
-    let mut resolved: HashMap<(Id, String, String, String), ResolvedBlob> = HashMap::new();
+    let mut resolved = ResolvedBlobs::new();
     for ((session, ns, channel), versions) in wanted {
         let Some(top) = versions.iter().max() else {
             continue;
@@ -452,14 +438,6 @@ fn complete(
     }
     let mut out = Vec::with_capacity(rows.len());
     for (row, channel_versions) in rows.into_iter().zip(versions) {
-        let blobs = channel_version_pairs(&channel_versions)
-            .into_iter()
-            .filter_map(|(channel, version)| {
-                resolved
-                    .get(&(row.session_id, row.checkpoint_ns.clone(), channel, version))
-                    .cloned()
-            })
-            .collect();
         let pending_writes = conn
             .prepare_cached(WRITES_OF)
             .and_then(|mut s| {
@@ -498,22 +476,7 @@ fn complete(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        out.push(CheckpointRecord {
-            thread_id: row.thread_id,
-            session_id: row.session_id,
-            checkpoint_ns: row.checkpoint_ns,
-            checkpoint_id: row.checkpoint_id,
-            parent_checkpoint_id: row.parent_checkpoint_id,
-            checkpoint: TypedValue {
-                type_name: row.type_name,
-                data: unpack_payload(&row.payload)?,
-            },
-            metadata: serde_json::from_str(&row.metadata).unwrap_or(Value::Null),
-            channel_versions,
-            created_at: Timestamp(row.created_at),
-            blobs,
-            pending_writes,
-        });
+        out.push(row.into_record(channel_versions, &resolved, pending_writes)?);
     }
     Ok(out)
 }
@@ -521,29 +484,14 @@ fn complete(
 /// Every append blob's `base_version` is stored or comes in the same put: a `Conflict`
 /// otherwise (the writer sends the whole value instead).
 fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint) -> Result<()> {
-    for (i, blob) in new.blobs.iter().enumerate() {
-        let stepwise_store::BlobBody::Append {
-            base_version: Some(base),
-            ..
-        } = &blob.body
-        else {
-            continue;
-        };
-        let in_put = new
-            .blobs
-            .iter()
-            .any(|b| b.channel == blob.channel && &b.version == base);
-        if !in_put
-            && count(
-                conn,
-                BLOB_EXISTS,
-                params![tenant, bid(session), new.checkpoint_ns, blob.channel, base],
-            )? == 0
-        {
-            return Err(StoreError::Conflict(format!(
-                "blobs[{i}]: base_version '{base}' of channel '{}' is not stored; send the whole value",
-                blob.channel
-            )));
+    for (i, channel, base) in new.outside_bases() {
+        let stored = count(
+            conn,
+            BLOB_EXISTS,
+            params![tenant, bid(session), new.checkpoint_ns, channel, base],
+        )?;
+        if stored == 0 {
+            return Err(missing_base(i, channel, base));
         }
     }
     Ok(())

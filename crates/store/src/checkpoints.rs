@@ -79,6 +79,101 @@ pub struct NewCheckpoint {
     pub blobs: Vec<NewBlob>,
 }
 
+impl NewCheckpoint {
+    /// The append blobs whose `base_version` is not in this put, as `(index, channel, base)`:
+    /// each must already be stored, or the put is refused with [`missing_base`].
+    pub fn outside_bases(&self) -> impl Iterator<Item = (usize, &str, &str)> {
+        self.blobs.iter().enumerate().filter_map(|(i, blob)| {
+            let BlobBody::Append {
+                base_version: Some(base),
+                ..
+            } = &blob.body
+            else {
+                return None;
+            };
+            let in_put = self
+                .blobs
+                .iter()
+                .any(|b| b.channel == blob.channel && &b.version == base);
+            (!in_put).then_some((i, blob.channel.as_str(), base.as_str()))
+        })
+    }
+}
+
+/// The refusal of an append blob whose base is neither stored nor in the same put (the
+/// writer sends the whole value instead).
+pub fn missing_base(index: usize, channel: &str, base: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "blobs[{index}]: base_version '{base}' of channel '{channel}' is not stored; send the whole value"
+    ))
+}
+
+/// A checkpoint as a backend reads its row, before its blobs and writes are added.
+pub struct CheckpointRow {
+    pub thread_id: String,
+    pub session_id: Id,
+    pub checkpoint_ns: String,
+    pub checkpoint_id: String,
+    pub parent_checkpoint_id: Option<String>,
+    pub type_name: String,
+    /// As [`pack_payload`] stored it.
+    pub payload: Vec<u8>,
+    /// JSON text.
+    pub metadata: String,
+    /// JSON text of the channel -> version object.
+    pub channel_versions: String,
+    pub created_at: i64,
+}
+
+/// Resolved channel values by `(session, namespace, channel, version)`.
+pub type ResolvedBlobs = HashMap<(Id, String, String, String), ResolvedBlob>;
+
+impl CheckpointRow {
+    /// Its `channel_versions` (`null` when the stored text cannot be read).
+    pub fn versions(&self) -> Value {
+        serde_json::from_str(&self.channel_versions).unwrap_or(Value::Null)
+    }
+
+    /// The record: the blobs of `channel_versions` (its [`versions`](Self::versions)) that
+    /// `resolved` holds, and its pending writes.
+    pub fn into_record(
+        self,
+        channel_versions: Value,
+        resolved: &ResolvedBlobs,
+        pending_writes: Vec<WriteRecord>,
+    ) -> Result<CheckpointRecord> {
+        let blobs = channel_version_pairs(&channel_versions)
+            .into_iter()
+            .filter_map(|(channel, version)| {
+                resolved
+                    .get(&(
+                        self.session_id,
+                        self.checkpoint_ns.clone(),
+                        channel,
+                        version,
+                    ))
+                    .cloned()
+            })
+            .collect();
+        Ok(CheckpointRecord {
+            thread_id: self.thread_id,
+            session_id: self.session_id,
+            checkpoint_ns: self.checkpoint_ns,
+            checkpoint_id: self.checkpoint_id,
+            parent_checkpoint_id: self.parent_checkpoint_id,
+            checkpoint: TypedValue {
+                type_name: self.type_name,
+                data: unpack_payload(&self.payload)?,
+            },
+            metadata: serde_json::from_str(&self.metadata).unwrap_or(Value::Null),
+            channel_versions,
+            created_at: Timestamp(self.created_at),
+            blobs,
+            pending_writes,
+        })
+    }
+}
+
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointPut {
