@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
-import urllib.request
 from typing import Any, Mapping
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import httpx
 
 from ._async_client import AsyncStepwise
+from ._direct import direct_target
 from ._errors import StepwiseError, error_from_answer
+from ._retry import RetryPolicy, retry_after_seconds
 
 __all__ = ["ItemsConnection", "fast_path_for"]
 
@@ -34,26 +34,16 @@ _MAX_HEADER_BYTES = 64 * 1024
 def fast_path_for(client: AsyncStepwise) -> "ItemsConnection | None":
     """An `ItemsConnection` for this client's server, or ``None`` when the client must be used
     (https, a proxy, a custom transport)."""
-    parts = urlsplit(client.base_url)
-    if parts.scheme != "http" or not parts.hostname:
+    target = direct_target(client, httpx.AsyncHTTPTransport)
+    if target is None:
         return None
-    transport = getattr(getattr(client, "_http", None), "_transport", None)
-    if type(transport) is not httpx.AsyncHTTPTransport:
-        return None
-    proxies = urllib.request.getproxies()
-    if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(
-        parts.hostname
-    ):
-        return None
-    timeout = client.timeout.read if client.timeout.read is not None else 30.0
-    headers = dict(getattr(client, "_headers", {}))
     return ItemsConnection(
-        parts.hostname,
-        parts.port or 80,
-        parts.path.rstrip("/"),
-        headers,
-        timeout=float(timeout),
-        max_retries=client.max_retries,
+        target.host,
+        target.port,
+        target.prefix,
+        target.headers,
+        timeout=target.timeout,
+        max_retries=target.max_retries,
     )
 
 
@@ -73,6 +63,7 @@ class ItemsConnection:
         self.host, self.port, self.prefix = host, port, prefix
         self.timeout = timeout
         self.max_retries = max_retries
+        self._policy = RetryPolicy(max_retries)
         host_header = host if port == 80 else f"{host}:{port}"
         if ":" in host and not host.startswith("["):
             host_header = f"[{host}]" if port == 80 else f"[{host}]:{port}"
@@ -180,16 +171,12 @@ class ItemsConnection:
             )
         return parsed
 
-    @staticmethod
-    def _backoff(attempt: int) -> float:
-        return float(min(0.25 * 2 ** (attempt - 1), 8.0)) * (0.5 + random.random() / 2)
+    def _backoff(self, attempt: int) -> float:
+        return self._policy.backoff_delay(attempt - 1)
 
-    @staticmethod
-    def _retry_after(headers: dict[str, str]) -> float | None:
-        try:
-            return min(float(headers.get("retry-after", "")), 60.0)
-        except ValueError:
-            return None
+    def _retry_after(self, headers: dict[str, str]) -> float | None:
+        wait = retry_after_seconds(headers)
+        return None if wait is None else min(wait, self._policy.max_retry_after)
 
     async def _exchange(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
         if self._writer is None or self._reader is None or self._writer.is_closing():

@@ -35,13 +35,12 @@ import random
 import http.client
 import threading
 import time
-import urllib.request
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, cast
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -61,7 +60,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
+from ._direct import direct_target
 from ._errors import StepwiseError, error_from_answer
+from ._retry import RetryPolicy, retry_after_seconds
 
 __all__ = ["StepwiseSaver", "AsyncStepwiseSaver"]
 
@@ -599,6 +600,7 @@ class _FastHTTP:
     def __init__(self, host: str, port: int, prefix: str, headers: Mapping[str, str], timeout: float, max_retries: int) -> None:
         self.host, self.port, self.prefix = host, port, prefix
         self.timeout, self.max_retries = timeout, max_retries
+        self._policy = RetryPolicy(max_retries)
         self.headers = {k: v for k, v in headers.items() if k.lower() not in {"host", "content-length", "connection"}}
         self.headers["Content-Type"] = "application/json"
         self._idle: list[http.client.HTTPConnection] = []
@@ -606,24 +608,10 @@ class _FastHTTP:
 
     @classmethod
     def for_client(cls, client: Stepwise) -> "_FastHTTP | None":
-        parts = urlsplit(client.base_url)
-        if parts.scheme != "http" or not parts.hostname:
+        target = direct_target(client, httpx.HTTPTransport)
+        if target is None:
             return None
-        transport = getattr(getattr(client, "_http", None), "_transport", None)
-        if type(transport) is not httpx.HTTPTransport:
-            return None
-        proxies = urllib.request.getproxies()
-        if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(parts.hostname):
-            return None
-        timeout = client.timeout.read if client.timeout.read is not None else 30.0
-        return cls(
-            parts.hostname,
-            parts.port or 80,
-            parts.path.rstrip("/"),
-            dict(getattr(client, "_headers", {})),
-            float(timeout),
-            client.max_retries,
-        )
+        return cls(*target)
 
     def close(self) -> None:
         with self._lock:
@@ -674,12 +662,8 @@ class _FastHTTP:
                     self._idle.append(conn)
             if status in self._RETRY and attempt < self.max_retries:
                 attempt += 1
-                delay = self._backoff(attempt)
-                try:
-                    delay = min(float(retry_after), 60.0) if retry_after else delay
-                except ValueError:
-                    pass
-                time.sleep(delay)
+                wait = retry_after_seconds({"retry-after": retry_after or ""})
+                time.sleep(self._backoff(attempt) if wait is None else min(wait, self._policy.max_retry_after))
                 continue
             break
         parsed: Any = None
@@ -693,9 +677,8 @@ class _FastHTTP:
             raise error_from_answer(status, parsed, text, method=method, url=f"http://{self.host}:{self.port}{target}")
         return parsed
 
-    @staticmethod
-    def _backoff(attempt: int) -> float:
-        return float(min(0.25 * 2 ** (attempt - 1), 8.0)) * (0.5 + random.random() / 2)
+    def _backoff(self, attempt: int) -> float:
+        return self._policy.backoff_delay(attempt - 1)
 
 
 # --------------------------------------------------------------------------- the savers
