@@ -24,7 +24,10 @@ fn pages() -> Vec<(String, String)> {
         let name = format!("docs/{}", path.file_name().unwrap().to_string_lossy());
         pages.push((name, read(&path)));
     }
-    pages.push(("ARCHITECTURE.md".to_string(), read(&root().join("ARCHITECTURE.md"))));
+    pages.push((
+        "ARCHITECTURE.md".to_string(),
+        read(&root().join("ARCHITECTURE.md")),
+    ));
     pages
 }
 
@@ -234,7 +237,10 @@ fn sources(dir: &Path, extensions: &[&str], into: &mut String) {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().to_string();
         if path.is_dir() {
-            if !matches!(name.as_str(), "target" | "node_modules" | ".venv" | "__pycache__") {
+            if !matches!(
+                name.as_str(),
+                "target" | "node_modules" | ".venv" | "__pycache__"
+            ) {
                 sources(&path, extensions, into);
             }
         } else if path
@@ -300,7 +306,10 @@ fn relative_links_resolve() {
     let mut broken = Vec::new();
     for (name, page) in pages() {
         let base = root().join(&name);
-        let dir = base.parent().expect("a page is in a directory").to_path_buf();
+        let dir = base
+            .parent()
+            .expect("a page is in a directory")
+            .to_path_buf();
         let mut rest = page.as_str();
         while let Some(at) = rest.find("](") {
             let tail = &rest[at + 2..];
