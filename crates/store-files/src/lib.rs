@@ -11,6 +11,10 @@
 //! session files if it disagrees with them (it may lag one batch behind after a crash).
 //!
 //! One process at a time: the folder is locked while a store has it open.
+//!
+//! This file holds the store type, opening, reloading and the write-through plumbing; the
+//! [`Store`] methods are one-line calls into a file per domain (the domains of the
+//! conformance suite), which apply the rules from [`stepwise_store::rules`] to the state.
 
 mod disk;
 mod events;

@@ -5,6 +5,11 @@
 //! write survives a power cut); with [`Durability::Process`] it survives a crash of the
 //! process but not of the machine (`synchronous=NORMAL`). Group commit makes one sync
 //! cover every write of a batch.
+//!
+//! This file holds the store type, opening and connecting; the [`Store`] methods are
+//! one-line calls into a file per domain (the domains of the conformance suite), each with
+//! its statements as named constants at the top, and the rules from
+//! [`stepwise_store::rules`].
 
 mod checkpoints;
 mod events;
