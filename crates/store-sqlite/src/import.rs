@@ -2,13 +2,13 @@
 //! before the writer sees it, then written here in one transaction (all or nothing).
 
 use rusqlite::{Connection, params};
-use stepwise_core::Session;
-use stepwise_store::Result;
+use stepwise_core::{Session, SessionDocument};
 use stepwise_store::rules::{ImportPlan, name_taken};
+use stepwise_store::{Result, Tenant};
 
-use crate::is_unique_violation;
 use crate::rows::{bid, json_text, opt_bid};
 use crate::writer::map_sqlite;
+use crate::{SqliteStore, is_unique_violation};
 
 const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
@@ -21,8 +21,27 @@ const INSERT_STEP: &str = "INSERT INTO steps (execution_id, step_number, id, ten
 const INSERT_SNAPSHOT: &str = "INSERT INTO snapshots (id, tenant_id, execution_id, session_id, parent_snapshot_id, agent_id, agent_name, step_number, is_final, debug_mode, state, created_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
+impl SqliteStore {
+    pub(crate) async fn import_session(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        doc: SessionDocument,
+    ) -> Result<Session> {
+        let plan = ImportPlan::new(tenant, user_id, doc, self.now())?;
+        // Encode (and compress) here, off the writer thread.
+        let threshold = self.inner.options.compress_threshold;
+        let (payloads, states) = (
+            plan.step_payloads(threshold),
+            plan.snapshot_states(threshold),
+        );
+        self.write(move |conn, _| write(conn, plan, payloads, states))
+            .await
+    }
+}
+
 /// Writes an [`ImportPlan`] with the payloads it encoded (off the writer thread).
-pub(crate) fn write(
+fn write(
     conn: &Connection,
     plan: ImportPlan,
     step_payloads: Vec<Vec<u8>>,

@@ -37,7 +37,6 @@ use stepwise_core::{
     Event, Execution, Id, Message, Session, SessionDocument, SharedClock, Snapshot, Step,
     Timestamp, system_clock,
 };
-use stepwise_store::rules::ImportPlan;
 use stepwise_store::{
     Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, CleanupReport,
     EventHub, Loaded, MessageQuery, NewCheckpoint, NewEvent, NewExecution, NewMessage, NewSession,
@@ -454,15 +453,7 @@ impl Store for SqliteStore {
         user_id: &str,
         doc: SessionDocument,
     ) -> Result<Session> {
-        let plan = ImportPlan::new(tenant, user_id, doc, self.now())?;
-        // Encode (and compress) here, off the writer thread.
-        let threshold = self.inner.options.compress_threshold;
-        let (payloads, states) = (
-            plan.step_payloads(threshold),
-            plan.snapshot_states(threshold),
-        );
-        self.write(move |conn, _| import::write(conn, plan, payloads, states))
-            .await
+        self.import_session(tenant, user_id, doc).await
     }
 
     async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
