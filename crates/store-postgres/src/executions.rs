@@ -3,6 +3,7 @@
 //! `queue`.
 
 use stepwise_core::{Execution, ExecutionStatus, Id};
+use stepwise_store::rules::check_transition;
 use stepwise_store::{NewExecution, Result, StoreError, Tenant, Transition};
 use tokio_postgres::GenericClient;
 
@@ -150,13 +151,8 @@ pub(crate) async fn transition(
     let current = load(&tx, tenant.as_str(), id, true)
         .await?
         .ok_or(StoreError::NotFound("execution"))?;
+    check_transition(current.status, &transition)?;
     let target = transition.target();
-    if !current.status.can_become(target) {
-        return Err(StoreError::InvalidState(format!(
-            "the execution is {} and cannot become {}",
-            current.status, target
-        )));
-    }
     let (output, error, answer, done): (
         Option<String>,
         Option<String>,

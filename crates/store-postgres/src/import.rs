@@ -1,10 +1,10 @@
-//! Importing a session document: validated and re-keyed before anything is written, then
-//! written in one transaction (all or nothing). The same rules as the SQLite store.
+//! Importing a session document on PostgreSQL: the plan (validation, re-keying, order)
+//! is `stepwise_store::rules::ImportPlan`; this file writes it in one transaction (all or
+//! nothing).
 
-use stepwise_core::codec;
-use stepwise_core::{Session, SessionDocument, Timestamp};
-use stepwise_store::checkpoints::{ThreadRows, thread_rows};
-use stepwise_store::{Result, StoreError, Tenant};
+use stepwise_core::{Session, SessionDocument};
+use stepwise_store::rules::{ImportPlan, name_taken};
+use stepwise_store::{Result, Tenant};
 use tokio_postgres::Transaction;
 
 use crate::PgStore;
@@ -22,73 +22,34 @@ const INSERT_STEP: &str = "INSERT INTO steps (execution_id, step_number, id, ten
 const INSERT_SNAPSHOT: &str = "INSERT INTO snapshots (id, tenant_id, execution_id, session_id, parent_snapshot_id, agent_id, agent_name, step_number, is_final, debug_mode, state, created_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
-/// Validates and re-keys the document, then writes it in one transaction.
+/// Plans the import ([`ImportPlan`]: every refusal happens there, before any write) and
+/// writes it in one transaction.
 pub(crate) async fn import_document(
     store: &PgStore,
     tenant: &Tenant,
     user_id: &str,
     doc: SessionDocument,
 ) -> Result<Session> {
-    let plan = plan(
-        tenant,
-        user_id,
-        doc,
-        store.now(),
-        store.inner.options.compress_threshold,
-    )?;
+    let plan = ImportPlan::new(tenant, user_id, doc, store.now())?;
+    // Encode (and compress) before taking a connection.
+    let threshold = store.inner.options.compress_threshold;
+    let step_payloads = plan.step_payloads(threshold);
+    let snapshot_states = plan.snapshot_states(threshold);
     let mut client = store.client().await?;
     let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-    let session = write(&tx, plan).await?;
+    let session = write(&tx, plan, step_payloads, snapshot_states).await?;
     tx.commit().await.map_err(map_pg)?;
     Ok(session)
 }
 
-struct Plan {
-    doc: SessionDocument,
-    thread: Option<ThreadRows>,
-    now: Timestamp,
+/// Inserts the plan's rows; the payloads are in `doc.steps` and `doc.snapshots` order.
+async fn write(
+    tx: &Transaction<'_>,
+    plan: ImportPlan,
     step_payloads: Vec<Vec<u8>>,
     snapshot_states: Vec<Vec<u8>>,
-}
-
-/// Re-keys the document into `tenant` ([`stepwise_store::rekey_document`]) and encodes
-/// its payloads the way this store keeps them.
-fn plan(
-    tenant: &Tenant,
-    user_id: &str,
-    doc: SessionDocument,
-    now: Timestamp,
-    threshold: usize,
-) -> Result<Plan> {
-    let mut doc = stepwise_store::rekey_document(tenant, user_id, doc, now)?;
-    let thread = doc.thread.take().map(thread_rows).transpose()?;
-    let step_payloads = doc
-        .steps
-        .iter()
-        .map(|s| codec::encode_step(&s.body(), threshold))
-        .collect();
-    let snapshot_states = doc
-        .snapshots
-        .iter()
-        .map(|s| codec::encode_value(&s.state, threshold))
-        .collect();
-    Ok(Plan {
-        doc,
-        thread,
-        now,
-        step_payloads,
-        snapshot_states,
-    })
-}
-
-async fn write(tx: &Transaction<'_>, plan: Plan) -> Result<Session> {
-    let Plan {
-        doc,
-        thread,
-        now,
-        step_payloads,
-        snapshot_states,
-    } = plan;
+) -> Result<Session> {
+    let ImportPlan { doc, thread, now } = plan;
     let s = &doc.session;
     let tenant = s.tenant_id.as_str();
     tx.execute_typed(
@@ -114,10 +75,7 @@ async fn write(tx: &Transaction<'_>, plan: Plan) -> Result<Session> {
     .await
     .map_err(|e| {
         if is_unique_violation(&e) {
-            StoreError::Conflict(format!(
-                "a session named '{}' already exists",
-                s.name.as_deref().unwrap_or_default()
-            ))
+            name_taken(s.name.as_deref())
         } else {
             map_pg(e)
         }

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use stepwise_core::{Id, Timestamp};
+use stepwise_core::Id;
+use stepwise_store::rules::{attempts_exhausted, gave_up_message, lease_until};
 use stepwise_store::{Claim, Result, Tenant};
 
 use crate::PgStore;
@@ -45,11 +46,6 @@ pub(crate) async fn notify_queue(tx: &tokio_postgres::Transaction<'_>) -> Result
     Ok(())
 }
 
-fn lease_until(now: Timestamp, lease: Duration) -> i64 {
-    now.0
-        .saturating_add(lease.as_micros().min(i64::MAX as u128) as i64)
-}
-
 /// Waits for this node's doorbell (a local enqueue or another node's NOTIFY).
 pub(crate) async fn signal(store: &PgStore) {
     store.inner.relay.queue.notified().await
@@ -64,7 +60,7 @@ pub(crate) async fn claim_next(
     max_attempts: u32,
 ) -> Result<Option<Claim>> {
     let now = store.now();
-    let until = lease_until(now, lease);
+    let until = lease_until(now, lease).0;
     let mut client = store.client().await?;
     let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
     loop {
@@ -75,11 +71,9 @@ pub(crate) async fn claim_next(
         let Some(row) = expired else { break };
         let id: Id = sql::get(&row, "id")?;
         let tenant: String = sql::get(&row, "tenant_id")?;
-        let attempts: i32 = sql::get(&row, "attempts")?;
-        if i64::from(attempts) >= i64::from(max_attempts) {
-            let reason = format!(
-                "the execution was interrupted {attempts} times (its worker stopped before finishing); giving up"
-            );
+        let attempts = sql::get::<i32>(&row, "attempts")?.max(0) as u32;
+        if attempts_exhausted(attempts, max_attempts) {
+            let reason = gave_up_message(attempts);
             tracing::warn!(execution = %id, attempts, "failing an execution whose workers kept stopping");
             tx.execute_typed(FAIL_INTERRUPTED, args![reason, now.0, id])
                 .await
@@ -140,7 +134,7 @@ pub(crate) async fn renew_leases(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let until = lease_until(store.now(), lease);
+    let until = lease_until(store.now(), lease).0;
     let client = store.client().await?;
     let rows = client
         .query_typed(RENEW_LEASES, args![until, ids, worker])

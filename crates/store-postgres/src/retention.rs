@@ -110,9 +110,7 @@ pub(crate) async fn cleanup_old_sessions(
     policy: RetentionPolicy,
     dry: bool,
 ) -> Result<CleanupReport> {
-    let completed = now.minus_days(policy.completed_days).0;
-    let abandoned = now.minus_days(policy.abandoned_days).0;
-    let deleted = now.minus_days(policy.deleted_days).0;
+    let [completed, abandoned, deleted] = policy.cutoffs(now).as_micros();
     let mut client = store.client().await?;
     if dry {
         let c = &**client;

@@ -1,10 +1,10 @@
 //! Sessions on PostgreSQL: create, read, list (filtered, keyset-paged), patch and
 //! soft-delete. A session's name is unique per tenant (a unique index says so).
 
-use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Session};
+use stepwise_store::rules::{check_name, name_taken, rename_taken};
 use stepwise_store::{
-    NewSession, Page, PageRequest, Result, SessionFilter, SessionPatch, StoreError, Tenant, cursor,
+    NewSession, Page, PageRequest, Result, SessionFilter, SessionPatch, Tenant, cursor,
 };
 use tokio_postgres::GenericClient;
 
@@ -41,14 +41,6 @@ const SOFT_DELETE_SESSION: &str =
 const NOT_DELETED: &str = " AND status <> 'deleted'";
 const NEWEST_FIRST: &str = " ORDER BY updated_at DESC, id DESC";
 
-/// A session name, when given, must be a valid name.
-pub(crate) fn check_name(name: &Option<String>) -> Result<()> {
-    match name {
-        Some(name) => validate_name(name).map_err(StoreError::from),
-        None => Ok(()),
-    }
-}
-
 /// One session of a tenant, on any connection or transaction.
 pub(crate) async fn load(c: &impl GenericClient, tenant: &str, id: Id) -> Result<Option<Session>> {
     let row = c
@@ -59,7 +51,7 @@ pub(crate) async fn load(c: &impl GenericClient, tenant: &str, id: Id) -> Result
 }
 
 pub(crate) async fn create(store: &PgStore, tenant: &Tenant, new: NewSession) -> Result<Session> {
-    check_name(&new.name)?;
+    check_name(new.name.as_deref())?;
     let now = store.now();
     let session = new.into_session(tenant, now);
     let s = &session;
@@ -84,10 +76,7 @@ pub(crate) async fn create(store: &PgStore, tenant: &Tenant, new: NewSession) ->
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
-                StoreError::Conflict(format!(
-                    "a session named '{}' already exists",
-                    s.name.as_deref().unwrap_or_default()
-                ))
+                name_taken(s.name.as_deref())
             } else {
                 map_pg(e)
             }
@@ -168,7 +157,7 @@ pub(crate) async fn update(
     id: Id,
     patch: SessionPatch,
 ) -> Result<Option<Session>> {
-    check_name(&patch.name)?;
+    patch.check()?;
     let now = store.now();
     let metadata = patch.metadata.as_ref().map(json_text);
     let status = patch.status.map(|s| s.as_str().to_string());
@@ -189,7 +178,7 @@ pub(crate) async fn update(
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
-                StoreError::Conflict("a session with that name already exists".into())
+                rename_taken()
             } else {
                 map_pg(e)
             }

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use stepwise_core::{Id, Step, codec, new_id};
+use stepwise_store::rules::check_step_number;
 use stepwise_store::{Ack, Loaded, NewStep, Result, StepAppend, StoreError, Tenant};
 
 use crate::PgStore;
@@ -29,12 +30,7 @@ pub(crate) async fn append(
     tenant: &Tenant,
     new: NewStep,
 ) -> Result<Ack<StepAppend>> {
-    if new.step_number == 0 {
-        return Err(StoreError::invalid(
-            "step_number",
-            "step numbers start at 1",
-        ));
-    }
+    check_step_number(new.step_number)?;
     if new.step_number > i32::MAX as u32 {
         return Err(StoreError::invalid(
             "step_number",
