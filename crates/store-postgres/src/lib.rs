@@ -198,10 +198,13 @@ impl PgStore {
         self.inner.writer.flush().await
     }
 
+    /// The store's clock (injected in tests).
     fn now(&self) -> Timestamp {
         self.inner.options.clock.now()
     }
 
+    /// Notes which session an execution belongs to (see `shard_key`); the map is bounded
+    /// by clearing it when full.
     fn remember(&self, execution: &Execution) {
         const MAX_REMEMBERED: usize = 100_000;
         if let Some(session_id) = execution.session_id {
@@ -228,6 +231,7 @@ impl PgStore {
         map.get(&execution_id).copied().unwrap_or(execution_id)
     }
 
+    /// A pooled connection.
     async fn client(&self) -> Result<deadpool_postgres::Object> {
         self.inner.pool.get().await.map_err(map_pool)
     }
