@@ -66,7 +66,7 @@ fn event_json() -> Schema {
         .content_media_type("application/json")
         .extensions(Some(Extensions::from_iter([(
             "contentSchema",
-            serde_json::json!({"$ref": "#/components/schemas/Event"}),
+            serde_json::json!({"$ref": format!("#/components/schemas/{}", Event::name())}),
         )])))
         .build()
         .into()
@@ -192,7 +192,7 @@ impl MiddlewareResponses {
             .content(
                 "application/json",
                 ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .schema(Some(Ref::from_schema_name(ErrorBody::name())))
                     .build(),
             )
             .build()

@@ -125,7 +125,7 @@ pub(crate) fn versions() -> Schema {
 
 /// A checkpoint's `checkpoint`: a typed value.
 pub(crate) fn typed_ref() -> RefOr<Schema> {
-    Ref::from_schema_name("TypedJson").into()
+    Ref::from_schema_name(super::TypedJson::name()).into()
 }
 
 /// `blobs` of a body: whole values and appends, or `null`.
@@ -155,7 +155,7 @@ pub(crate) fn mirror() -> Schema {
     ArrayBuilder::new()
         .schema_type(typed(Type::Array, true))
         .max_items(Some(MAX_ITEMS))
-        .items(Ref::from_schema_name("MirrorMessage"))
+        .items(Ref::from_schema_name(super::mirror::MirrorMessage::name()))
         .build()
         .into()
 }
@@ -287,7 +287,7 @@ impl ResolvedBlob {
     }
 
     fn typed_items() -> ArrayBuilder {
-        ArrayBuilder::new().items(Ref::from_schema_name("TypedJson"))
+        ArrayBuilder::new().items(Ref::from_schema_name(super::TypedJson::name()))
     }
 }
 
@@ -317,7 +317,7 @@ impl PartialSchema for ResolvedBlob {
                 "base",
                 OneOfBuilder::new()
                     .item(ObjectBuilder::new().schema_type(Type::Null))
-                    .item(Ref::from_schema_name("TypedJson")),
+                    .item(Ref::from_schema_name(super::TypedJson::name())),
             )
             .property("items", Self::typed_items());
         let since = ObjectBuilder::new()

@@ -6,6 +6,8 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use stepwise_core::{Message, Role};
 use stepwise_store::{MessageQuery, Store};
+use utoipa::IntoParams;
+use utoipa::openapi::path::{Parameter, ParameterIn};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody, path_id};
@@ -13,8 +15,6 @@ use crate::openapi::MessageList;
 use crate::schemas::IdPath;
 use crate::sessions::{load_session, parse_limit};
 use crate::{AppState, List};
-use utoipa::IntoParams;
-use utoipa::openapi::path::{Parameter, ParameterIn};
 
 /// Where the page starts and which roles it holds (every parameter optional).
 #[derive(Debug, Default, Deserialize)]

@@ -6,6 +6,8 @@ use serde::Deserialize;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Session, SessionStatus};
 use stepwise_store::{PageRequest, SessionFilter, Store};
+use utoipa::IntoParams;
+use utoipa::openapi::path::{Parameter, ParameterIn};
 
 use super::{MAX_REF_CHARS, check_text, parse_limit};
 use crate::auth::Caller;
@@ -13,8 +15,6 @@ use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
 use crate::openapi::SessionList;
 use crate::schemas::{reference_filter, session_statuses};
 use crate::{AppState, List};
-use utoipa::IntoParams;
-use utoipa::openapi::path::{Parameter, ParameterIn};
 
 /// The filters and page of the list (every parameter optional).
 #[derive(Debug, Default, Deserialize)]
