@@ -10,6 +10,7 @@
 //! - Live events cross nodes with LISTEN/NOTIFY and a polling fallback (see `relay`).
 //! - Migrations run under `pg_advisory_lock`, so nodes starting together take turns.
 
+mod cache_reads;
 mod checkpoints;
 mod import;
 mod relay;
@@ -69,6 +70,8 @@ pub struct PgOptions {
     pub poll_interval: Duration,
     /// Whether to LISTEN for other nodes' events (off only to test the polling fallback).
     pub listen: bool,
+    /// Bytes of decoded agent memory the hot-session cache keeps (0: no cache).
+    pub session_cache_bytes: usize,
 }
 
 impl Default for PgOptions {
@@ -82,6 +85,7 @@ impl Default for PgOptions {
             pool_size: 16,
             poll_interval: Duration::from_secs(1),
             listen: true,
+            session_cache_bytes: stepwise_store::DEFAULT_SESSION_CACHE_BYTES,
         }
     }
 }
@@ -107,6 +111,7 @@ struct Inner {
     /// For connections of their own (the retention lock needs a session).
     config: tokio_postgres::Config,
     _stop: watch::Sender<bool>,
+    session_cache: stepwise_store::SessionCache,
 }
 
 impl PgStore {
@@ -164,6 +169,7 @@ impl PgStore {
                 pool,
                 writer,
                 relay,
+                session_cache: stepwise_store::SessionCache::new(options.session_cache_bytes),
                 options,
                 decode_errors: AtomicU64::new(0),
                 applied_migrations,
@@ -920,6 +926,19 @@ impl Store for PgStore {
             .await
             .map_err(map_pg)?;
         Ok(self.decode_steps(sql::collect(&rows, sql::step_row)?))
+    }
+
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        self.session_steps_after(tenant, session_id, after).await
+    }
+
+    fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
+        Some(&self.inner.session_cache)
     }
 
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {

@@ -6,6 +6,7 @@
 //! process but not of the machine (`synchronous=NORMAL`). Group commit makes one sync
 //! cover every write of a batch.
 
+mod cache_reads;
 mod checkpoints;
 mod import;
 mod rows;
@@ -60,6 +61,8 @@ pub struct SqliteOptions {
     pub wal_limit_bytes: u64,
     /// After this long without a write the WAL is checkpointed and truncated to zero.
     pub wal_idle_truncate: Duration,
+    /// Bytes of decoded agent memory the hot-session cache keeps (0: no cache).
+    pub session_cache_bytes: usize,
 }
 
 /// What an acknowledged write survives.
@@ -107,6 +110,7 @@ impl Default for SqliteOptions {
             durability: Durability::Full,
             wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
             wal_idle_truncate: DEFAULT_WAL_IDLE_TRUNCATE,
+            session_cache_bytes: stepwise_store::DEFAULT_SESSION_CACHE_BYTES,
         }
     }
 }
@@ -128,6 +132,7 @@ struct Inner {
     decode_errors: AtomicU64,
     applied_migrations: Vec<String>,
     owned_sessions: Mutex<std::collections::HashSet<Id>>,
+    session_cache: stepwise_store::SessionCache,
 }
 
 impl Drop for Inner {
@@ -191,6 +196,7 @@ impl SqliteStore {
                 writer,
                 writer_thread: Mutex::new(Some(handle)),
                 readers: Mutex::new(Vec::new()),
+                session_cache: stepwise_store::SessionCache::new(options.session_cache_bytes),
                 options,
                 hub,
                 decode_errors: AtomicU64::new(0),
@@ -1019,6 +1025,19 @@ impl Store for SqliteStore {
             Ok(inner.decode_steps(rows))
         })
         .await
+    }
+
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        self.session_steps_after(tenant, session_id, after).await
+    }
+
+    fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
+        Some(&self.inner.session_cache)
     }
 
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
