@@ -61,6 +61,7 @@ impl SqliteStore {
                 total: total.max(0) as u64,
                 rows: Vec::with_capacity(step_rows.len()),
                 skipped: 0,
+                whole: false,
             };
             for ((executed, position), decoded) in meta.into_iter().zip(decode_rows(step_rows)) {
                 match decoded {

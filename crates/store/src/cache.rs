@@ -55,6 +55,9 @@ pub struct StepsAfter {
     pub rows: Vec<PositionedStep>,
     /// Rows past the position that could not be decoded.
     pub skipped: u64,
+    /// The rows are the whole session in memory order, without an order of their own
+    /// (the trait's default answer): the cache replaces its entry with them.
+    pub whole: bool,
 }
 
 /// A whole session read without positions (the trait's default answer): every row is
@@ -77,6 +80,7 @@ pub(crate) fn whole_session(loaded: crate::Loaded<Step>) -> StepsAfter {
         total: rows.len() as u64 + loaded.skipped,
         rows,
         skipped: loaded.skipped,
+        whole: true,
     }
 }
 

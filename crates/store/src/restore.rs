@@ -88,7 +88,7 @@ async fn cached_steps<S: Store>(
         return Ok(None);
     }
     let entry = match held {
-        Some(held) if (read.rows.len() as u64) < read.total => {
+        Some(held) if !read.whole => {
             // Cheap when no other restore of this session still holds the entry.
             let mut entry = Arc::try_unwrap(held).unwrap_or_else(|shared| (*shared).clone());
             entry.absorb(read.rows);
