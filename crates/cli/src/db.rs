@@ -48,6 +48,8 @@ pub struct OpenOptions {
     pub wal_limit_bytes: u64,
     /// How long to keep trying to reach a PostgreSQL that does not answer (zero: once).
     pub wait: Duration,
+    /// The bound of the hot-session cache (bytes of decoded agent memory; 0: none).
+    pub session_cache_bytes: usize,
 }
 
 impl Default for OpenOptions {
@@ -56,6 +58,7 @@ impl Default for OpenOptions {
             durability: Durability::Full,
             wal_limit_bytes: stepwise_store_sqlite::DEFAULT_WAL_LIMIT_BYTES,
             wait: Duration::ZERO,
+            session_cache_bytes: stepwise_store::DEFAULT_SESSION_CACHE_BYTES,
         }
     }
 }
@@ -65,6 +68,7 @@ impl OpenOptions {
         SqliteOptions {
             durability: self.durability,
             wal_limit_bytes: self.wal_limit_bytes,
+            session_cache_bytes: self.session_cache_bytes,
             ..SqliteOptions::default()
         }
     }
@@ -204,7 +208,7 @@ pub async fn open(url: &DatabaseUrl, options: &OpenOptions) -> anyhow::Result<Op
             open_sqlite_with(path, options.sqlite()).await?,
         )),
         DatabaseUrl::Postgres(url) => Ok(OpenedStore::Postgres(
-            open_postgres_waiting(url, options.wait).await?,
+            open_postgres_waiting(url, options.wait, options.session_cache_bytes).await?,
         )),
         DatabaseUrl::Files(dir) => Ok(OpenedStore::Files(open_files(dir).await?)),
     }
@@ -231,6 +235,7 @@ pub async fn open_sqlite_with(path: &Path, options: SqliteOptions) -> anyhow::Re
 pub async fn open_postgres_waiting(
     url: &str,
     wait: Duration,
+    session_cache_bytes: usize,
 ) -> anyhow::Result<stepwise_store_postgres::PgStore> {
     let shown = redact_password(url);
     let deadline = Instant::now() + wait;
@@ -238,7 +243,11 @@ pub async fn open_postgres_waiting(
     let mut tries = 0u32;
     loop {
         tries += 1;
-        match stepwise_store_postgres::PgStore::connect(url).await {
+        let options = stepwise_store_postgres::PgOptions {
+            session_cache_bytes,
+            ..Default::default()
+        };
+        match stepwise_store_postgres::PgStore::connect_with(url, options).await {
             Ok(store) => {
                 if tries > 1 {
                     tracing::info!(database = %shown, tries, "connected to PostgreSQL");

@@ -75,6 +75,16 @@ struct Cli {
         value_name = "MIB"
     )]
     wal_limit_mb: u64,
+    /// Bytes (MiB) of decoded agent memory of recently restored sessions kept in memory
+    /// (least recently used sessions go first; 0 turns the cache off).
+    #[arg(
+        long,
+        global = true,
+        env = "STEPWISE_SESSION_CACHE_MB",
+        default_value_t = 64,
+        value_name = "MIB"
+    )]
+    session_cache_mb: u64,
     /// PostgreSQL: how long to keep trying to connect (with backoff, logging each try)
     /// before giving up. Default: 60 for `serve`, 0 (one try) for other commands.
     #[arg(
@@ -214,6 +224,8 @@ async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()
     let options = db::OpenOptions {
         durability: cli.durability.map(Into::into).unwrap_or_default(),
         wal_limit_bytes: cli.wal_limit_mb.max(1).saturating_mul(1024 * 1024),
+        session_cache_bytes: usize::try_from(cli.session_cache_mb.saturating_mul(1024 * 1024))
+            .unwrap_or(usize::MAX),
         wait: std::time::Duration::from_secs(cli.db_wait_secs.unwrap_or(if is_serve {
             db::DEFAULT_SERVE_DB_WAIT_SECS
         } else {

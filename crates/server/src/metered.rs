@@ -289,6 +289,25 @@ impl<S: Store> Store for Metered<S> {
         Ok(steps)
     }
 
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        let started = Instant::now();
+        let steps = self
+            .inner
+            .list_session_steps_after(tenant, session_id, after)
+            .await?;
+        observe(Timed::LoadMemory, started.elapsed());
+        Ok(steps)
+    }
+
+    fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
+        self.inner.session_cache()
+    }
+
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
         let started = Instant::now();
         let ack = self.inner.save_snapshot(tenant, new).await?;

@@ -16,6 +16,7 @@
 //! which keeps its statements as named constants. `sql` holds the column lists, row
 //! conversions and error mapping they share.
 
+mod cache_reads;
 mod checkpoints;
 mod events;
 mod executions;
@@ -83,6 +84,8 @@ pub struct PgOptions {
     pub poll_interval: Duration,
     /// Whether to LISTEN for other nodes' events (off only to test the polling fallback).
     pub listen: bool,
+    /// Bytes of decoded agent memory the hot-session cache keeps (0: no cache).
+    pub session_cache_bytes: usize,
 }
 
 impl Default for PgOptions {
@@ -96,6 +99,7 @@ impl Default for PgOptions {
             pool_size: 16,
             poll_interval: Duration::from_secs(1),
             listen: true,
+            session_cache_bytes: stepwise_store::DEFAULT_SESSION_CACHE_BYTES,
         }
     }
 }
@@ -121,6 +125,7 @@ struct Inner {
     /// For connections of their own (the retention lock needs a session).
     config: tokio_postgres::Config,
     _stop: watch::Sender<bool>,
+    session_cache: stepwise_store::SessionCache,
 }
 
 impl PgStore {
@@ -178,6 +183,7 @@ impl PgStore {
                 pool,
                 writer,
                 relay,
+                session_cache: stepwise_store::SessionCache::new(options.session_cache_bytes),
                 options,
                 decode_errors: AtomicU64::new(0),
                 applied_migrations,
@@ -379,6 +385,19 @@ impl Store for PgStore {
 
     async fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> Result<Loaded<Step>> {
         steps::list_for_session(self, tenant, session_id).await
+    }
+
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        self.session_steps_after(tenant, session_id, after).await
+    }
+
+    fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
+        Some(&self.inner.session_cache)
     }
 
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {

@@ -137,6 +137,7 @@ pg_conformance! {
     queue_concurrent_claims
     steps
     concurrent_step_writers
+    session_cache
     fire_and_forget
     snapshots
     events

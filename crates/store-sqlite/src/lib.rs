@@ -11,6 +11,7 @@
 //! its statements as named constants at the top, and the rules from
 //! [`stepwise_store::rules`].
 
+mod cache_reads;
 mod checkpoints;
 mod events;
 mod executions;
@@ -73,6 +74,8 @@ pub struct SqliteOptions {
     pub wal_limit_bytes: u64,
     /// After this long without a write the WAL is checkpointed and truncated to zero.
     pub wal_idle_truncate: Duration,
+    /// Bytes of decoded agent memory the hot-session cache keeps (0: no cache).
+    pub session_cache_bytes: usize,
 }
 
 /// What an acknowledged write survives.
@@ -120,6 +123,7 @@ impl Default for SqliteOptions {
             durability: Durability::Full,
             wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
             wal_idle_truncate: DEFAULT_WAL_IDLE_TRUNCATE,
+            session_cache_bytes: stepwise_store::DEFAULT_SESSION_CACHE_BYTES,
         }
     }
 }
@@ -141,6 +145,7 @@ struct Inner {
     decode_errors: AtomicU64,
     applied_migrations: Vec<String>,
     owned_sessions: Mutex<std::collections::HashSet<Id>>,
+    session_cache: stepwise_store::SessionCache,
 }
 
 impl Drop for Inner {
@@ -202,6 +207,7 @@ impl SqliteStore {
                 writer,
                 writer_thread: Mutex::new(Some(handle)),
                 readers: Mutex::new(Vec::new()),
+                session_cache: stepwise_store::SessionCache::new(options.session_cache_bytes),
                 options,
                 hub,
                 decode_errors: AtomicU64::new(0),
@@ -411,6 +417,19 @@ impl Store for SqliteStore {
 
     async fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> Result<Loaded<Step>> {
         self.step_list_session(tenant, session_id).await
+    }
+
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        self.session_steps_after(tenant, session_id, after).await
+    }
+
+    fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
+        Some(&self.inner.session_cache)
     }
 
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {

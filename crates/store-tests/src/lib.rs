@@ -87,6 +87,7 @@ macro_rules! __with_cases {
             queue_concurrent_claims
             steps
             concurrent_step_writers
+            session_cache
             fire_and_forget
             snapshots
             events

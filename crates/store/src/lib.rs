@@ -20,6 +20,7 @@
 //! add a case to the conformance suite.
 
 mod ack;
+pub mod cache;
 pub mod checkpoints;
 mod error;
 mod hub;
@@ -39,6 +40,10 @@ use stepwise_core::{
 use tokio::sync::broadcast;
 
 pub use ack::{Ack, AckSender};
+pub use cache::{
+    CachedSteps, DEFAULT_SESSION_CACHE_BYTES, PositionedStep, START_POSITION, SessionCache,
+    SessionCacheStats, StepOrder, StepsAfter,
+};
 pub use checkpoints::{
     BlobBody, CheckpointPut, CheckpointQuery, CheckpointRecord, NewBlob, NewCheckpoint, NewWrite,
     PruneStrategy, PutWrites, ResolvedBlob, ThreadInfo, TypedValue, WriteRecord,
@@ -180,6 +185,26 @@ pub trait Store: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         session_id: Id,
     ) -> impl Future<Output = Result<Loaded<Step>>> + Send;
+    /// The session's step rows past `after` (a position from an earlier answer, or
+    /// [`START_POSITION`]), with the number of rows the session has, read together: what
+    /// the [`SessionCache`] asks on each restore. The default reads the whole session
+    /// (every row counts as new); backends with a cache answer with an indexed query.
+    fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> impl Future<Output = Result<StepsAfter>> + Send {
+        let _ = after;
+        async move {
+            let loaded = self.list_session_steps(tenant, session_id).await?;
+            Ok(cache::whole_session(loaded))
+        }
+    }
+    /// The hot-session cache [`restore_memory`] uses, if the backend keeps one.
+    fn session_cache(&self) -> Option<&SessionCache> {
+        None
+    }
 
     // --- snapshots ------------------------------------------------------------------
 

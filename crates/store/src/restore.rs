@@ -1,24 +1,43 @@
 //! Operations every backend gets from the trait: restoring a session's agent memory and
 //! exporting a session document.
 
+use std::sync::Arc;
 use stepwise_core::document::FORMAT_VERSION;
 use stepwise_core::summary::build_summary;
-use stepwise_core::{Id, Memory, Restored, SessionDocument};
 
-use crate::{MessageQuery, Result, Store, Tenant};
+use stepwise_core::{Id, Memory, Restored, SessionDocument, Step};
+
+use crate::{
+    CachedSteps, MessageQuery, Result, START_POSITION, SessionCache, StepsAfter, Store, Tenant,
+};
 
 /// A session's agent memory. `full` when every stored step decoded; when some could not,
 /// the valid steps still come back with a context summary built from the session's
 /// messages (`summary`), or `empty` when nothing at all could be recovered.
 /// `Ok(None)` when the session does not exist for this tenant.
+///
+/// With the store's [`SessionCache`] the steps already held are not read again: see
+/// [`crate::cache`] for why the answer is still exactly what the database holds.
 pub async fn restore_memory<S: Store>(
     store: &S,
     tenant: &Tenant,
     session_id: Id,
 ) -> Result<Option<Memory>> {
     let Some(session) = store.get_session(tenant, session_id).await? else {
+        if let Some(cache) = store.session_cache() {
+            cache.remove(tenant, session_id);
+        }
         return Ok(None);
     };
+    if let Some(cache) = store.session_cache().filter(|c| c.limit_bytes() > 0) {
+        if let Some(steps) = cached_steps(store, cache, tenant, session_id).await? {
+            return Ok(Some(Memory {
+                restored: Restored::Full,
+                steps,
+                summary: None,
+            }));
+        }
+    }
     let loaded = store.list_session_steps(tenant, session_id).await?;
     if loaded.skipped == 0 {
         return Ok(Some(Memory {
@@ -48,6 +67,76 @@ pub async fn restore_memory<S: Store>(
         steps: loaded.items,
         summary: Some(summary),
     }))
+}
+
+/// The session's steps through the cache: the entry held plus the rows appended since, or
+/// a whole read when there is no entry or the entry and the database disagree on how many
+/// rows the session has. `None` when some rows cannot be decoded (the caller then builds
+/// the context summary from an ordinary read; such sessions are not cached).
+async fn cached_steps<S: Store>(
+    store: &S,
+    cache: &SessionCache,
+    tenant: &Tenant,
+    session_id: Id,
+) -> Result<Option<Vec<Step>>> {
+    let held = cache.take(tenant, session_id);
+    let after = held.as_ref().map_or(START_POSITION, |h| h.position);
+    let read = store
+        .list_session_steps_after(tenant, session_id, after)
+        .await?;
+    if read.skipped > 0 {
+        return Ok(None);
+    }
+    let entry = match held {
+        Some(held) if !read.whole => {
+            // Cheap when no other restore of this session still holds the entry.
+            let mut entry = Arc::try_unwrap(held).unwrap_or_else(|shared| (*shared).clone());
+            entry.absorb(read.rows);
+            if entry.len() as u64 == read.total {
+                cache.count_hit();
+                entry
+            } else {
+                // Rows the position did not reach (committed out of order, or by a node
+                // whose clock is behind): read the whole session again.
+                let Some(entry) = whole(store, cache, tenant, session_id).await? else {
+                    return Ok(None);
+                };
+                entry
+            }
+        }
+        _ => {
+            let StepsAfter { total, rows, .. } = read;
+            if rows.len() as u64 == total {
+                cache.count_miss();
+                CachedSteps::from_rows(rows)
+            } else {
+                let Some(entry) = whole(store, cache, tenant, session_id).await? else {
+                    return Ok(None);
+                };
+                entry
+            }
+        }
+    };
+    let steps = entry.steps.clone();
+    cache.put(tenant, session_id, Arc::new(entry));
+    Ok(Some(steps))
+}
+
+/// A whole read of the session's rows into a fresh entry (a miss).
+async fn whole<S: Store>(
+    store: &S,
+    cache: &SessionCache,
+    tenant: &Tenant,
+    session_id: Id,
+) -> Result<Option<CachedSteps>> {
+    cache.count_miss();
+    let read = store
+        .list_session_steps_after(tenant, session_id, START_POSITION)
+        .await?;
+    if read.skipped > 0 || read.rows.len() as u64 != read.total {
+        return Ok(None);
+    }
+    Ok(Some(CachedSteps::from_rows(read.rows)))
 }
 
 /// The whole session as one document (`format_version`, session, messages, executions,

@@ -237,6 +237,29 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
             stats.save_errors,
         );
     }
+    if let Some(cache) = store.session_cache() {
+        let c = cache.stats();
+        gauge(
+            "stepwise_session_cache_hits_total",
+            "Restores answered from the hot-session cache.",
+            c.hits,
+        );
+        gauge(
+            "stepwise_session_cache_misses_total",
+            "Restores that read the whole session from the database.",
+            c.misses,
+        );
+        gauge(
+            "stepwise_session_cache_evictions_total",
+            "Sessions dropped from the cache to stay within its bound.",
+            c.evictions,
+        );
+        gauge(
+            "stepwise_session_cache_bytes",
+            "Decoded agent memory the cache holds (estimated bytes).",
+            c.bytes,
+        );
+    }
     if let Some(counts) = state.status_cache.get(store).await {
         status_gauges(&mut text, &counts);
     }

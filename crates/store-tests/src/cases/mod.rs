@@ -2,6 +2,7 @@
 //! panics with what it expected when the store disagrees.
 
 mod api_keys;
+mod cache;
 mod checkpoints;
 mod corruption;
 mod events;
@@ -17,6 +18,7 @@ mod snapshots;
 mod steps;
 
 pub use api_keys::{api_keys, operations};
+pub use cache::session_cache;
 pub use checkpoints::{
     checkpoint_export_import, checkpoint_isolation, checkpoint_threads, checkpoint_writes,
     checkpoints_list, checkpoints_put_get,

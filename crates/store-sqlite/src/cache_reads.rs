@@ -1,0 +1,88 @@
+//! The read behind the hot-session cache: a session's step rows past a row id, with the
+//! session's row count, in one read transaction (one snapshot of the WAL).
+//!
+//! The position is the steps table's `rowid`. The one writer thread inserts rows one
+//! after another and commits in that order, so every snapshot a reader sees holds a prefix
+//! of the rowids; a new row's rowid is above every row still stored, so above every row of
+//! a session that still exists. The row count read in the same snapshot is the cache's
+//! check all the same (see `stepwise_store::cache`).
+
+use std::sync::atomic::Ordering;
+
+use rusqlite::{TransactionBehavior, params};
+use stepwise_core::{Id, Timestamp};
+use stepwise_store::{PositionedStep, Result, StepOrder, StepsAfter, Tenant};
+
+use crate::rows::bid;
+use crate::writer::map_sqlite;
+use crate::{STEP_COLS, SqliteStore, decode_rows, step_row};
+
+impl SqliteStore {
+    /// See [`stepwise_store::Store::list_session_steps_after`].
+    pub(crate) async fn session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<StepsAfter> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, inner| {
+            let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
+                .map_err(map_sqlite)?;
+            let total: i64 = tx
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM executions e JOIN steps s ON s.execution_id = e.id \
+                     WHERE e.session_id = ?1 AND e.tenant_id = ?2",
+                )
+                .and_then(|mut s| s.query_row(params![bid(session_id), tenant], |r| r.get(0)))
+                .map_err(map_sqlite)?;
+            let rows = tx
+                .prepare_cached(&format!(
+                    "SELECT {STEP_COLS}, e.created_at, s.rowid FROM executions e JOIN steps s ON s.execution_id = e.id \
+                     WHERE e.session_id = ?1 AND e.tenant_id = ?2 AND s.rowid > ?3 ORDER BY s.rowid"
+                ))
+                .and_then(|mut s| {
+                    s.query_map(params![bid(session_id), tenant, after], |r| {
+                        // The step columns, then the execution's time and the rowid.
+                        let step = step_row(r)?;
+                        Ok((r.get::<_, i64>(7)?, r.get::<_, i64>(8)?, step))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(map_sqlite)?;
+            tx.finish().map_err(map_sqlite)?;
+            let mut meta = Vec::with_capacity(rows.len());
+            let mut step_rows = Vec::with_capacity(rows.len());
+            for (executed, position, step) in rows {
+                meta.push((executed, position));
+                step_rows.push(step);
+            }
+            let mut read = StepsAfter {
+                total: total.max(0) as u64,
+                rows: Vec::with_capacity(step_rows.len()),
+                skipped: 0,
+                whole: false,
+            };
+            for ((executed, position), decoded) in meta.into_iter().zip(decode_rows(step_rows)) {
+                match decoded {
+                    Ok(step) => read.rows.push(PositionedStep {
+                        position,
+                        order: StepOrder {
+                            execution_created_at: Timestamp(executed),
+                            execution_id: step.execution_id,
+                            step_number: step.step_number,
+                        },
+                        step,
+                    }),
+                    Err((execution, number, e)) => {
+                        read.skipped += 1;
+                        tracing::warn!(%execution, step = number, error = %e, "skipping a stored step that cannot be decoded");
+                    }
+                }
+            }
+            inner.decode_errors.fetch_add(read.skipped, Ordering::Relaxed);
+            Ok(read)
+        })
+        .await
+    }
+}
