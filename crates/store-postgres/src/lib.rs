@@ -12,6 +12,7 @@
 
 mod checkpoints;
 mod import;
+mod mirrored;
 mod relay;
 mod sql;
 mod writer;
@@ -893,6 +894,15 @@ impl Store for PgStore {
                 },
             )
             .await
+    }
+
+    async fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: stepwise_store::StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        self.write_step_mirrored(tenant, new, mirror).await
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {

@@ -138,6 +138,7 @@ pg_conformance! {
     steps
     concurrent_step_writers
     fire_and_forget
+    step_mirrored
     snapshots
     events
     events_live

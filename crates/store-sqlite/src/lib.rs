@@ -8,6 +8,7 @@
 
 mod checkpoints;
 mod import;
+mod mirrored;
 mod rows;
 mod writer;
 
@@ -992,6 +993,15 @@ impl Store for SqliteStore {
                 Ok(StepAppend { step, created: false })
             })
             .await
+    }
+
+    async fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: stepwise_store::StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        self.write_step_mirrored(tenant, new, mirror).await
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {

@@ -88,6 +88,7 @@ macro_rules! __with_cases {
             steps
             concurrent_step_writers
             fire_and_forget
+            step_mirrored
             snapshots
             events
             events_live
