@@ -23,6 +23,7 @@ mod mirror;
 mod records;
 mod rekey;
 mod restore;
+pub mod rules;
 mod types;
 
 use std::future::Future;
