@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -193,12 +192,11 @@ async fn step_latency(
 
 /// Reads one event stream and notes when each `step.completed` event id arrived, until
 /// `count` of them did.
-async fn read_events(response: reqwest::Response, count: usize, arrivals: Arrivals) {
-    let mut stream = response.bytes_stream();
+async fn read_events(mut response: reqwest::Response, count: usize, arrivals: Arrivals) {
     let mut buffer: Vec<u8> = Vec::new();
     let mut seen = Vec::with_capacity(count);
     while seen.len() < count {
-        let Some(Ok(chunk)) = stream.next().await else {
+        let Ok(Some(chunk)) = response.chunk().await else {
             break;
         };
         let now = Instant::now();
