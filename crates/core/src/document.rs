@@ -11,6 +11,9 @@ pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SessionDocument {
+    /// Export writes [`FORMAT_VERSION`]; import also reads seed 004's files (format 0,
+    /// described apart by the server's OpenAPI document).
+    #[schema(schema_with = format_version_schema)]
     pub format_version: u32,
     pub session: Session,
     pub messages: Vec<Message>,
@@ -21,6 +24,14 @@ pub struct SessionDocument {
     /// session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<DocumentThread>,
+}
+
+/// `format_version` in the OpenAPI document: the one version export writes.
+fn format_version_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Integer)
+        .enum_values(Some([FORMAT_VERSION]))
+        .build()
 }
 
 /// A LangGraph thread's checkpoints, as the store holds them (see the checkpoint calls of

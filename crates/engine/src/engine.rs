@@ -234,7 +234,7 @@ impl<S: Store> Engine<S> {
             .await
     }
 
-    fn choose_agent(&self, input: &MessageInput) -> Result<AgentChoice> {
+    pub fn choose_agent(&self, input: &MessageInput) -> Result<AgentChoice> {
         match &input.agent {
             Some(choice) => {
                 if choice.agent_type == EXTERNAL_AGENT {

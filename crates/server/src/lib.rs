@@ -14,10 +14,12 @@ mod executions;
 mod http_metrics;
 mod items;
 pub mod limits;
+mod messages;
 mod metered;
 mod openapi;
 mod ops;
 mod request_id;
+mod schemas;
 mod sessions;
 mod ui_assets;
 
@@ -45,7 +47,7 @@ pub use metered::Metered;
 pub use openapi::openapi_json;
 pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
 pub use request_id::{REQUEST_ID_HEADER, RequestId};
-pub use sessions::check_document_context;
+pub use sessions::import::check_document_context;
 
 /// The default request body limit (api.md: 4 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
@@ -147,27 +149,30 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
     let v1 = Router::new()
         .route(
             "/sessions",
-            post(sessions::create::<S>).get(sessions::list::<S>),
+            post(sessions::create::create::<S>).get(sessions::list::list::<S>),
         )
-        .route("/sessions/import", post(sessions::import::<S>))
+        .route("/sessions/import", post(sessions::import::import::<S>))
         .route(
             "/sessions/{id}",
-            get(sessions::get::<S>)
-                .patch(sessions::update::<S>)
-                .delete(sessions::delete::<S>),
+            get(sessions::get::get::<S>)
+                .patch(sessions::update::update::<S>)
+                .delete(sessions::delete::delete::<S>),
         )
         .route(
             "/sessions/{id}/messages",
-            get(sessions::list_messages::<S>).post(sessions::post_message::<S>),
+            get(messages::list::list::<S>).post(messages::post::post::<S>),
         )
-        .route("/messages", post(sessions::post_message_new_session::<S>))
-        .route("/sessions/{id}/memory", get(sessions::memory::<S>))
+        .route(
+            "/messages",
+            post(messages::post_new_session::post_new_session::<S>),
+        )
+        .route("/sessions/{id}/memory", get(sessions::memory::memory::<S>))
         .route(
             "/sessions/{id}/executions",
             get(executions::list_for_session::<S>).post(executions::open_external::<S>),
         )
         .route("/sessions/{id}/events", get(events::stream::<S>))
-        .route("/sessions/{id}/export", get(sessions::export::<S>))
+        .route("/sessions/{id}/export", get(sessions::export::export::<S>))
         .route(
             "/sessions/{id}/items",
             get(items::list::list::<S>)
@@ -234,10 +239,10 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
 
     Router::new()
         .nest("/v1", v1)
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz::<S>))
-        .route("/metrics", get(ops::metrics::<S>))
-        .route("/openapi.json", get(ops::openapi))
+        .route("/healthz", get(ops::healthz::healthz))
+        .route("/readyz", get(ops::readyz::readyz::<S>))
+        .route("/metrics", get(ops::metrics::metrics::<S>))
+        .route("/openapi.json", get(ops::openapi::openapi))
         // Counts every routed request (the `/v1` routes too), by matched path.
         .route_layer(middleware::from_fn(http_metrics::track))
         .merge(ui_assets::router())
@@ -252,7 +257,7 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
 /// `/metrics` alone, for a separate metrics listener (`serve --metrics-listen`).
 pub fn metrics_app<S: Store>(state: AppState<S>) -> Router {
     Router::new()
-        .route("/metrics", get(ops::metrics::<S>))
+        .route("/metrics", get(ops::metrics::metrics::<S>))
         .fallback(not_found)
         .with_state(state)
 }

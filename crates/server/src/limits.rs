@@ -6,7 +6,8 @@
 //! - open SSE streams per session and per tenant: over either, 429 `rate_limited`;
 //! - the `related_type` allow-list and the context URL rules of seed 002 (http/https only,
 //!   a host, at most 2048 characters, stored canonical);
-//! - metadata size and nesting depth.
+//! - metadata size and nesting depth, and the text rules every endpoint shares (length, no
+//!   control characters).
 //!
 //! Counters live in this process: with several nodes, each node enforces its own.
 
@@ -121,6 +122,45 @@ pub fn check_related_type(
         ));
     }
     Ok(())
+}
+
+/// Refuses text longer than `max_chars` characters or holding control characters other
+/// than tab, newline and carriage return (absent passes).
+pub fn check_text(field: &str, value: &Option<String>, max_chars: usize) -> ApiResult<()> {
+    if let Some(text) = value {
+        if text.chars().count() > max_chars {
+            return Err(ApiError::invalid(
+                field,
+                format!("{field} is longer than {max_chars} characters"),
+            ));
+        }
+        if text
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t' && c != '\r')
+        {
+            return Err(ApiError::invalid(
+                field,
+                format!("{field} contains control characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a `metadata` field: absent or `null` is `null`, an object within the limits
+/// ([`check_metadata_limits`]) is itself, anything else is refused.
+pub fn check_metadata(field: &str, value: &Option<Value>) -> ApiResult<Value> {
+    match value {
+        None | Some(Value::Null) => Ok(Value::Null),
+        Some(object @ Value::Object(_)) => {
+            check_metadata_limits(field, object)?;
+            Ok(object.clone())
+        }
+        Some(_) => Err(ApiError::invalid(
+            field,
+            format!("{field} must be a JSON object"),
+        )),
+    }
 }
 
 /// Refuses metadata larger than [`MAX_METADATA_BYTES`] or nested deeper than

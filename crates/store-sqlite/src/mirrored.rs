@@ -10,9 +10,10 @@ use stepwise_store::{
     Ack, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
 };
 
+use crate::SqliteStore;
 use crate::rows::{self, bid, json_text, opt_bid};
+use crate::steps::{SELECT_STEP, step_row};
 use crate::writer::{Published, map_sqlite};
-use crate::{STEP_COLS, SqliteStore, step_row};
 
 impl SqliteStore {
     pub(crate) async fn write_step_mirrored(
@@ -109,9 +110,7 @@ fn insert_step(
     }
     // Already there (or the execution is over): the same step again is a no-op.
     let existing = conn
-        .prepare_cached(&format!(
-            "SELECT {STEP_COLS} FROM steps s WHERE s.execution_id = ?1 AND s.step_number = ?2"
-        ))
+        .prepare_cached(SELECT_STEP)
         .and_then(|mut s| {
             s.query_row(params![bid(new.execution_id), new.step_number], step_row)
                 .optional()

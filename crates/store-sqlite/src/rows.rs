@@ -76,7 +76,13 @@ fn enum_col<T>(row: &Row<'_>, col: &str, parse: fn(&str) -> Option<T>) -> rusqli
     })
 }
 
-pub(crate) const SESSION_COLS: &str = "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at";
+/// The columns [`session`] reads, as a literal for `concat!` in statements.
+macro_rules! session_cols {
+    () => {
+        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
+    };
+}
+pub(crate) use session_cols;
 
 pub(crate) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
@@ -98,7 +104,13 @@ pub(crate) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
     })
 }
 
-pub(crate) const MESSAGE_COLS: &str = "id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at";
+/// The columns [`message`] reads, as a literal for `concat!` in statements.
+macro_rules! message_cols {
+    () => {
+        "id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at"
+    };
+}
+pub(crate) use message_cols;
 
 pub(crate) fn message(row: &Row<'_>) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -115,7 +127,13 @@ pub(crate) fn message(row: &Row<'_>) -> rusqlite::Result<Message> {
     })
 }
 
-pub(crate) const EXECUTION_COLS: &str = "id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, step_count, tokens_input, tokens_output, tokens_total, error_message, attempts, started_at, completed_at, created_at, updated_at";
+/// The columns [`execution`] reads, as a literal for `concat!` in statements.
+macro_rules! execution_cols {
+    () => {
+        "id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, step_count, tokens_input, tokens_output, tokens_total, error_message, attempts, started_at, completed_at, created_at, updated_at"
+    };
+}
+pub(crate) use execution_cols;
 
 pub(crate) fn execution(row: &Row<'_>) -> rusqlite::Result<Execution> {
     Ok(Execution {
@@ -146,7 +164,13 @@ pub(crate) fn execution(row: &Row<'_>) -> rusqlite::Result<Execution> {
     })
 }
 
-pub(crate) const SNAPSHOT_COLS: &str = "id, execution_id, parent_snapshot_id, agent_id, agent_name, step_number, is_final, debug_mode, created_at";
+/// The columns [`snapshot`] reads, as a literal for `concat!` in statements.
+macro_rules! snapshot_cols {
+    () => {
+        "id, execution_id, parent_snapshot_id, agent_id, agent_name, step_number, is_final, debug_mode, created_at"
+    };
+}
+pub(crate) use snapshot_cols;
 
 /// A snapshot row without its state (`null`).
 pub(crate) fn snapshot(row: &Row<'_>) -> rusqlite::Result<Snapshot> {
@@ -166,8 +190,13 @@ pub(crate) fn snapshot(row: &Row<'_>) -> rusqlite::Result<Snapshot> {
     })
 }
 
-pub(crate) const EVENT_COLS: &str =
-    "session_id, seq, message_id, execution_id, event_type, content, metadata, created_at";
+/// The columns [`event`] reads, as a literal for `concat!` in statements.
+macro_rules! event_cols {
+    () => {
+        "session_id, seq, message_id, execution_id, event_type, content, metadata, created_at"
+    };
+}
+pub(crate) use event_cols;
 
 pub(crate) fn event(row: &Row<'_>) -> rusqlite::Result<stepwise_core::Event> {
     Ok(stepwise_core::Event {

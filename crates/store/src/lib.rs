@@ -12,6 +12,10 @@
 //!   and a replay from the store agree;
 //! - stored records that cannot be decoded are skipped and counted, never a panic.
 //!
+//! The rules that do not depend on how rows are stored (what a patch changes, retention
+//! cutoffs, lease expiry, name checks, the import plan) live once in [`rules`]; a backend
+//! keeps only its I/O.
+//!
 //! Adding a method: add it here, and the compiler lists every backend that needs it; then
 //! add a case to the conformance suite.
 

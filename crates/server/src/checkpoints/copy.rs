@@ -7,11 +7,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stepwise_store::Store;
 use stepwise_store::checkpoints::MAX_THREAD_ID_CHARS;
 
-use super::{NO_CONTROL, object, required, string, thread_id};
+use super::{object, required, string, thread_id};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
@@ -19,7 +19,21 @@ use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)]
 pub struct CopyThreadBody {
+    #[schema(schema_with = super::schema::thread_id)]
     pub target_thread_id: String,
+}
+
+/// `{thread_id}` of the copy: the source.
+pub struct SourceThreadPath;
+
+impl utoipa::IntoParams for SourceThreadPath {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        vec![super::schema::thread_param(
+            "The source thread id (percent-encoded)",
+        )]
+    }
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -30,18 +44,6 @@ pub struct ThreadCopied {
     pub session_id: stepwise_core::Id,
     /// Checkpoints copied.
     pub checkpoints: u64,
-}
-
-pub(crate) fn harden(doc: &mut Value) {
-    if let Some(props) = doc
-        .pointer_mut("/components/schemas/CopyThreadBody/properties")
-        .and_then(Value::as_object_mut)
-    {
-        props.insert(
-            "target_thread_id".into(),
-            json!({"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID_CHARS, "pattern": NO_CONTROL}),
-        );
-    }
 }
 
 pub async fn copy<S: Store>(
@@ -82,7 +84,7 @@ pub async fn copy<S: Store>(
 
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/copy", tag = "langgraph checkpoints",
     operation_id = "copy_thread",
-    params(("thread_id" = String, Path, description = "The source thread id (percent-encoded)")),
+    params(SourceThreadPath),
     request_body = CopyThreadBody,
     responses((status = 201, body = ThreadCopied),
               (status = 404, body = ErrorBody, description = "No such source thread (`not_found`)"),

@@ -5,17 +5,18 @@
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stepwise_store::Store;
 
-use super::{MAX_ID_CHARS, MAX_ITEMS, NO_CONTROL, check_text, object};
+use super::{MAX_ID_CHARS, MAX_ITEMS, check_text, object};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult};
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)]
 pub struct DeleteForRunsBody {
+    #[schema(schema_with = super::schema::run_ids)]
     pub run_ids: Vec<String>,
 }
 
@@ -23,19 +24,6 @@ pub struct DeleteForRunsBody {
 pub struct CheckpointsDeleted {
     /// Checkpoints deleted.
     pub deleted: u64,
-}
-
-pub(crate) fn harden(doc: &mut Value) {
-    if let Some(props) = doc
-        .pointer_mut("/components/schemas/DeleteForRunsBody/properties")
-        .and_then(Value::as_object_mut)
-    {
-        props.insert(
-            "run_ids".into(),
-            json!({"type": "array", "maxItems": MAX_ITEMS, "items":
-                {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NO_CONTROL}}),
-        );
-    }
 }
 
 /// Reads a list of ids (`field`: an array of at most 1,000 strings of 1 to `max` characters).
@@ -89,6 +77,7 @@ pub async fn delete_for_runs<S: Store>(
 #[utoipa::path(post, path = "/v1/checkpoints/delete-for-runs", tag = "langgraph checkpoints",
     operation_id = "delete_checkpoints_for_runs",
     request_body = DeleteForRunsBody,
-    responses((status = 200, body = CheckpointsDeleted)))]
+    responses((status = 200, body = CheckpointsDeleted),
+              (status = 404, body = ErrorBody, description = "No such thread or checkpoint in the caller's tenant (`not_found`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

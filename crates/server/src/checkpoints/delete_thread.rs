@@ -25,7 +25,7 @@ pub async fn delete_thread<S: Store>(
 
 #[utoipa::path(delete, path = "/v1/threads/{thread_id}", tag = "langgraph checkpoints",
     operation_id = "delete_thread",
-    params(("thread_id" = String, Path, description = "The LangGraph thread id (percent-encoded)")),
+    params(super::schema::ThreadPath),
     responses((status = 204, description = "Deleted, with its session and every row of it (not a soft delete)"),
               (status = 404, body = ErrorBody, description = "No such thread (`not_found`)")))]
 #[allow(dead_code)]

@@ -10,6 +10,21 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
 
+/// `{thread_id}/checkpoints/{checkpoint_id}` of a read.
+pub struct GetCheckpointPath;
+
+impl utoipa::IntoParams for GetCheckpointPath {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use super::schema::{THREAD_ID, checkpoint_param, thread_param};
+        vec![
+            thread_param(THREAD_ID),
+            checkpoint_param("A checkpoint id (`latest` is the latest, see get_latest_checkpoint)"),
+        ]
+    }
+}
+
 pub async fn get<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
@@ -30,11 +45,9 @@ pub async fn get<S: Store>(
 
 #[utoipa::path(get, path = "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", tag = "langgraph checkpoints",
     operation_id = "get_checkpoint",
-    params(("thread_id" = String, Path, description = "The LangGraph thread id (percent-encoded)"),
-           ("checkpoint_id" = String, Path, description = "A checkpoint id (`latest` is the latest, see get_latest_checkpoint)"),
-           ("checkpoint_ns" = Option<String>, Query, description = "Default \"\""),
-           ("have" = Option<String>, Query, description = "A JSON object channel -> version the reader holds: a list value whose chain reaches that version is answered as `{type: \"list\", since, items}`, only the items after it")),
+    params(GetCheckpointPath, GetParams),
     responses((status = 200, body = CheckpointTuple),
-              (status = 404, body = ErrorBody, description = "No such thread or checkpoint (`not_found`)")))]
+              (status = 404, body = ErrorBody, description = "No such thread or checkpoint (`not_found`)"),
+              (status = 422, body = ErrorBody, description = "Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -30,10 +30,9 @@ pub async fn get_latest<S: Store>(
 
 #[utoipa::path(get, path = "/v1/threads/{thread_id}/checkpoints/latest", tag = "langgraph checkpoints",
     operation_id = "get_latest_checkpoint",
-    params(("thread_id" = String, Path, description = "The LangGraph thread id (percent-encoded)"),
-           ("checkpoint_ns" = Option<String>, Query, description = "Default \"\""),
-           ("have" = Option<String>, Query, description = "A JSON object channel -> version the reader holds: a list value whose chain reaches that version is answered as `{type: \"list\", since, items}`, only the items after it")),
+    params(super::schema::ThreadPath, GetParams),
     responses((status = 200, body = CheckpointTuple),
-              (status = 404, body = ErrorBody, description = "No such thread, or no checkpoint in that namespace (`not_found`)")))]
+              (status = 404, body = ErrorBody, description = "No such thread, or no checkpoint in that namespace (`not_found`)"),
+              (status = 422, body = ErrorBody, description = "Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -45,7 +45,8 @@ pub async fn get_thread<S: Store>(
 
 #[utoipa::path(get, path = "/v1/threads/{thread_id}", tag = "langgraph checkpoints",
     operation_id = "get_thread",
-    params(("thread_id" = String, Path, description = "The LangGraph thread id (percent-encoded)")),
-    responses((status = 200, body = Thread), (status = 404, body = ErrorBody, description = "No such thread (`not_found`)")))]
+    params(super::schema::ThreadPath),
+    responses((status = 200, body = Thread), (status = 404, body = ErrorBody, description = "No such thread (`not_found`)"),
+              (status = 422, body = ErrorBody, description = "Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

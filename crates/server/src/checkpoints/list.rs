@@ -8,7 +8,20 @@ use stepwise_store::Store;
 use super::{CheckpointPage, ListParams, thread_id};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiQuery, ApiResult};
+use crate::error::{ApiQuery, ApiResult, ErrorBody};
+
+/// `{thread_id}` of the list.
+pub struct ListThreadPath;
+
+impl utoipa::IntoParams for ListThreadPath {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        vec![super::schema::thread_param(
+            "The LangGraph thread id (percent-encoded); an unknown thread has no checkpoints",
+        )]
+    }
+}
 
 pub async fn list<S: Store>(
     State(state): State<AppState<S>>,
@@ -30,12 +43,9 @@ pub async fn list<S: Store>(
 
 #[utoipa::path(get, path = "/v1/threads/{thread_id}/checkpoints", tag = "langgraph checkpoints",
     operation_id = "list_checkpoints",
-    params(("thread_id" = String, Path, description = "The LangGraph thread id (percent-encoded); an unknown thread has no checkpoints"),
-           ("checkpoint_ns" = Option<String>, Query, description = "Only this namespace; absent: every namespace"),
-           ("before" = Option<String>, Query, description = "Only checkpoints with a lower id"),
-           ("limit" = Option<u32>, Query, description = "1-1000, default 100 (follow `next_cursor` for the rest)"),
-           ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-           ("filter" = Option<String>, Query, description = "A JSON object: top-level metadata keys and the values they must equal")),
-    responses((status = 200, body = CheckpointPage)))]
+    params(ListThreadPath, ListParams),
+    responses((status = 200, body = CheckpointPage),
+              (status = 404, body = ErrorBody, description = "No such thread or checkpoint in the caller's tenant (`not_found`)"),
+              (status = 422, body = ErrorBody, description = "Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -8,7 +8,7 @@ use stepwise_store::Store;
 use super::{CheckpointPage, ListParams};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiQuery, ApiResult};
+use crate::error::{ApiQuery, ApiResult, ErrorBody};
 
 pub async fn list_all<S: Store>(
     State(state): State<AppState<S>>,
@@ -28,11 +28,9 @@ pub async fn list_all<S: Store>(
 
 #[utoipa::path(get, path = "/v1/checkpoints", tag = "langgraph checkpoints",
     operation_id = "list_all_checkpoints",
-    params(("checkpoint_ns" = Option<String>, Query, description = "Only this namespace; absent: every namespace"),
-           ("before" = Option<String>, Query, description = "Only checkpoints with a lower id"),
-           ("limit" = Option<u32>, Query, description = "1-1000, default 100 (follow `next_cursor` for the rest)"),
-           ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-           ("filter" = Option<String>, Query, description = "A JSON object: top-level metadata keys and the values they must equal")),
-    responses((status = 200, body = super::CheckpointPage)))]
+    params(super::ListParams),
+    responses((status = 200, body = super::CheckpointPage),
+              (status = 404, body = ErrorBody, description = "No such thread or checkpoint in the caller's tenant (`not_found`)"),
+              (status = 422, body = ErrorBody, description = "Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -35,16 +35,66 @@ const MAX_TOKENS: u64 = 9_007_199_254_740_991;
 #[allow(dead_code)]
 pub struct MirrorMessage {
     /// `user`, `assistant`, `tool` or `system`.
+    #[schema(schema_with = role_schema)]
     pub role: String,
     pub content: String,
     /// The assistant's tool calls: `{id, name, arguments}`.
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(schema_with = tool_calls_schema)]
     pub tool_calls: Option<Vec<Value>>,
     /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
     /// Tokens of the model call that produced an assistant message: `{input, output}`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = usage_schema)]
     pub usage: Option<Value>,
+}
+
+/// `role`: the four roles a mirrored message has.
+fn role_schema() -> utoipa::openapi::schema::Schema {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["user", "assistant", "tool", "system"]))
+        .build()
+        .into()
+}
+
+/// `tool_calls`: at most [`MAX_ITEMS`] `{id, name, arguments}`, or `null`.
+fn tool_calls_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, SchemaType, Type};
+    let text = || ObjectBuilder::new().schema_type(Type::String);
+    ArrayBuilder::new()
+        .schema_type(crate::schemas::typed(Type::Array, true))
+        .max_items(Some(MAX_ITEMS))
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .required("id")
+                .required("name")
+                .property("id", text())
+                .property("name", text())
+                .property(
+                    "arguments",
+                    ObjectBuilder::new().schema_type(SchemaType::AnyValue),
+                ),
+        )
+        .build()
+        .into()
+}
+
+/// `usage`: `{input, output}` token counts up to [`MAX_TOKENS`], or `null`.
+fn usage_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    let count = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .maximum(Some(MAX_TOKENS))
+    };
+    ObjectBuilder::new()
+        .schema_type(crate::schemas::typed(Type::Object, true))
+        .property("input", count())
+        .property("output", count())
+        .build()
+        .into()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,28 +112,6 @@ pub(crate) struct Mirrored {
     tool_calls: Vec<ToolCall>,
     tool_call_id: Option<String>,
     usage: Option<TokenUsage>,
-}
-
-pub(crate) fn harden(doc: &mut Value) {
-    let count = json!({"type": "integer", "minimum": 0, "maximum": MAX_TOKENS});
-    if let Some(schemas) = doc
-        .pointer_mut("/components/schemas")
-        .and_then(Value::as_object_mut)
-    {
-        schemas.insert(
-            "MirrorMessage".into(),
-            json!({"type": "object", "required": ["role", "content"],
-                "properties": {
-                    "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
-                    "content": {"type": "string"},
-                    "tool_calls": {"type": ["array", "null"], "maxItems": MAX_ITEMS, "items": {
-                        "type": "object", "required": ["id", "name"],
-                        "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "arguments": {}}}},
-                    "tool_call_id": {"type": ["string", "null"]},
-                    "usage": {"type": ["object", "null"], "properties": {"input": count, "output": count}}
-                }}),
-        );
-    }
 }
 
 fn count(value: Option<&Value>, path: &str) -> ApiResult<u64> {

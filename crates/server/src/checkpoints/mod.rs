@@ -21,11 +21,12 @@ pub(crate) mod mirror;
 pub(crate) mod prune;
 pub(crate) mod put;
 pub(crate) mod put_writes;
+pub(crate) mod schema;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use stepwise_store::checkpoints::{MAX_CHECKPOINT_PAGE, MAX_THREAD_ID_CHARS};
 use stepwise_store::{CheckpointQuery, CheckpointRecord, ResolvedBlob, TypedValue};
 
@@ -54,6 +55,7 @@ pub const CURSOR: &str =
 /// A value as LangGraph's serializer made it: a type tag and base64 bytes.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[schema(title = "TypedValue")]
+#[serde(deny_unknown_fields)]
 pub struct TypedJson {
     #[serde(rename = "type")]
     #[schema(
@@ -257,7 +259,7 @@ pub struct CheckpointTuple {
     #[schema(value_type = Object)]
     pub channel_versions: Value,
     /// The values of `channel_versions` (channels whose value is not stored are left out).
-    #[schema(value_type = Vec<Object>)]
+    #[schema(schema_with = schema::blobs_out)]
     pub blobs: Vec<BlobOut>,
     /// In LangGraph's order: `(task_path, task_id, idx)`.
     pub pending_writes: Vec<PendingWrite>,
@@ -348,6 +350,46 @@ pub struct ListParams {
     pub filter: Option<String>,
 }
 
+impl utoipa::IntoParams for ListParams {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use crate::schemas::param;
+        use utoipa::openapi::path::ParameterIn::Query;
+        vec![
+            param(
+                "checkpoint_ns",
+                Query,
+                "Only this namespace; absent: every namespace",
+                schema::namespace(),
+            )
+            .build(),
+            param(
+                "before",
+                Query,
+                "Only checkpoints with a lower id",
+                schema::id(),
+            )
+            .build(),
+            param(
+                "limit",
+                Query,
+                "1-1000, default 100 (follow `next_cursor` for the rest)",
+                schema::page_limit(),
+            )
+            .build(),
+            param(
+                "cursor",
+                Query,
+                "`next_cursor` of the previous page",
+                schema::cursor(),
+            )
+            .build(),
+            schema::filter_param(),
+        ]
+    }
+}
+
 impl ListParams {
     pub(crate) fn query(self, thread_id: Option<String>) -> ApiResult<CheckpointQuery> {
         if let Some(ns) = &self.checkpoint_ns {
@@ -416,6 +458,19 @@ pub struct GetParams {
     pub have: Option<String>,
 }
 
+impl utoipa::IntoParams for GetParams {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::ParameterIn::Query;
+        vec![
+            crate::schemas::param("checkpoint_ns", Query, "Default \"\"", schema::namespace())
+                .build(),
+            schema::have_param(),
+        ]
+    }
+}
+
 impl GetParams {
     pub(crate) fn ns(&self) -> ApiResult<String> {
         let ns = self.checkpoint_ns.clone().unwrap_or_default();
@@ -452,149 +507,6 @@ impl GetParams {
             have.insert(channel, version);
         }
         Ok(have)
-    }
-}
-
-// --- the OpenAPI document ----------------------------------------------------------------------
-
-fn text_schema(min: usize, max: usize) -> Value {
-    json!({"type": "string", "minLength": min, "maxLength": max, "pattern": NO_CONTROL})
-}
-
-pub(crate) fn typed_schema() -> Value {
-    json!({"type": "object", "required": ["type", "data"], "additionalProperties": false,
-    "properties": {
-        "type": text_schema(1, MAX_TYPE_CHARS),
-        "data": {"type": "string", "contentEncoding": "base64", "pattern": BASE64}
-    }})
-}
-
-/// Puts the checkpoint endpoints' exact rules into the document (after the general
-/// hardening, whose list parameters are other endpoints'): path and query parameters,
-/// blob shapes, and the error statuses every one of them can answer.
-pub(crate) fn harden(doc: &mut Value) {
-    let typed = typed_schema();
-    let full_blob = json!({"type": "object", "required": ["channel", "version", "type", "data"],
-    "additionalProperties": false,
-    "properties": {
-        "channel": text_schema(1, MAX_ID_CHARS), "version": text_schema(1, MAX_ID_CHARS),
-        "type": text_schema(1, MAX_TYPE_CHARS),
-        "data": {"type": "string", "contentEncoding": "base64", "pattern": BASE64}
-    }});
-    let append_blob = json!({"type": "object", "required": ["channel", "version", "items"],
-    "additionalProperties": false,
-    "properties": {
-        "channel": text_schema(1, MAX_ID_CHARS), "version": text_schema(1, MAX_ID_CHARS),
-        "base_version": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NO_CONTROL},
-        "items": {"type": "array", "maxItems": MAX_ITEMS, "items": typed.clone()}
-    }});
-    let out_full = json!({"type": "object", "required": ["channel", "version", "type", "data"],
-        "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
-            "type": {"type": "string"}, "data": {"type": "string", "contentEncoding": "base64"}}});
-    let out_since = json!({"type": "object", "required": ["channel", "version", "type", "since", "items"],
-        "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
-            "type": {"const": "list"}, "since": {"type": "string"},
-            "items": {"type": "array", "items": {"$ref": "#/components/schemas/TypedJson"}}}});
-    let out_list = json!({"type": "object", "required": ["channel", "version", "type", "base", "items"],
-        "properties": {"channel": {"type": "string"}, "version": {"type": "string"},
-            "type": {"const": "list"},
-            "base": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/TypedJson"}]},
-            "items": {"type": "array", "items": {"$ref": "#/components/schemas/TypedJson"}}}});
-    if let Some(schemas) = doc
-        .pointer_mut("/components/schemas")
-        .and_then(Value::as_object_mut)
-    {
-        schemas.insert("TypedJson".into(), typed.clone());
-        schemas.insert("FullBlob".into(), full_blob);
-        schemas.insert("AppendBlob".into(), append_blob);
-        schemas.insert(
-            "ResolvedBlob".into(),
-            json!({"oneOf": [out_full, out_list, out_since]}),
-        );
-    }
-    if let Some(blobs) = doc.pointer_mut("/components/schemas/CheckpointTuple/properties/blobs") {
-        *blobs = json!({"type": "array", "items": {"$ref": "#/components/schemas/ResolvedBlob"}});
-    }
-    put::harden(doc);
-    put_writes::harden(doc);
-    copy::harden(doc);
-    delete_for_runs::harden(doc);
-    prune::harden(doc);
-    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
-        return;
-    };
-    for (path, item) in paths.iter_mut() {
-        if !path.starts_with("/v1/threads") && !path.starts_with("/v1/checkpoints") {
-            continue;
-        }
-        let Some(item) = item.as_object_mut() else {
-            continue;
-        };
-        for operation in item.values_mut() {
-            if let Some(parameters) = operation
-                .get_mut("parameters")
-                .and_then(Value::as_array_mut)
-            {
-                for parameter in parameters.iter_mut() {
-                    let name = parameter["name"].as_str().unwrap_or_default().to_string();
-                    let schema = match (parameter["in"].as_str().unwrap_or_default(), name.as_str())
-                    {
-                        ("path", "thread_id") => text_schema(1, MAX_THREAD_ID_CHARS),
-                        ("path", "checkpoint_id") => text_schema(1, MAX_ID_CHARS),
-                        ("query", "checkpoint_ns") => text_schema(0, MAX_PATH_CHARS),
-                        ("query", "before") => text_schema(1, MAX_ID_CHARS),
-                        ("query", "limit") => {
-                            json!({"type": "integer", "minimum": 1, "maximum": MAX_CHECKPOINT_PAGE})
-                        }
-                        ("query", "cursor") => json!({"type": "string", "pattern": CURSOR}),
-                        ("query", "have") => {
-                            if let Some(p) = parameter.as_object_mut() {
-                                p.remove("schema");
-                                p.insert(
-                                    "content".into(),
-                                    json!({"application/json": {"schema": {
-                                    "type": "object", "maxProperties": MAX_ITEMS,
-                                    "propertyNames": text_schema(1, MAX_ID_CHARS),
-                                    "additionalProperties": text_schema(1, MAX_ID_CHARS)}}}),
-                                );
-                            }
-                            continue;
-                        }
-                        ("query", "filter") => {
-                            if let Some(p) = parameter.as_object_mut() {
-                                p.remove("schema");
-                                p.insert(
-                                    "content".into(),
-                                    json!({"application/json": {"schema": {"type": "object"}}}),
-                                );
-                            }
-                            continue;
-                        }
-                        _ => continue,
-                    };
-                    parameter["schema"] = schema;
-                }
-            }
-            let Some(responses) = operation
-                .get_mut("responses")
-                .and_then(Value::as_object_mut)
-            else {
-                continue;
-            };
-            let error = |description: &str| {
-                json!({"description": description,
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
-            };
-            responses.entry("404").or_insert_with(|| {
-                error("No such thread or checkpoint in the caller's tenant (`not_found`)")
-            });
-            responses.entry("422").or_insert_with(|| {
-                error("Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")
-            });
-            responses.entry("400").or_insert_with(|| {
-                error("The request is not valid (`invalid_request`, `field` names the part)")
-            });
-        }
     }
 }
 

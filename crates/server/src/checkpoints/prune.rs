@@ -4,39 +4,24 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stepwise_store::checkpoints::MAX_THREAD_ID_CHARS;
 use stepwise_store::{PruneStrategy, Store};
 
 use super::delete_for_runs::{CheckpointsDeleted, ids};
-use super::{MAX_ITEMS, NO_CONTROL, object};
+use super::object;
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult};
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)]
 pub struct PruneBody {
+    #[schema(schema_with = super::schema::thread_ids)]
     pub thread_ids: Vec<String>,
     /// `keep_latest` (default) or `delete`.
+    #[schema(schema_with = super::schema::prune_strategy)]
     pub strategy: Option<String>,
-}
-
-pub(crate) fn harden(doc: &mut Value) {
-    if let Some(props) = doc
-        .pointer_mut("/components/schemas/PruneBody/properties")
-        .and_then(Value::as_object_mut)
-    {
-        props.insert(
-            "thread_ids".into(),
-            json!({"type": "array", "maxItems": MAX_ITEMS, "items":
-                {"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID_CHARS, "pattern": NO_CONTROL}}),
-        );
-        props.insert(
-            "strategy".into(),
-            json!({"type": ["string", "null"], "enum": ["keep_latest", "delete", null]}),
-        );
-    }
 }
 
 pub async fn prune<S: Store>(
@@ -67,6 +52,7 @@ pub async fn prune<S: Store>(
 #[utoipa::path(post, path = "/v1/checkpoints/prune", tag = "langgraph checkpoints",
     operation_id = "prune_checkpoints",
     request_body = PruneBody,
-    responses((status = 200, body = CheckpointsDeleted)))]
+    responses((status = 200, body = CheckpointsDeleted),
+              (status = 404, body = ErrorBody, description = "No such thread or checkpoint in the caller's tenant (`not_found`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -12,8 +12,8 @@ use stepwise_store::{BlobBody, NewBlob, NewCheckpoint, Store};
 
 use super::mirror::{MirrorMessage, parse_mirror};
 use super::{
-    MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, NO_CONTROL, array, checkpoint_id, object, only,
-    required, string, thread_id, typed_value,
+    MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, array, checkpoint_id, object, only, required, string,
+    thread_id, typed_value,
 };
 use crate::AppState;
 use crate::auth::Caller;
@@ -25,24 +25,27 @@ use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 #[allow(dead_code)]
 pub struct PutCheckpointBody {
     /// Default "".
+    #[schema(schema_with = super::schema::path_or_null)]
     pub checkpoint_ns: Option<String>,
+    #[schema(schema_with = super::schema::id_or_null)]
     pub parent_checkpoint_id: Option<String>,
-    #[schema(value_type = super::TypedJson)]
+    #[schema(schema_with = super::schema::typed_ref)]
     pub checkpoint: Value,
     /// LangGraph's checkpoint metadata; its `run_id` (a string) is what
     /// `POST /v1/checkpoints/delete-for-runs` matches, its top-level keys what `filter` does.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = super::schema::object_or_null)]
     pub metadata: Option<Value>,
     /// Channel -> version: the values this checkpoint's state is made of.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = super::schema::versions_or_null)]
     pub channel_versions: Option<Value>,
     /// New channel values: `{channel, version, type, data}` (a whole value) or
     /// `{channel, version, base_version, items}` (`items` appended to the list at
     /// `base_version` of the same channel; `base_version` null starts from an empty list).
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(schema_with = super::schema::blobs_in)]
     pub blobs: Option<Value>,
     /// New messages of the graph's `messages` channel, appended to the thread's session
     /// (once, when the checkpoint is new) so it reads like any Stepwise conversation.
+    #[schema(schema_with = super::schema::mirror)]
     pub mirror: Option<Vec<MirrorMessage>>,
 }
 
@@ -54,49 +57,6 @@ pub struct CheckpointStored {
     /// The thread's session.
     #[schema(value_type = String, format = Uuid)]
     pub session_id: stepwise_core::Id,
-}
-
-fn text_schema(min: usize, max: usize) -> Value {
-    json!({"type": "string", "minLength": min, "maxLength": max, "pattern": NO_CONTROL})
-}
-
-pub(crate) fn harden(doc: &mut Value) {
-    let Some(props) = doc
-        .pointer_mut("/components/schemas/PutCheckpointBody/properties")
-        .and_then(Value::as_object_mut)
-    else {
-        return;
-    };
-    props.insert(
-        "checkpoint_ns".into(),
-        json!({"type": ["string", "null"], "maxLength": MAX_PATH_CHARS, "pattern": NO_CONTROL}),
-    );
-    props.insert(
-        "parent_checkpoint_id".into(),
-        json!({"type": ["string", "null"], "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NO_CONTROL}),
-    );
-    props.insert(
-        "checkpoint".into(),
-        json!({"$ref": "#/components/schemas/TypedJson"}),
-    );
-    props.insert("metadata".into(), json!({"type": ["object", "null"]}));
-    props.insert(
-        "channel_versions".into(),
-        json!({"type": ["object", "null"], "maxProperties": MAX_ITEMS,
-            "propertyNames": text_schema(1, MAX_ID_CHARS),
-            "additionalProperties": text_schema(1, MAX_ID_CHARS)}),
-    );
-    props.insert(
-        "blobs".into(),
-        json!({"type": ["array", "null"], "maxItems": MAX_ITEMS, "items": {"oneOf": [
-            {"$ref": "#/components/schemas/FullBlob"}, {"$ref": "#/components/schemas/AppendBlob"}]}}),
-    );
-    props.insert(
-        "mirror".into(),
-        json!({"type": ["array", "null"], "maxItems": MAX_ITEMS,
-            "items": {"$ref": "#/components/schemas/MirrorMessage"}}),
-    );
-    super::mirror::harden(doc);
 }
 
 /// Reads and checks the whole body (nothing is written when any of it is wrong).
@@ -283,12 +243,12 @@ pub async fn put<S: Store>(
 
 #[utoipa::path(put, path = "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", tag = "langgraph checkpoints",
     operation_id = "put_checkpoint",
-    params(("thread_id" = String, Path, description = "The LangGraph thread id (percent-encoded)"),
-           ("checkpoint_id" = String, Path)),
+    params(super::schema::CheckpointPath),
     request_body = PutCheckpointBody,
     responses((status = 201, body = CheckpointStored, description = "Stored (the thread is created by its first checkpoint)"),
               (status = 200, body = CheckpointStored, description = "Already stored: nothing was written"),
               (status = 400, body = ErrorBody, description = "The body is not valid (`field` names the part); nothing was written"),
+              (status = 404, body = ErrorBody, description = "No such thread or checkpoint in the caller's tenant (`not_found`)"),
               (status = 422, body = ErrorBody, description = "Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -5,12 +5,12 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stepwise_store::{NewWrite, PutWrites, Store};
 
 use super::{
-    BASE64, MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, MAX_TYPE_CHARS, NO_CONTROL, array,
-    checkpoint_id, object, only, required, string, thread_id, typed_value,
+    MAX_ID_CHARS, MAX_PATH_CHARS, array, checkpoint_id, object, only, required, string, thread_id,
+    typed_value,
 };
 use crate::AppState;
 use crate::auth::Caller;
@@ -25,43 +25,16 @@ const MAX_IDX: i64 = i32::MAX as i64;
 #[allow(dead_code)]
 pub struct PutWritesBody {
     /// Default "".
+    #[schema(schema_with = super::schema::path_or_null)]
     pub checkpoint_ns: Option<String>,
+    #[schema(schema_with = super::schema::task_id)]
     pub task_id: String,
     /// Default "" (writes sort by `(task_path, task_id, idx)`).
+    #[schema(schema_with = super::schema::path_or_null)]
     pub task_path: Option<String>,
     /// `{idx, channel, type, data}` each.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(schema_with = super::schema::writes)]
     pub writes: Vec<Value>,
-}
-
-pub(crate) fn harden(doc: &mut Value) {
-    let Some(props) = doc
-        .pointer_mut("/components/schemas/PutWritesBody/properties")
-        .and_then(Value::as_object_mut)
-    else {
-        return;
-    };
-    let text = |min: usize, max: usize| json!({"type": "string", "minLength": min, "maxLength": max, "pattern": NO_CONTROL});
-    props.insert(
-        "checkpoint_ns".into(),
-        json!({"type": ["string", "null"], "maxLength": MAX_PATH_CHARS, "pattern": NO_CONTROL}),
-    );
-    props.insert("task_id".into(), text(1, MAX_PATH_CHARS));
-    props.insert(
-        "task_path".into(),
-        json!({"type": ["string", "null"], "maxLength": MAX_PATH_CHARS, "pattern": NO_CONTROL}),
-    );
-    props.insert(
-        "writes".into(),
-        json!({"type": "array", "maxItems": MAX_ITEMS, "items": {
-            "type": "object", "required": ["idx", "channel", "type", "data"], "additionalProperties": false,
-            "properties": {
-                "idx": {"type": "integer", "minimum": MIN_IDX, "maximum": MAX_IDX},
-                "channel": text(1, MAX_ID_CHARS),
-                "type": text(1, MAX_TYPE_CHARS),
-                "data": {"type": "string", "contentEncoding": "base64", "pattern": BASE64}
-            }}}),
-    );
 }
 
 fn idx(value: Option<&Value>, path: &str) -> ApiResult<i64> {
@@ -149,10 +122,10 @@ pub async fn put_writes<S: Store>(
 
 #[utoipa::path(put, path = "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes", tag = "langgraph checkpoints",
     operation_id = "put_checkpoint_writes",
-    params(("thread_id" = String, Path, description = "The LangGraph thread id (percent-encoded)"),
-           ("checkpoint_id" = String, Path)),
+    params(super::schema::CheckpointPath),
     request_body = PutWritesBody,
     responses((status = 204, description = "Stored (writes at idx >= 0 already stored are kept, idx < 0 replaced)"),
-              (status = 400, body = ErrorBody, description = "The body is not valid (`field` names the part); nothing was written")))]
+              (status = 400, body = ErrorBody, description = "The body is not valid (`field` names the part); nothing was written"),
+              (status = 404, body = ErrorBody, description = "No such thread or checkpoint in the caller's tenant (`not_found`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -27,11 +27,19 @@ const MAX_MIRRORED_ARGUMENT_CHARS: usize = 8 * 1024;
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)] // the schema of a body read field by field
 pub struct AppendItemsBody {
+    #[schema(schema_with = items_schema)]
     pub items: Vec<Value>,
     /// The version the client last read or wrote.
+    #[schema(schema_with = super::version_or_null)]
     pub version: Option<u64>,
     /// The client's id for this operation (a retry sends the same).
+    #[schema(schema_with = super::op_id_or_null)]
     pub op_id: Option<String>,
+}
+
+/// `items`: at most [`MAX_ITEMS_PER_ADD`] JSON objects.
+fn items_schema() -> utoipa::openapi::schema::Schema {
+    super::objects(Some(MAX_ITEMS_PER_ADD))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -109,7 +117,7 @@ pub async fn append<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/items", tag = "conversation items", operation_id = "append_items",
-    params(("id" = String, Path)), request_body = AppendItemsBody,
+    params(crate::schemas::IdPath), request_body = AppendItemsBody,
     responses((status = 201, body = ItemsAdded),
               (status = 200, body = ItemsAdded, description = "The same add again (nothing written), or no items"),
               (status = 404, body = ErrorBody),

@@ -13,11 +13,26 @@ use super::{MAX_VERSION, PlannedStep, WriteParams, write};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
+use crate::schemas::IdPath;
 
+/// Where the clear goes (both optional).
 #[derive(Debug, Default, Deserialize)]
 pub struct ClearQuery {
     pub version: Option<String>,
     pub op_id: Option<String>,
+}
+
+impl utoipa::IntoParams for ClearQuery {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use crate::schemas::param;
+        use utoipa::openapi::path::ParameterIn;
+        vec![
+            param("version", ParameterIn::Query, "The version the client last read or wrote: the clear is written as the next step (sent again, it is not written twice)", super::version_schema()).build(),
+            param("op_id", ParameterIn::Query, "The client's id for this operation", super::op_id_schema()).build(),
+        ]
+    }
 }
 
 /// How many items the clear removed and the version after it.
@@ -77,9 +92,7 @@ pub async fn clear<S: Store>(
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}/items", tag = "conversation items", operation_id = "clear_items",
-    params(("id" = String, Path),
-           ("version" = Option<u64>, Query, description = "The version the client last read or wrote: the clear is written as the next step (sent again, it is not written twice)"),
-           ("op_id" = Option<String>, Query, description = "The client's id for this operation")),
+    params(IdPath, ClearQuery),
     responses((status = 200, body = ItemsCleared),
               (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody, description = "Another write is at that version (`conflict`): read the version again"),

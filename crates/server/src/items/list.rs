@@ -12,17 +12,41 @@ use super::{Items, MAX_VERSION, items_at, load};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
+use crate::schemas::IdPath;
 
+/// How many of the latest items to read.
 #[derive(Debug, Default, Deserialize)]
 pub struct ListItemsQuery {
     pub limit: Option<String>,
 }
 
+impl utoipa::IntoParams for ListItemsQuery {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        vec![
+            crate::schemas::param(
+                "limit",
+                utoipa::openapi::path::ParameterIn::Query,
+                "The latest this many items (all when absent; 0 reads only the version)",
+                super::version_schema(),
+            )
+            .build(),
+        ]
+    }
+}
+
 /// The items, oldest first, and the version a write names to go after them.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ItemsPage {
+    #[schema(schema_with = all_objects)]
     pub items: Vec<Value>,
     pub version: u64,
+}
+
+/// `items`: JSON objects.
+fn all_objects() -> utoipa::openapi::schema::Schema {
+    super::objects(None)
 }
 
 fn parse_limit(limit: &Option<String>) -> ApiResult<Option<usize>> {
@@ -55,8 +79,7 @@ pub async fn list<S: Store>(
 }
 
 #[utoipa::path(get, path = "/v1/sessions/{id}/items", tag = "conversation items", operation_id = "list_items",
-    params(("id" = String, Path),
-           ("limit" = Option<u64>, Query, description = "The latest this many items (all when absent; 0 reads only the version)")),
+    params(IdPath, ListItemsQuery),
     responses((status = 200, body = ItemsPage), (status = 404, body = ErrorBody)))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -790,70 +790,59 @@ async fn open_conversation<S: Store>(
     Ok(Some(execution))
 }
 
-/// The OpenAPI document's rules for these endpoints (see `openapi::harden`).
-pub(crate) fn harden(doc: &mut Value) {
-    let version = json!({"type": ["integer", "null"], "minimum": 0, "maximum": MAX_VERSION});
-    let op_id = json!({"type": ["string", "null"], "pattern": OP_ID_PATTERN});
-    let set = |doc: &mut Value, schema: &str, name: &str, value: Value| {
-        if let Some(props) = doc
-            .pointer_mut(&format!("/components/schemas/{schema}/properties"))
-            .and_then(Value::as_object_mut)
-        {
-            props.insert(name.to_string(), value);
-        }
-    };
-    set(
-        doc,
-        "AppendItemsBody",
-        "items",
-        json!({"type": "array", "items": {"type": "object"}, "maxItems": MAX_ITEMS_PER_ADD}),
-    );
-    for schema in ["AppendItemsBody", "PopItemBody"] {
-        set(doc, schema, "version", version.clone());
-        set(doc, schema, "op_id", op_id.clone());
-    }
-    let object = json!({"type": "object"});
-    set(
-        doc,
-        "ItemsPage",
-        "items",
-        json!({"type": "array", "items": object}),
-    );
-    set(
-        doc,
-        "PoppedItem",
-        "item",
-        json!({"type": ["object", "null"]}),
-    );
-    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
-        return;
-    };
-    for (path, item) in paths.iter_mut() {
-        if !path.ends_with("/items") && !path.ends_with("/items/pop") {
-            continue;
-        }
-        let Some(item) = item.as_object_mut() else {
-            continue;
-        };
-        for operation in item.values_mut() {
-            let Some(parameters) = operation
-                .get_mut("parameters")
-                .and_then(Value::as_array_mut)
-            else {
-                continue;
-            };
-            for parameter in parameters.iter_mut() {
-                if parameter["in"] != "query" {
-                    continue;
-                }
-                parameter["schema"] = match parameter["name"].as_str() {
-                    Some("limit" | "version") => {
-                        json!({"type": "integer", "minimum": 0, "maximum": MAX_VERSION})
-                    }
-                    Some("op_id") => json!({"type": "string", "pattern": OP_ID_PATTERN}),
-                    _ => continue,
-                };
-            }
-        }
-    }
+// --- schemas of the items endpoints' fields and parameters ---------------------------------
+
+/// A `version` (or `limit`): 0 to [`MAX_VERSION`].
+pub(crate) fn version_schema() -> utoipa::openapi::schema::Schema {
+    version_of(false)
+}
+
+/// A `version` of a body: 0 to [`MAX_VERSION`], or `null`.
+pub(crate) fn version_or_null() -> utoipa::openapi::schema::Schema {
+    version_of(true)
+}
+
+fn version_of(nullable: bool) -> utoipa::openapi::schema::Schema {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(crate::schemas::typed(
+            utoipa::openapi::schema::Type::Integer,
+            nullable,
+        ))
+        .minimum(Some(0))
+        .maximum(Some(MAX_VERSION))
+        .build()
+        .into()
+}
+
+/// An `op_id` query parameter ([`OP_ID_PATTERN`]).
+pub(crate) fn op_id_schema() -> utoipa::openapi::schema::Schema {
+    op_id_of(false)
+}
+
+/// An `op_id` of a body ([`OP_ID_PATTERN`]), or `null`.
+pub(crate) fn op_id_or_null() -> utoipa::openapi::schema::Schema {
+    op_id_of(true)
+}
+
+fn op_id_of(nullable: bool) -> utoipa::openapi::schema::Schema {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(crate::schemas::typed(
+            utoipa::openapi::schema::Type::String,
+            nullable,
+        ))
+        .pattern(Some(OP_ID_PATTERN))
+        .build()
+        .into()
+}
+
+/// A list of items: JSON objects, at most `max` when given.
+pub(crate) fn objects(max: Option<usize>) -> utoipa::openapi::schema::Schema {
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(
+            utoipa::openapi::schema::ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::Type::Object),
+        )
+        .max_items(max)
+        .build()
+        .into()
 }

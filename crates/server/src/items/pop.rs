@@ -18,13 +18,16 @@ use crate::error::{ApiJson, ApiResult, ErrorBody};
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)] // the schema of a body read field by field
 pub struct PopItemBody {
+    #[schema(schema_with = super::version_or_null)]
     pub version: Option<u64>,
+    #[schema(schema_with = super::op_id_or_null)]
     pub op_id: Option<String>,
 }
 
 /// The removed item (`null` when there was none) and the version after it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PoppedItem {
+    #[schema(schema_with = crate::schemas::object_or_null)]
     pub item: Option<Value>,
     pub version: u64,
 }
@@ -61,7 +64,7 @@ pub async fn pop<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/items/pop", tag = "conversation items", operation_id = "pop_item",
-    params(("id" = String, Path)), request_body = PopItemBody,
+    params(crate::schemas::IdPath), request_body = PopItemBody,
     responses((status = 200, body = PoppedItem),
               (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody, description = "Another write is at that version (`conflict`): read the version again"),

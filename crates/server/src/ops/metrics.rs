@@ -1,10 +1,10 @@
-//! Operations endpoints: health, readiness, metrics and the OpenAPI document.
+//! `GET /metrics`: Prometheus text of the queue, the running executions, the event streams,
+//! the connections, the store and the retention cleaner (served on the main listener and on
+//! `serve --metrics-listen`).
 
-use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,31 +12,6 @@ use stepwise_core::{ExecutionStatus, SessionStatus};
 use stepwise_store::{CleanupReport, StatusCounts, Store};
 
 use crate::AppState;
-use crate::error::ApiError;
-
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
-}
-
-pub async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
-    match state.store().ping().await {
-        Ok(()) => Json(json!({"status": "ready", "backend": state.store().backend_name()}))
-            .into_response(),
-        Err(e @ stepwise_store::StoreError::StorageFull(_)) => {
-            tracing::warn!(error = %e, "not ready: the store cannot write");
-            ApiError::storage_full().into_response()
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "not ready");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "the database is not reachable",
-            )
-            .into_response()
-        }
-    }
-}
 
 /// Retention cleaner figures since start. The cleaner runs in the binary and reports here.
 static RETENTION_PASSES: AtomicU64 = AtomicU64::new(0);
@@ -178,6 +153,11 @@ fn status_gauges(text: &mut String, counts: &StatusCounts) {
     }
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "operations", operation_id = "metrics", security(),
+    responses((status = 200, content_type = "text/plain", body = String)))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}
+
 /// Prometheus text: queue depth, running executions, SSE subscribers, store figures.
 pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
     let store = state.store();
@@ -264,14 +244,6 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
     crate::metered::write_metrics(&mut text);
     crate::http_metrics::write_metrics(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
-
-pub async fn openapi() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        crate::openapi::openapi_json(),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

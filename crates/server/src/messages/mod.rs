@@ -1,0 +1,125 @@
+//! A session's messages: listing them, and posting a user message (to a session, or to a
+//! new session with `POST /v1/messages`), which queues the execution that answers it. One
+//! file per endpoint; here what the two posts share: the agent choice, the accepted answer
+//! and the checks of a message.
+
+pub(crate) mod list;
+pub(crate) mod post;
+pub(crate) mod post_new_session;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use stepwise_core::{Execution, Id, Message};
+use stepwise_engine::{AgentChoice, MessageInput};
+
+use crate::ServerConfig;
+use crate::error::{ApiError, ApiResult};
+use crate::limits::{
+    MAX_CONTENT_CHARS, canonical_url_opt, check_metadata, check_related_type, check_text,
+};
+use crate::sessions::MAX_REF_CHARS;
+
+/// The agent that answers a message (the server's default when absent).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct AgentBody {
+    #[serde(rename = "type")]
+    #[schema(schema_with = agent_type)]
+    pub agent_type: String,
+    #[schema(schema_with = crate::schemas::object_or_null)]
+    pub config: Option<Value>,
+}
+
+/// `agent.type`: the built-in agent types (the embedding application may register more).
+fn agent_type() -> utoipa::openapi::schema::Schema {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["demo", "tool-calling"]))
+        .description(Some("`demo`, `tool-calling` when a model server is configured, or an agent type the embedding application registered"))
+        .build()
+        .into()
+}
+
+/// The answer of a post: the stored message and the execution queued for it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MessageAccepted {
+    #[schema(value_type = String, format = Uuid)]
+    pub session_id: Id,
+    pub message: Message,
+    pub execution: Execution,
+}
+
+impl From<stepwise_engine::Submitted> for MessageAccepted {
+    fn from(submitted: stepwise_engine::Submitted) -> Self {
+        MessageAccepted {
+            session_id: submitted.session_id,
+            message: submitted.message,
+            execution: submitted.execution,
+        }
+    }
+}
+
+/// The fields of a message both posts carry.
+pub(crate) struct MessageFields {
+    pub content: String,
+    pub related_type: Option<String>,
+    pub related_id: Option<String>,
+    pub context_url: Option<String>,
+    pub metadata: Option<Value>,
+    pub agent: Option<AgentBody>,
+}
+
+impl MessageFields {
+    /// Checks the message and answers the engine's input. Whether the agent type can run
+    /// is the engine's to say (`Engine::choose_agent`).
+    pub(crate) fn validate(self, config: &ServerConfig) -> ApiResult<MessageInput> {
+        let MessageFields {
+            content,
+            related_type,
+            related_id,
+            context_url,
+            metadata,
+            agent,
+        } = self;
+        if content.trim().is_empty() {
+            return Err(ApiError::invalid("content", "content must not be empty"));
+        }
+        if content.chars().count() > MAX_CONTENT_CHARS {
+            return Err(ApiError::invalid(
+                "content",
+                format!("content is longer than {MAX_CONTENT_CHARS} characters"),
+            ));
+        }
+        check_text("related_type", &related_type, MAX_REF_CHARS)?;
+        check_related_type(config, "related_type", &related_type)?;
+        check_text("related_id", &related_id, MAX_REF_CHARS)?;
+        let context_url = canonical_url_opt("context_url", context_url)?;
+        let agent = match agent {
+            None => None,
+            Some(agent) => {
+                check_text("agent.type", &Some(agent.agent_type.clone()), 64)?;
+                let config = match agent.config {
+                    None | Some(Value::Null) => Value::Null,
+                    Some(config @ Value::Object(_)) => config,
+                    Some(_) => {
+                        return Err(ApiError::invalid(
+                            "agent.config",
+                            "agent.config must be a JSON object",
+                        ));
+                    }
+                };
+                Some(AgentChoice {
+                    agent_type: agent.agent_type,
+                    config,
+                })
+            }
+        };
+        Ok(MessageInput {
+            content,
+            related_type,
+            related_id,
+            context_url,
+            metadata: check_metadata("metadata", &metadata)?,
+            agent,
+        })
+    }
+}

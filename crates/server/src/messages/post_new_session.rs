@@ -1,0 +1,70 @@
+//! `POST /v1/messages`: a user message that starts a new session; answers 202 with the new
+//! session's id and the execution queued for the message.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::Value;
+use stepwise_store::Store;
+
+use super::{AgentBody, MessageAccepted, MessageFields};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiJson, ApiResult, ErrorBody};
+use crate::sessions::create::CreateSessionBody;
+
+/// A user message, the agent that answers it and the session to create (all optional but
+/// `content`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct NewSessionMessageBody {
+    #[schema(schema_with = crate::schemas::message_content)]
+    pub content: String,
+    #[schema(schema_with = crate::schemas::reference)]
+    pub related_type: Option<String>,
+    #[schema(schema_with = crate::schemas::reference)]
+    pub related_id: Option<String>,
+    #[schema(schema_with = crate::schemas::context_url)]
+    pub context_url: Option<String>,
+    #[schema(schema_with = crate::schemas::object_or_null)]
+    pub metadata: Option<Value>,
+    pub agent: Option<AgentBody>,
+    pub session: Option<CreateSessionBody>,
+}
+
+#[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "post_message_new_session",
+    request_body = NewSessionMessageBody,
+    responses((status = 202, body = MessageAccepted), (status = 400, body = ErrorBody)))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}
+
+pub async fn post_new_session<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<NewSessionMessageBody>,
+) -> ApiResult<impl IntoResponse> {
+    let input = MessageFields {
+        content: body.content,
+        related_type: body.related_type,
+        related_id: body.related_id,
+        context_url: body.context_url,
+        metadata: body.metadata,
+        agent: body.agent,
+    }
+    .validate(&state.config)?;
+    // Everything is checked before the session is created, so a bad message writes nothing:
+    // the agent type by the engine's own rule, then the session.
+    state.engine.choose_agent(&input)?;
+    let mut new = body
+        .session
+        .unwrap_or_default()
+        .validate(&state.config, "session.")?;
+    new.user_id = caller.user_id.clone();
+    let session = state.store().create_session(&caller.tenant, new).await?;
+    let submitted = state
+        .engine
+        .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(MessageAccepted::from(submitted))))
+}

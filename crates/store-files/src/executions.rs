@@ -1,0 +1,312 @@
+//! Executions in the files backend, with the queue the workers claim them from: create,
+//! read, transition, and claim / renew / release leases.
+
+use std::time::Duration;
+
+use stepwise_core::{Execution, ExecutionStatus, Id, Timestamp};
+use stepwise_store::rules::{
+    attempts_exhausted, check_transition, gave_up_message, lease_expired, lease_until,
+};
+use stepwise_store::{Claim, NewExecution, Result, StoreError, Tenant, Transition};
+
+use crate::state::{ExecEntry, Key, Lease};
+use crate::{FileStore, check_depth, tenant_state};
+
+impl FileStore {
+    pub(crate) async fn execution_create(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+    ) -> Result<Execution> {
+        check_depth("input", [&new.input, &new.agent_config, &new.metadata])?;
+        let now = self.now();
+        let execution = new.into_execution(tenant, now)?;
+        let ack = {
+            let mut state = self.lock();
+            let now = self.now();
+            let execution = Execution {
+                started_at: execution.started_at.map(|_| now),
+                created_at: now,
+                updated_at: now,
+                ..execution
+            };
+            if let Some(session_id) = execution.session_id
+                && state.session(tenant.as_str(), session_id).is_none()
+            {
+                return Err(StoreError::NotFound("session"));
+            }
+            if let Some(parent) = execution.parent_execution_id
+                && state.exec(tenant.as_str(), parent).is_none()
+            {
+                return Err(StoreError::NotFound("parent execution"));
+            }
+            let root = self.inner.shared.root.clone();
+            let ts = tenant_state(&mut state, &root, tenant.as_str());
+            let Some(container) = ts.container_mut(execution.session_id) else {
+                return Err(StoreError::NotFound("session"));
+            };
+            container.executions.push(ExecEntry {
+                execution: execution.clone(),
+                steps: Default::default(),
+                lease: None,
+                resume_answer: None,
+            });
+            if let Some(session) = container.session.as_mut() {
+                session.last_execution_id = Some(execution.id);
+                session.updated_at = now;
+            }
+            let key = Key {
+                tenant: tenant.as_str().to_string(),
+                session: execution.session_id,
+            };
+            state.executions.insert(execution.id, key.clone());
+            state.touch(&key, true);
+            self.enqueue(&mut state, execution)
+        };
+        ack.await
+    }
+
+    pub(crate) async fn execution_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
+        Ok(self
+            .lock()
+            .exec(tenant.as_str(), id)
+            .map(|(_, e)| e.execution.clone()))
+    }
+
+    pub(crate) async fn execution_list(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> Result<Vec<Execution>> {
+        let state = self.lock();
+        let Some(container) = state.session(tenant.as_str(), session_id) else {
+            return Ok(Vec::new());
+        };
+        Ok(container
+            .executions
+            .iter()
+            .map(|e| e.execution.clone())
+            .collect())
+    }
+
+    pub(crate) async fn execution_transition(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        transition: Transition,
+    ) -> Result<Execution> {
+        match &transition {
+            Transition::Resume { answer } => check_depth("answer", [answer])?,
+            Transition::Complete { output } => check_depth("output", [output])?,
+            _ => {}
+        }
+        let now = self.now();
+        let ack = {
+            let mut state = self.lock();
+            let Some((key, entry)) = state.exec_mut(tenant.as_str(), id) else {
+                return Err(StoreError::NotFound("execution"));
+            };
+            check_transition(entry.execution.status, &transition)?;
+            let target = transition.target();
+            let e = &mut entry.execution;
+            e.status = target;
+            entry.resume_answer = None;
+            match transition {
+                // The claim ended with the worker pausing: not an interruption.
+                Transition::Pause { .. } => e.attempts = 0,
+                Transition::Resume { answer } => entry.resume_answer = Some(answer),
+                Transition::Complete { output } => {
+                    e.output = output;
+                    e.completed_at.get_or_insert(now);
+                }
+                Transition::Fail { error_message } => {
+                    e.error_message = Some(error_message);
+                    e.completed_at.get_or_insert(now);
+                }
+                Transition::Cancel => {
+                    e.completed_at.get_or_insert(now);
+                }
+            }
+            entry.lease = None;
+            e.updated_at = now;
+            let execution = e.clone();
+            state.touch(&key, false);
+            self.enqueue(&mut state, execution)
+        };
+        ack.await
+    }
+
+    pub(crate) async fn queue_claim_next(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Option<Claim>> {
+        let now = self.now();
+        let until = lease_until(now, lease);
+        let ack = {
+            let mut state = self.lock();
+            // Running executions whose worker stopped renewing its lease, oldest first.
+            let mut stale: Vec<(Timestamp, Id, Key)> = state
+                .all_executions()
+                .filter(|(_, e)| {
+                    e.execution.status == ExecutionStatus::Running
+                        && e.lease
+                            .as_ref()
+                            .is_some_and(|l| lease_expired(l.expires_at, now))
+                })
+                .map(|(k, e)| (e.execution.created_at, e.execution.id, k.clone()))
+                .collect();
+            stale.sort_by_key(|x| (x.0, x.1));
+            let mut claimed: Option<Claim> = None;
+            for (_, id, key) in stale {
+                let Some((_, entry)) = state.exec_mut(&key.tenant, id) else {
+                    continue;
+                };
+                let e = &mut entry.execution;
+                entry.lease = None;
+                if attempts_exhausted(e.attempts, max_attempts) {
+                    tracing::warn!(execution = %id, attempts = e.attempts, "failing an execution whose workers kept stopping");
+                    e.status = ExecutionStatus::Failed;
+                    e.error_message = Some(gave_up_message(e.attempts));
+                    e.completed_at = Some(now);
+                    e.updated_at = now;
+                    state.touch(&key, false);
+                    continue;
+                }
+                entry.lease = Some(Lease {
+                    owner: worker.to_string(),
+                    expires_at: until,
+                });
+                e.attempts += 1;
+                e.updated_at = now;
+                claimed = Some(Claim {
+                    execution: e.clone(),
+                    tenant: Tenant::new(key.tenant.clone())?,
+                    resume_answer: None,
+                });
+                state.touch(&key, false);
+                break;
+            }
+            if claimed.is_none() {
+                // The oldest pending execution of a session with nothing running and no
+                // older pending one; executions without a session never wait.
+                let mut pending: Vec<(Timestamp, Id, Key)> = state
+                    .all_executions()
+                    .filter(|(_, e)| {
+                        e.execution.status == ExecutionStatus::Pending
+                            && e.execution.parent_execution_id.is_none()
+                    })
+                    .map(|(k, e)| (e.execution.created_at, e.execution.id, k.clone()))
+                    .collect();
+                pending.sort_by_key(|x| (x.0, x.1));
+                for (created_at, id, key) in pending {
+                    if let Some(session) = key.session {
+                        let Some(container) = state.session(&key.tenant, session) else {
+                            continue;
+                        };
+                        let blocked = container.executions.iter().any(|o| {
+                            o.execution.session_id == Some(session)
+                                && (o.execution.status == ExecutionStatus::Running
+                                    || (o.execution.status == ExecutionStatus::Pending
+                                        && (o.execution.created_at, o.execution.id)
+                                            < (created_at, id)))
+                        });
+                        if blocked {
+                            continue;
+                        }
+                    }
+                    let Some((_, entry)) = state.exec_mut(&key.tenant, id) else {
+                        continue;
+                    };
+                    let e = &mut entry.execution;
+                    e.status = ExecutionStatus::Running;
+                    e.attempts += 1;
+                    e.started_at.get_or_insert(now);
+                    e.updated_at = now;
+                    entry.lease = Some(Lease {
+                        owner: worker.to_string(),
+                        expires_at: until,
+                    });
+                    let resume_answer = entry.resume_answer.take();
+                    claimed = Some(Claim {
+                        execution: entry.execution.clone(),
+                        tenant: Tenant::new(key.tenant.clone())?,
+                        resume_answer,
+                    });
+                    state.touch(&key, false);
+                    break;
+                }
+            }
+            self.enqueue(&mut state, claimed)
+        };
+        ack.await
+    }
+
+    pub(crate) async fn queue_renew(
+        &self,
+        worker: &str,
+        ids: Vec<Id>,
+        lease: Duration,
+    ) -> Result<Vec<Id>> {
+        let until = lease_until(self.now(), lease);
+        let mut state = self.lock();
+        let mut lost = Vec::new();
+        for id in ids {
+            let key = state.executions.get(&id).cloned();
+            let held = key.as_ref().and_then(|key| {
+                let (_, entry) = state.exec_mut(&key.tenant, id)?;
+                let lease = entry.lease.as_mut()?;
+                if entry.execution.status != ExecutionStatus::Running || lease.owner != worker {
+                    return None;
+                }
+                lease.expires_at = until;
+                Some(())
+            });
+            match (held, key) {
+                // Written with the next batch: an older deadline on disk only means a
+                // crashed process's work is taken over sooner.
+                (Some(()), Some(key)) => state.touch(&key, false),
+                _ => lost.push(id),
+            }
+        }
+        if !state.pending.dirty.is_empty() {
+            self.inner.shared.wake.notify_one();
+        }
+        Ok(lost)
+    }
+
+    pub(crate) async fn queue_release(&self, worker: &str, id: Id) -> Result<()> {
+        let now = self.now();
+        let ack = {
+            let mut state = self.lock();
+            let Some(key) = state.executions.get(&id).cloned() else {
+                return Ok(());
+            };
+            let Some((_, entry)) = state.exec_mut(&key.tenant, id) else {
+                return Ok(());
+            };
+            let held = entry.execution.status == ExecutionStatus::Running
+                && entry.lease.as_ref().is_some_and(|l| l.owner == worker);
+            if !held {
+                return Ok(());
+            }
+            entry.lease = None;
+            let e = &mut entry.execution;
+            e.status = ExecutionStatus::Pending;
+            e.attempts = e.attempts.saturating_sub(1);
+            e.updated_at = now;
+            state.touch(&key, false);
+            self.enqueue(&mut state, ())
+        };
+        ack.await
+    }
+
+    pub(crate) async fn queue_pending(&self) -> Result<u64> {
+        Ok(self
+            .lock()
+            .all_executions()
+            .filter(|(_, e)| e.execution.status == ExecutionStatus::Pending)
+            .count() as u64)
+    }
+}

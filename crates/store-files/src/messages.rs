@@ -1,0 +1,73 @@
+//! Messages in the files backend: append (bumping the session's count) and list in
+//! server-time order.
+
+use stepwise_core::{Id, Message};
+use stepwise_store::{MessageQuery, NewMessage, Result, StoreError, Tenant};
+
+use crate::state::Key;
+use crate::{FileStore, check_depth};
+
+impl FileStore {
+    pub(crate) async fn message_append(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+        check_depth("metadata", [&new.metadata])?;
+        let session_id = new.session_id;
+        let ack = {
+            let mut state = self.lock();
+            // Read the clock under the lock, so concurrent appends are stored in time order.
+            let now = self.now();
+            let message = new.into_message(now);
+            let Some(container) = state.session_mut(tenant.as_str(), session_id) else {
+                return Err(StoreError::NotFound("session"));
+            };
+            container.messages.push(message.clone());
+            if let Some(session) = container.session.as_mut() {
+                session.message_count += 1;
+                session.updated_at = now;
+            }
+            state.touch(
+                &Key {
+                    tenant: tenant.as_str().to_string(),
+                    session: Some(session_id),
+                },
+                true,
+            );
+            self.enqueue(&mut state, message)
+        };
+        ack.await
+    }
+
+    pub(crate) async fn message_list(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        query: MessageQuery,
+    ) -> Result<Vec<Message>> {
+        let state = self.lock();
+        let Some(container) = state.session(tenant.as_str(), session_id) else {
+            return Ok(Vec::new());
+        };
+        let after = match query.after {
+            Some(after) => {
+                let found = container
+                    .messages
+                    .iter()
+                    .find(|m| m.id == after)
+                    .ok_or_else(|| {
+                        StoreError::invalid("after", "no such message in this session")
+                    })?;
+                Some((found.created_at, found.id))
+            }
+            None => None,
+        };
+        let roles = query.roles.filter(|r| !r.is_empty());
+        let matching = container
+            .messages
+            .iter()
+            .filter(|m| after.is_none_or(|a| (m.created_at, m.id) > a))
+            .filter(|m| roles.as_ref().is_none_or(|r| r.contains(&m.role)))
+            .take(query.limit.map_or(usize::MAX, |l| l as usize))
+            .cloned()
+            .collect();
+        Ok(matching)
+    }
+}

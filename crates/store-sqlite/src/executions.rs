@@ -1,0 +1,263 @@
+//! Executions on SQLite, with the queue the workers claim them from: create, read,
+//! transition, and claim / renew / release leases.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use stepwise_core::{Execution, Id};
+use stepwise_store::rules::{attempts_exhausted, check_transition, gave_up_message, lease_until};
+use stepwise_store::{Claim, NewExecution, Result, StoreError, Tenant, Transition};
+
+use crate::rows::{self, Bid, bid, execution_cols, json_text, opt_bid};
+use crate::sessions::load_session;
+use crate::writer::map_sqlite;
+use crate::{SqliteStore, count};
+
+const SELECT_EXECUTION: &str = concat!(
+    "SELECT ",
+    execution_cols!(),
+    " FROM executions WHERE id = ?1 AND tenant_id = ?2"
+);
+const LIST_EXECUTIONS: &str = concat!(
+    "SELECT ",
+    execution_cols!(),
+    " FROM executions WHERE session_id = ?1 AND tenant_id = ?2 ORDER BY created_at, id"
+);
+const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)";
+const SESSION_LAST_EXECUTION: &str =
+    "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2 WHERE id = ?3";
+const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?2, output), error_message = COALESCE(?3, error_message), \
+     resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
+     attempts = CASE WHEN ?1 = 'paused' THEN 0 ELSE attempts END \
+     WHERE id = ?7 AND tenant_id = ?8";
+const NEXT_EXPIRED_LEASE: &str = "SELECT id, tenant_id, attempts FROM executions WHERE status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at < ?1 ORDER BY created_at, id LIMIT 1";
+const FAIL_INTERRUPTED: &str = "UPDATE executions SET status = 'failed', error_message = ?1, completed_at = ?2, updated_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?3";
+const TAKE_OVER: &str = "UPDATE executions SET lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, updated_at = ?3 WHERE id = ?4";
+/// The oldest pending top-level execution of a session with nothing running, first in its
+/// session.
+const NEXT_PENDING: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM executions e WHERE e.status = 'pending' AND e.parent_execution_id IS NULL \
+     AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.session_id = e.session_id AND r.status = 'running') \
+     AND NOT EXISTS (SELECT 1 FROM executions p WHERE p.session_id = e.session_id AND p.status = 'pending' AND (p.created_at, p.id) < (e.created_at, e.id)) \
+     ORDER BY e.created_at, e.id LIMIT 1";
+const START: &str = "UPDATE executions SET status = 'running', lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, \
+     resume_answer = NULL, started_at = COALESCE(started_at, ?3), updated_at = ?3 WHERE id = ?4";
+const RENEW: &str = "UPDATE executions SET lease_expires_at = ?1 WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
+const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), updated_at = ?1 \
+     WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
+const QUEUE_DEPTH: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending'";
+
+pub(crate) fn load_execution(conn: &Connection, tenant: &str, id: Id) -> Result<Option<Execution>> {
+    conn.prepare_cached(SELECT_EXECUTION)
+        .and_then(|mut s| {
+            s.query_row(params![bid(id), tenant], rows::execution)
+                .optional()
+        })
+        .map_err(map_sqlite)
+}
+
+impl SqliteStore {
+    pub(crate) async fn execution_create(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+    ) -> Result<Execution> {
+        let now = self.now();
+        let execution = new.into_execution(tenant, now)?;
+        self.write(move |conn, _| {
+            let e = &execution;
+            if let Some(session_id) = e.session_id
+                && load_session(conn, &e.tenant_id, session_id)?.is_none()
+            {
+                return Err(StoreError::NotFound("session"));
+            }
+            if let Some(parent) = e.parent_execution_id
+                && load_execution(conn, &e.tenant_id, parent)?.is_none()
+            {
+                return Err(StoreError::NotFound("parent execution"));
+            }
+            conn.prepare_cached(INSERT_EXECUTION)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        bid(e.id),
+                        e.tenant_id,
+                        opt_bid(e.session_id),
+                        opt_bid(e.parent_execution_id),
+                        e.user_id,
+                        e.agent_type,
+                        json_text(&e.agent_config),
+                        e.status.as_str(),
+                        json_text(&e.input),
+                        json_text(&e.metadata),
+                        e.started_at.map(|t| t.0),
+                        now.0
+                    ])
+                })
+                .map_err(map_sqlite)?;
+            if let Some(session_id) = e.session_id {
+                conn.prepare_cached(SESSION_LAST_EXECUTION)
+                    .and_then(|mut s| s.execute(params![bid(e.id), now.0, bid(session_id)]))
+                    .map_err(map_sqlite)?;
+            }
+            Ok(execution)
+        })
+        .await
+    }
+
+    pub(crate) async fn execution_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, _| load_execution(conn, &tenant, id))
+            .await
+    }
+
+    pub(crate) async fn execution_list(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> Result<Vec<Execution>> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, _| {
+            conn.prepare_cached(LIST_EXECUTIONS)
+                .and_then(|mut s| {
+                    s.query_map(params![bid(session_id), tenant], rows::execution)?
+                        .collect()
+                })
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    pub(crate) async fn execution_transition(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        transition: Transition,
+    ) -> Result<Execution> {
+        let tenant = tenant.as_str().to_string();
+        let now = self.now();
+        self.write(move |conn, _| {
+            let current =
+                load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))?;
+            check_transition(current.status, &transition)?;
+            let target = transition.target();
+            let (output, error, answer, done): (
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                Option<i64>,
+            ) = match &transition {
+                Transition::Pause { .. } => (None, None, None, None),
+                Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
+                Transition::Complete { output } => {
+                    (Some(json_text(output)), None, None, Some(now.0))
+                }
+                Transition::Fail { error_message } => {
+                    (None, Some(error_message.clone()), None, Some(now.0))
+                }
+                Transition::Cancel => (None, None, None, Some(now.0)),
+            };
+            conn.prepare_cached(TRANSITION)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        target.as_str(),
+                        output,
+                        error,
+                        answer,
+                        done,
+                        now.0,
+                        bid(id),
+                        tenant
+                    ])
+                })
+                .map_err(map_sqlite)?;
+            load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))
+        })
+        .await
+    }
+
+    pub(crate) async fn queue_claim_next(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Option<Claim>> {
+        let worker = worker.to_string();
+        let now = self.now();
+        let until = lease_until(now, lease);
+        self.write(move |conn, _| {
+            // A running execution whose worker stopped renewing its lease.
+            loop {
+                let expired: Option<(Bid, String, i64)> = conn
+                    .prepare_cached(NEXT_EXPIRED_LEASE)
+                    .and_then(|mut s| s.query_row(params![now.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                    .map_err(map_sqlite)?;
+                let Some((id, tenant, attempts)) = expired else { break };
+                let attempts = u32::try_from(attempts.max(0)).unwrap_or(u32::MAX);
+                if attempts_exhausted(attempts, max_attempts) {
+                    tracing::warn!(execution = %id.0, attempts, "failing an execution whose workers kept stopping");
+                    conn.prepare_cached(FAIL_INTERRUPTED)
+                        .and_then(|mut s| s.execute(params![gave_up_message(attempts), now.0, id]))
+                        .map_err(map_sqlite)?;
+                    continue;
+                }
+                conn.prepare_cached(TAKE_OVER)
+                    .and_then(|mut s| s.execute(params![worker, until.0, now.0, id]))
+                    .map_err(map_sqlite)?;
+                let execution = load_execution(conn, &tenant, id.0)?.ok_or(StoreError::NotFound("execution"))?;
+                return Ok(Some(Claim { execution, tenant: Tenant::new(tenant)?, resume_answer: None }));
+            }
+            let pending: Option<(Bid, String, Option<String>)> = conn
+                .prepare_cached(NEXT_PENDING)
+                .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                .map_err(map_sqlite)?;
+            let Some((id, tenant, answer)) = pending else { return Ok(None) };
+            conn.prepare_cached(START)
+                .and_then(|mut s| s.execute(params![worker, until.0, now.0, id]))
+                .map_err(map_sqlite)?;
+            let execution = load_execution(conn, &tenant, id.0)?.ok_or(StoreError::NotFound("execution"))?;
+            let resume_answer = answer.and_then(|a| serde_json::from_str(&a).ok());
+            Ok(Some(Claim { execution, tenant: Tenant::new(tenant)?, resume_answer }))
+        })
+        .await
+    }
+
+    pub(crate) async fn queue_renew(
+        &self,
+        worker: &str,
+        ids: Vec<Id>,
+        lease: Duration,
+    ) -> Result<Vec<Id>> {
+        let worker = worker.to_string();
+        let until = lease_until(self.now(), lease);
+        self.write(move |conn, _| {
+            let mut lost = Vec::new();
+            for id in ids {
+                let held = conn
+                    .prepare_cached(RENEW)
+                    .and_then(|mut s| s.execute(params![until.0, bid(id), worker]))
+                    .map_err(map_sqlite)?;
+                if held == 0 {
+                    lost.push(id);
+                }
+            }
+            Ok(lost)
+        })
+        .await
+    }
+
+    pub(crate) async fn queue_release(&self, worker: &str, id: Id) -> Result<()> {
+        let worker = worker.to_string();
+        let now = self.now();
+        self.write(move |conn, _| {
+            conn.prepare_cached(RELEASE)
+                .and_then(|mut s| s.execute(params![now.0, bid(id), worker]))
+                .map(|_| ())
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    pub(crate) async fn queue_pending(&self) -> Result<u64> {
+        self.read(|conn, _| count(conn, QUEUE_DEPTH, [])).await
+    }
+}

@@ -1,0 +1,86 @@
+//! API keys on SQLite: stored by hash, looked up only while not revoked.
+
+use rusqlite::{OptionalExtension, params};
+use stepwise_core::Id;
+use stepwise_store::{ApiKeyRecord, Result, StoreError, Tenant};
+
+use crate::rows::{self, bid};
+use crate::writer::map_sqlite;
+use crate::{SqliteStore, count, is_unique_violation};
+
+const INSERT_KEY: &str = "INSERT INTO api_keys (id, tenant_id, user_id, name, key_hash, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const FIND_ACTIVE_KEY: &str = "SELECT id, name, tenant_id, user_id, created_at, revoked_at FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL";
+const LIST_KEYS: &str = "SELECT id, name, tenant_id, user_id, created_at, revoked_at FROM api_keys ORDER BY created_at, id";
+const REVOKE_KEY: &str = "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2";
+const COUNT_ACTIVE_KEYS: &str = "SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL";
+
+impl SqliteStore {
+    pub(crate) async fn key_create(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        name: Option<String>,
+        key_hash: &str,
+    ) -> Result<ApiKeyRecord> {
+        let record = ApiKeyRecord::new(tenant, user_id, name, self.now());
+        let key_hash = key_hash.to_string();
+        self.write(move |conn, _| {
+            let r = &record;
+            conn.prepare_cached(INSERT_KEY)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        bid(r.id),
+                        r.tenant_id,
+                        r.user_id,
+                        r.name,
+                        key_hash,
+                        r.created_at.0
+                    ])
+                })
+                .map_err(|e| {
+                    if is_unique_violation(&e) {
+                        StoreError::Conflict("that key already exists".into())
+                    } else {
+                        map_sqlite(e)
+                    }
+                })?;
+            Ok(record)
+        })
+        .await
+    }
+
+    pub(crate) async fn key_find(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
+        let key_hash = key_hash.to_string();
+        self.read(move |conn, _| {
+            conn.prepare_cached(FIND_ACTIVE_KEY)
+                .and_then(|mut s| s.query_row(params![key_hash], rows::api_key).optional())
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    pub(crate) async fn key_list(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.read(|conn, _| {
+            conn.prepare_cached(LIST_KEYS)
+                .and_then(|mut s| s.query_map([], rows::api_key)?.collect())
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    pub(crate) async fn key_revoke(&self, id: Id) -> Result<bool> {
+        let now = self.now();
+        self.write(move |conn, _| {
+            conn.prepare_cached(REVOKE_KEY)
+                .and_then(|mut s| s.execute(params![now.0, bid(id)]))
+                .map(|n| n > 0)
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    pub(crate) async fn key_count_active(&self) -> Result<u64> {
+        self.read(|conn, _| count(conn, COUNT_ACTIVE_KEYS, []))
+            .await
+    }
+}

@@ -1,0 +1,183 @@
+//! Retention on SQLite: marking stale sessions abandoned, and deleting expired sessions
+//! with every row that belongs to them, in small batches.
+
+use rusqlite::{Connection, params};
+use stepwise_core::{Id, Timestamp};
+use stepwise_store::{CleanupReport, Result, RetentionPolicy};
+
+use crate::rows::{Bid, bid};
+use crate::writer::map_sqlite;
+use crate::{SqliteStore, checkpoints, count};
+
+/// Active sessions not updated since `?1` (see `stepwise_store::rules::is_stale`).
+macro_rules! stale_where {
+    () => {
+        "status = 'active' AND updated_at < ?1"
+    };
+}
+
+/// Sessions past their status's cutoff, `?1..?3` being `ExpiryCutoffs::as_micros`.
+macro_rules! expired_where {
+    () => {
+        "(status = 'completed' AND updated_at < ?1) OR (status = 'abandoned' AND updated_at < ?2) OR (status = 'deleted' AND updated_at < ?3)"
+    };
+}
+
+/// Sessions deleted per transaction, so the writer never holds the lock long.
+const BATCH_DELETE: i64 = 100;
+
+const COUNT_STALE: &str = concat!("SELECT COUNT(*) FROM sessions WHERE ", stale_where!());
+const CANCEL_STALE_PAUSED: &str = concat!(
+    "UPDATE executions SET status = 'cancelled', completed_at = ?2, updated_at = ?2, lease_owner = NULL, lease_expires_at = NULL \
+     WHERE status = 'paused' AND session_id IN (SELECT id FROM sessions WHERE ",
+    stale_where!(),
+    ")"
+);
+const ABANDON_STALE: &str = concat!(
+    "UPDATE sessions SET status = 'abandoned', updated_at = ?2 WHERE ",
+    stale_where!()
+);
+
+const EXPIRED_BATCH: &str = concat!(
+    "SELECT id FROM sessions WHERE ",
+    expired_where!(),
+    " LIMIT ?4"
+);
+const COUNT_EXPIRED_SESSIONS: &str =
+    concat!("SELECT COUNT(*) FROM sessions WHERE ", expired_where!());
+const COUNT_EXPIRED_MESSAGES: &str = concat!(
+    "SELECT COUNT(*) FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    expired_where!(),
+    ")"
+);
+const COUNT_EXPIRED_EXECUTIONS: &str = concat!(
+    "SELECT COUNT(*) FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    expired_where!(),
+    ")"
+);
+const COUNT_EXPIRED_STEPS: &str = concat!(
+    "SELECT COUNT(*) FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    expired_where!(),
+    "))"
+);
+const COUNT_EXPIRED_SNAPSHOTS: &str = concat!(
+    "SELECT COUNT(*) FROM snapshots WHERE execution_id IN (SELECT id FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    expired_where!(),
+    "))"
+);
+const COUNT_EXPIRED_EVENTS: &str = concat!(
+    "SELECT COUNT(*) FROM events WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    expired_where!(),
+    ")"
+);
+
+const DELETE_STEPS: &str =
+    "DELETE FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id = ?1)";
+const DELETE_SNAPSHOTS: &str =
+    "DELETE FROM snapshots WHERE execution_id IN (SELECT id FROM executions WHERE session_id = ?1)";
+const DELETE_EXECUTIONS: &str = "DELETE FROM executions WHERE session_id = ?1";
+const DELETE_MESSAGES: &str = "DELETE FROM messages WHERE session_id = ?1";
+const DELETE_EVENTS: &str = "DELETE FROM events WHERE session_id = ?1";
+const DELETE_SESSION: &str = "DELETE FROM sessions WHERE id = ?1";
+
+/// Deletes one session and every row that belongs to it, adding what went to `report`.
+pub(crate) fn delete_session_rows(
+    conn: &Connection,
+    id: Id,
+    report: &mut CleanupReport,
+) -> Result<()> {
+    checkpoints::delete_session_checkpoints(conn, id)?;
+    let run = |sql: &str| -> Result<u64> {
+        conn.prepare_cached(sql)
+            .and_then(|mut s| s.execute(params![bid(id)]))
+            .map(|n| n as u64)
+            .map_err(map_sqlite)
+    };
+    report.steps += run(DELETE_STEPS)?;
+    report.snapshots += run(DELETE_SNAPSHOTS)?;
+    report.executions += run(DELETE_EXECUTIONS)?;
+    report.messages += run(DELETE_MESSAGES)?;
+    report.events += run(DELETE_EVENTS)?;
+    report.sessions += run(DELETE_SESSION)?;
+    Ok(())
+}
+
+impl SqliteStore {
+    pub(crate) async fn retention_mark_abandoned(
+        &self,
+        cutoff: Timestamp,
+        dry: bool,
+    ) -> Result<u64> {
+        if dry {
+            return self
+                .read(move |conn, _| count(conn, COUNT_STALE, params![cutoff.0]))
+                .await;
+        }
+        let now = self.now();
+        self.write(move |conn, _| {
+            conn.prepare_cached(CANCEL_STALE_PAUSED)
+                .and_then(|mut s| s.execute(params![cutoff.0, now.0]))
+                .map_err(map_sqlite)?;
+            conn.prepare_cached(ABANDON_STALE)
+                .and_then(|mut s| s.execute(params![cutoff.0, now.0]))
+                .map(|n| n as u64)
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    pub(crate) async fn retention_cleanup(
+        &self,
+        now: Timestamp,
+        policy: RetentionPolicy,
+        dry: bool,
+    ) -> Result<CleanupReport> {
+        let cutoffs = policy.cutoffs(now).as_micros();
+        if dry {
+            return self
+                .read(move |conn, _| {
+                    Ok(CleanupReport {
+                        sessions: count(conn, COUNT_EXPIRED_SESSIONS, cutoffs)?,
+                        messages: count(conn, COUNT_EXPIRED_MESSAGES, cutoffs)?,
+                        executions: count(conn, COUNT_EXPIRED_EXECUTIONS, cutoffs)?,
+                        steps: count(conn, COUNT_EXPIRED_STEPS, cutoffs)?,
+                        snapshots: count(conn, COUNT_EXPIRED_SNAPSHOTS, cutoffs)?,
+                        events: count(conn, COUNT_EXPIRED_EVENTS, cutoffs)?,
+                    })
+                })
+                .await;
+        }
+        let [completed, abandoned, deleted] = cutoffs;
+        let mut total = CleanupReport::default();
+        // Small batches, each its own transaction, so the writer never holds the lock long.
+        loop {
+            let batch = self
+                .write(move |conn, _| {
+                    let ids: Vec<Bid> = conn
+                        .prepare_cached(EXPIRED_BATCH)
+                        .and_then(|mut s| {
+                            s.query_map(
+                                params![completed, abandoned, deleted, BATCH_DELETE],
+                                |r| r.get(0),
+                            )?
+                            .collect()
+                        })
+                        .map_err(map_sqlite)?;
+                    let mut report = CleanupReport::default();
+                    for id in &ids {
+                        delete_session_rows(conn, id.0, &mut report)?;
+                    }
+                    Ok(report)
+                })
+                .await?;
+            if batch.sessions == 0 {
+                break;
+            }
+            total.add(batch);
+        }
+        if total.sessions > 0 {
+            tracing::info!(?total, "retention cleanup deleted expired sessions");
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,213 @@
+//! Sessions on SQLite: create, read, list (keyset-paginated), patch and soft-delete.
+
+use rusqlite::types::Value as Sql;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use stepwise_core::{Id, Session};
+use stepwise_store::rules::{check_name, name_taken, rename_taken};
+use stepwise_store::{
+    NewSession, Page, PageRequest, Result, SessionFilter, SessionPatch, Tenant, cursor,
+};
+
+use crate::rows::{self, bid, json_text, session_cols};
+use crate::writer::map_sqlite;
+use crate::{SqliteStore, checkpoints, is_unique_violation};
+
+const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)";
+const SELECT_SESSION: &str = concat!(
+    "SELECT ",
+    session_cols!(),
+    " FROM sessions WHERE id = ?1 AND tenant_id = ?2"
+);
+const SELECT_BY_NAME: &str = concat!(
+    "SELECT ",
+    session_cols!(),
+    " FROM sessions WHERE tenant_id = ?1 AND name = ?2"
+);
+/// The start of `list_sessions`' statement; the filters and the page are appended to it.
+const LIST_SESSIONS: &str = concat!(
+    "SELECT ",
+    session_cols!(),
+    " FROM sessions WHERE tenant_id = ?"
+);
+const UPDATE_SESSION: &str = "UPDATE sessions SET title = ?1, name = ?2, status = ?3, metadata = ?4, updated_at = ?5 WHERE id = ?6 AND tenant_id = ?7";
+const SOFT_DELETE: &str =
+    "UPDATE sessions SET status = 'deleted', updated_at = ?1 WHERE id = ?2 AND tenant_id = ?3";
+
+pub(crate) fn load_session(conn: &Connection, tenant: &str, id: Id) -> Result<Option<Session>> {
+    conn.prepare_cached(SELECT_SESSION)
+        .and_then(|mut s| {
+            s.query_row(params![bid(id), tenant], rows::session)
+                .optional()
+        })
+        .map_err(map_sqlite)
+}
+
+impl SqliteStore {
+    pub(crate) async fn session_create(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
+        check_name(new.name.as_deref())?;
+        let now = self.now();
+        let session = new.into_session(tenant, now);
+        self.write(move |conn, _| {
+            let s = &session;
+            conn.prepare_cached(INSERT_SESSION)
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        bid(s.id),
+                        s.tenant_id,
+                        s.user_id,
+                        s.name,
+                        s.title,
+                        s.status.as_str(),
+                        s.related_type,
+                        s.related_id,
+                        s.initial_context_url,
+                        json_text(&s.metadata),
+                        now.0
+                    ])
+                })
+                .map_err(|e| {
+                    if is_unique_violation(&e) {
+                        name_taken(s.name.as_deref())
+                    } else {
+                        map_sqlite(e)
+                    }
+                })?;
+            Ok(session)
+        })
+        .await
+    }
+
+    pub(crate) async fn session_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, _| load_session(conn, &tenant, id))
+            .await
+    }
+
+    pub(crate) async fn session_find_by_name(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<Session>> {
+        let (tenant, name) = (tenant.as_str().to_string(), name.to_string());
+        self.read(move |conn, _| {
+            conn.prepare_cached(SELECT_BY_NAME)
+                .and_then(|mut s| s.query_row(params![tenant, name], rows::session).optional())
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    pub(crate) async fn session_list(
+        &self,
+        tenant: &Tenant,
+        filter: SessionFilter,
+        page: PageRequest,
+    ) -> Result<Page<Session>> {
+        let after = page.cursor.as_deref().map(cursor::decode).transpose()?;
+        let limit = page.limit();
+        let mut sql = LIST_SESSIONS.to_string();
+        let mut args: Vec<Sql> = vec![Sql::Text(tenant.as_str().to_string())];
+        match &filter.statuses {
+            Some(statuses) if !statuses.is_empty() => {
+                sql.push_str(&format!(
+                    " AND status IN ({})",
+                    vec!["?"; statuses.len()].join(",")
+                ));
+                args.extend(statuses.iter().map(|s| Sql::Text(s.as_str().into())));
+            }
+            _ => sql.push_str(" AND status <> 'deleted'"),
+        }
+        for (column, value) in [
+            ("related_type", &filter.related_type),
+            ("related_id", &filter.related_id),
+            ("user_id", &filter.user_id),
+        ] {
+            if let Some(value) = value {
+                sql.push_str(&format!(" AND {column} = ?"));
+                args.push(Sql::Text(value.clone()));
+            }
+        }
+        if let Some((at, id)) = after {
+            sql.push_str(" AND (updated_at, id) < (?, ?)");
+            args.push(Sql::Integer(at.0));
+            args.push(Sql::Blob(id.as_bytes().to_vec()));
+        }
+        sql.push_str(" ORDER BY updated_at DESC, id DESC LIMIT ?");
+        args.push(Sql::Integer(i64::from(limit) + 1));
+        self.read(move |conn, _| {
+            let mut items = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_map(params_from_iter(args), rows::session)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(map_sqlite)?;
+            let next_cursor = if items.len() > limit as usize {
+                items.truncate(limit as usize);
+                items.last().map(|s| cursor::encode(s.updated_at, s.id))
+            } else {
+                None
+            };
+            Ok(Page { items, next_cursor })
+        })
+        .await
+    }
+
+    pub(crate) async fn session_update(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        patch: SessionPatch,
+    ) -> Result<Option<Session>> {
+        patch.check()?;
+        let tenant = tenant.as_str().to_string();
+        let now = self.now();
+        self.write(move |conn, _| {
+            let Some(mut session) = load_session(conn, &tenant, id)? else {
+                return Ok(None);
+            };
+            patch.apply(&mut session, now);
+            let s = &session;
+            conn.prepare_cached(UPDATE_SESSION)
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        s.title,
+                        s.name,
+                        s.status.as_str(),
+                        json_text(&s.metadata),
+                        now.0,
+                        bid(id),
+                        tenant
+                    ])
+                })
+                .map_err(|e| {
+                    if is_unique_violation(&e) {
+                        rename_taken()
+                    } else {
+                        map_sqlite(e)
+                    }
+                })?;
+            Ok(Some(session))
+        })
+        .await
+    }
+
+    pub(crate) async fn session_delete(&self, tenant: &Tenant, id: Id) -> Result<bool> {
+        let tenant = tenant.as_str().to_string();
+        let now = self.now();
+        self.write(move |conn, _| {
+            let deleted = conn
+                .prepare_cached(SOFT_DELETE)
+                .and_then(|mut s| s.execute(params![now.0, bid(id), tenant]))
+                .map(|n| n > 0)
+                .map_err(map_sqlite)?;
+            if deleted {
+                // A deleted session is no thread any more: its checkpoints go with it.
+                checkpoints::delete_session_checkpoints(conn, id)?;
+            }
+            Ok(deleted)
+        })
+        .await
+    }
+}
