@@ -19,6 +19,7 @@ use stepwise_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 
 use crate::db::{self, DatabaseUrl};
 
+mod fanout;
 mod http;
 mod postgres;
 mod retention;
@@ -50,6 +51,10 @@ pub enum BenchCommand {
     /// Messages accepted per second by a running server (`--url`), from this separate
     /// process: N clients, one session each, posting back to back. JSON on stdout.
     Http(http::HttpArgs),
+    /// Live fan-out of a running server (`--url`), from this separate process: step ->
+    /// viewer latency (p50/p99) with N viewers of one session, and with `--server-pid` the
+    /// server's resident memory with N idle viewers. JSON on stdout.
+    Fanout(fanout::FanoutArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -85,6 +90,7 @@ pub async fn run(
         BenchCommand::Steps(steps) => run_steps(steps, database, levels).await,
         BenchCommand::Retention(args) => retention::run(args, database).await,
         BenchCommand::Http(args) => http::run(args).await,
+        BenchCommand::Fanout(args) => fanout::run(args).await,
     }
 }
 

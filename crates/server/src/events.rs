@@ -12,14 +12,15 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use futures_util::Stream;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use stepwise_core::{Event, Id};
 use stepwise_store::{Store, Tenant};
@@ -34,6 +35,8 @@ use crate::limits::SubscriberSlot;
 
 /// Keep-alive comments on idle streams (api.md: at least every 15 s).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// The keep-alive comment (what `axum`'s `KeepAlive` sends).
+const KEEP_ALIVE_FRAME: &[u8] = b":\n\n";
 /// Events read from the store at once during catch-up: at most this many...
 const REPLAY_PAGE_MAX: u32 = 32;
 /// ...the first page (before the events' size is known)...
@@ -84,7 +87,7 @@ pub async fn stream<S: Store>(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<EventsQuery>,
-) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+) -> ApiResult<Response> {
     let session_id = path_id(&id, "id")?;
     // Both are checked; the header wins when both are given.
     let from_query = match &query.after {
@@ -119,14 +122,21 @@ pub async fn stream<S: Store>(
         backlog: VecDeque::new(),
         live,
         shutdown: state.shutdown.clone(),
+        keep_alive: Box::pin(tokio::time::sleep(KEEP_ALIVE)),
         _open: OpenStream::new(),
         _slot: slot,
     };
-    let events = futures_util::stream::unfold(cursor, |mut cursor| async move {
-        let event = cursor.next().await?;
-        Some((Ok(to_sse(&event)), cursor))
+    // Each item is a whole SSE frame; a live event's frame is one `Bytes` shared by every
+    // stream of its session (see [`live_frame`]), so sending it to a viewer copies nothing.
+    let frames = futures_util::stream::unfold(cursor, |mut cursor| async move {
+        let frame = cursor.next_frame().await?;
+        Some((Ok::<_, Infallible>(frame), cursor))
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    let headers = [
+        (header::CONTENT_TYPE, "text/event-stream"),
+        (header::CACHE_CONTROL, "no-cache"),
+    ];
+    Ok((headers, Body::from_stream(frames)).into_response())
 }
 
 /// An event id to replay after: a non-negative integer (an empty value is refused too, as
@@ -157,11 +167,27 @@ struct EventCursor<S: Store> {
     backlog: VecDeque<Event>,
     live: broadcast::Receiver<Arc<Event>>,
     shutdown: CancellationToken,
+    /// Fires after [`KEEP_ALIVE`] without a frame sent.
+    keep_alive: Pin<Box<tokio::time::Sleep>>,
     _open: OpenStream,
     _slot: SubscriberSlot,
 }
 
 impl<S: Store> EventCursor<S> {
+    /// The next frame to send: an event, or a keep-alive comment after [`KEEP_ALIVE`]
+    /// without one; `None` ends the stream.
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        let frame = match self.next().await? {
+            Sent::Replayed(event) => render(&event),
+            Sent::Live(event) => live_frame(&event),
+            Sent::KeepAlive => Bytes::from_static(KEEP_ALIVE_FRAME),
+        };
+        self.keep_alive
+            .as_mut()
+            .reset(tokio::time::Instant::now() + KEEP_ALIVE);
+        Some(frame)
+    }
+
     /// The next event to send; `None` ends the stream.
     async fn next(&mut self) -> Option<Sent> {
         loop {
@@ -195,6 +221,7 @@ impl<S: Store> EventCursor<S> {
             }
             let received = tokio::select! {
                 _ = self.shutdown.cancelled() => return None,
+                () = self.keep_alive.as_mut() => return Some(Sent::KeepAlive),
                 received = self.live.recv() => received,
             };
             match received {
@@ -240,60 +267,144 @@ fn page_size(largest: usize) -> u32 {
         .clamp(1, REPLAY_PAGE_MAX)
 }
 
-/// An event on its way to one client: read back from the store, or live (the same
-/// `Arc` goes to every subscriber of the session).
+/// What goes to one client next: an event read back from the store, a live one (the same
+/// `Arc` goes to every subscriber of the session), or a keep-alive comment.
 enum Sent {
     Replayed(Event),
     Live(Arc<Event>),
+    KeepAlive,
 }
 
-fn to_sse(sent: &Sent) -> SseEvent {
-    let (event, data) = match sent {
-        Sent::Replayed(event) => (event, Arc::from(event_json(event))),
-        Sent::Live(event) => (&**event, live_json(event)),
-    };
-    let sse = SseEvent::default()
-        .event(event.event_type.as_str())
-        .data(&*data);
-    if event.id == 0 {
-        sse
-    } else {
-        sse.id(event.id.to_string())
+/// An event's SSE frame, exactly as `axum`'s `Sse` writes it: `event:`, one `data:` line
+/// (JSON text has no raw line breaks), `id:` (not for live-only events, whose id is 0),
+/// and a blank line. One allocation, the JSON encoded straight into it.
+fn render(event: &Event) -> Bytes {
+    let kind = event.event_type.as_str();
+    let mut out = Vec::with_capacity(rough_size(event) + kind.len());
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    if serde_json::to_writer(&mut out, event).is_err() {
+        out.extend_from_slice(b"{}");
     }
+    out.push(b'\n');
+    if event.id != 0 {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(event.id.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    Bytes::from(out)
 }
 
-fn event_json(event: &Event) -> String {
-    serde_json::to_string(event).unwrap_or_else(|_| "{}".to_string())
-}
-
-/// How many recent live events keep their JSON text.
+/// How many recent live events keep their rendered frame.
 const RECENT_LIVE: usize = 32;
 
-/// Recent live events with their JSON text: a session's subscribers all get the same
-/// `Arc<Event>`, so the first stream to send it serializes it and the others reuse the text
-/// (a thousand viewers of one session cost one serialization an event, not a thousand).
-/// Holding the `Arc` keeps the pointer from being reused while it is here.
-static RECENT: std::sync::Mutex<VecDeque<(Arc<Event>, Arc<str>)>> =
-    std::sync::Mutex::new(VecDeque::new());
+/// Recent live events with their rendered SSE frame: a session's subscribers all get the
+/// same `Arc<Event>`, so the first stream to send it renders it and the others send the same
+/// bytes (a thousand viewers of one session cost one encoding an event, no copy per viewer).
+/// Holding the `Arc` keeps the pointer from being reused while it is here. Streams look up
+/// under a read lock, so viewers sending at once do not wait on each other.
+static RECENT: RwLock<VecDeque<(Arc<Event>, Bytes)>> = RwLock::new(VecDeque::new());
 
-fn live_json(event: &Arc<Event>) -> Arc<str> {
-    let cached = recent()
-        .iter()
-        .find(|(e, _)| Arc::ptr_eq(e, event))
-        .map(|(_, json)| json.clone());
-    if let Some(json) = cached {
-        return json;
+fn live_frame(event: &Arc<Event>) -> Bytes {
+    let find = |list: &VecDeque<(Arc<Event>, Bytes)>| {
+        list.iter()
+            .rev()
+            .find(|(e, _)| Arc::ptr_eq(e, event))
+            .map(|(_, frame)| frame.clone())
+    };
+    // Nothing in here can be left half-changed by a panic.
+    if let Some(frame) = find(&RECENT.read().unwrap_or_else(|e| e.into_inner())) {
+        return frame;
     }
-    let json: Arc<str> = Arc::from(event_json(event));
-    let mut list = recent();
+    let frame = render(event);
+    let mut list = RECENT.write().unwrap_or_else(|e| e.into_inner());
+    // Another stream may have rendered it meanwhile: keep one copy.
+    if let Some(frame) = find(&list) {
+        return frame;
+    }
     if list.len() >= RECENT_LIVE {
         list.pop_front();
     }
-    list.push_back((event.clone(), json.clone()));
-    json
+    list.push_back((event.clone(), frame.clone()));
+    frame
 }
 
-fn recent() -> std::sync::MutexGuard<'static, VecDeque<(Arc<Event>, Arc<str>)>> {
-    // Nothing in here can be left half-changed by a panic.
-    RECENT.lock().unwrap_or_else(|e| e.into_inner())
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::response::sse::Event as SseEvent;
+    use serde_json::json;
+    use stepwise_core::{EventType, Timestamp};
+
+    fn event(id: i64, content: &str) -> Event {
+        Event {
+            id,
+            session_id: stepwise_core::new_id(),
+            message_id: None,
+            execution_id: None,
+            event_type: EventType::StepCompleted,
+            content: content.into(),
+            metadata: json!({"step_number": 1, "text": "two\nlines"}),
+            timestamp: Timestamp(1_700_000_000_000_000),
+        }
+    }
+
+    /// What `axum`'s `Sse` would have written for the event (the wire format clients parse).
+    fn axum_frame(event: &Event) -> Vec<u8> {
+        use futures_util::StreamExt;
+        let json = serde_json::to_string(event).unwrap();
+        let mut sse = SseEvent::default()
+            .event(event.event_type.as_str())
+            .data(json);
+        if event.id != 0 {
+            sse = sse.id(event.id.to_string());
+        }
+        let body =
+            axum::response::sse::Sse::new(futures_util::stream::iter([Ok::<_, Infallible>(sse)]));
+        let response = body.into_response();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut stream = response.into_body().into_data_stream();
+            let mut out = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                out.extend_from_slice(&chunk.unwrap());
+            }
+            out
+        })
+    }
+
+    #[test]
+    fn frames_are_what_axum_writes() {
+        for e in [
+            event(7, "Completed step 1"),
+            event(0, "a delta\nwith a break"),
+        ] {
+            assert_eq!(
+                String::from_utf8(render(&e).to_vec()).unwrap(),
+                String::from_utf8(axum_frame(&e)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_live_event_is_rendered_once_for_every_stream() {
+        let e = Arc::new(event(3, "shared"));
+        let first = live_frame(&e);
+        let second = live_frame(&e);
+        assert_eq!(
+            first.as_ptr(),
+            second.as_ptr(),
+            "the same bytes, not a copy"
+        );
+        let other = Arc::new(event(3, "shared"));
+        assert_ne!(
+            live_frame(&other).as_ptr(),
+            first.as_ptr(),
+            "another event (another Arc) gets its own frame"
+        );
+    }
 }

@@ -23,6 +23,7 @@ mod executions;
 mod import;
 mod keys;
 mod messages;
+mod mirrored;
 mod queue;
 mod relay;
 mod retention;
@@ -377,6 +378,15 @@ impl Store for PgStore {
 
     async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
         steps::append(self, tenant, new).await
+    }
+
+    async fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: stepwise_store::StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        self.write_step_mirrored(tenant, new, mirror).await
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {

@@ -139,6 +139,7 @@ pg_conformance! {
     concurrent_step_writers
     session_cache
     fire_and_forget
+    step_mirrored
     snapshots
     events
     events_live

@@ -18,6 +18,7 @@ mod executions;
 mod import;
 mod keys;
 mod messages;
+mod mirrored;
 mod operations;
 mod retention;
 mod rows;
@@ -409,6 +410,15 @@ impl Store for SqliteStore {
 
     async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
         self.step_append(tenant, new).await
+    }
+
+    async fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: stepwise_store::StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        self.write_step_mirrored(tenant, new, mirror).await
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {

@@ -26,7 +26,7 @@ const INSERT_STEP: &str = "INSERT INTO steps (execution_id, step_number, id, ten
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (execution_id, step_number) DO NOTHING";
 const ADVANCE_EXECUTION: &str = "UPDATE executions SET step_count = MAX(step_count, ?1), tokens_input = tokens_input + ?2, tokens_output = tokens_output + ?3, \
      tokens_total = tokens_total + ?4, updated_at = ?5 WHERE id = ?6";
-const SELECT_STEP: &str = concat!(
+pub(crate) const SELECT_STEP: &str = concat!(
     "SELECT ",
     step_cols!(),
     " FROM steps s WHERE s.execution_id = ?1 AND s.step_number = ?2"
@@ -47,18 +47,18 @@ const LIST_SESSION_STEPS: &str = concat!(
 /// quicker than starting others).
 const PARALLEL_DECODE_ROWS: usize = 256;
 
-struct StepRow {
-    id: Id,
-    execution_id: Id,
-    session_id: Option<Id>,
-    step_number: u32,
-    kind: StepKind,
-    created_at: Timestamp,
-    payload: Vec<u8>,
+pub(crate) struct StepRow {
+    pub(crate) id: Id,
+    pub(crate) execution_id: Id,
+    pub(crate) session_id: Option<Id>,
+    pub(crate) step_number: u32,
+    pub(crate) kind: StepKind,
+    pub(crate) created_at: Timestamp,
+    pub(crate) payload: Vec<u8>,
 }
 
 /// A step row of `step_cols!`, read by position.
-fn step_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StepRow> {
+pub(crate) fn step_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StepRow> {
     let kind = match row.get_ref(4)? {
         rusqlite::types::ValueRef::Text(text) => {
             std::str::from_utf8(text).ok().and_then(StepKind::parse)

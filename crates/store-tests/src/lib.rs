@@ -89,6 +89,7 @@ macro_rules! __with_cases {
             concurrent_step_writers
             session_cache
             fire_and_forget
+            step_mirrored
             snapshots
             events
             events_live

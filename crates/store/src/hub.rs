@@ -56,12 +56,20 @@ impl EventHub {
     }
 
     fn publish_to(&self, key: Id, event: Arc<Event>) {
-        let mut channels = self.lock();
-        if let Some(tx) = channels.get(&key)
-            && tx.send(event).is_err()
-        {
-            // Nobody listens any more: forget the channel.
-            channels.remove(&key);
+        // Send outside the map's lock: waking a thousand subscribers of one session must
+        // not hold up subscribing to, or publishing in, every other session.
+        let Some(tx) = self.lock().get(&key).cloned() else {
+            return;
+        };
+        if tx.send(event).is_err() {
+            // Nobody listens any more: forget the channel (unless someone subscribed since).
+            let mut channels = self.lock();
+            if channels
+                .get(&key)
+                .is_some_and(|tx| tx.receiver_count() == 0)
+            {
+                channels.remove(&key);
+            }
         }
     }
 
@@ -80,5 +88,52 @@ impl EventHub {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Id, broadcast::Sender<Arc<Event>>>> {
         // A panic while holding this lock cannot leave the map inconsistent.
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stepwise_core::{EventType, Timestamp, new_id};
+
+    fn event(session_id: Id, id: i64) -> Arc<Event> {
+        Arc::new(Event {
+            id,
+            session_id,
+            message_id: None,
+            execution_id: None,
+            event_type: EventType::StepCompleted,
+            content: String::new(),
+            metadata: serde_json::Value::Null,
+            timestamp: Timestamp(0),
+        })
+    }
+
+    #[test]
+    fn sends_to_subscribers_and_forgets_sessions_nobody_watches() {
+        let hub = EventHub::new();
+        let session = new_id();
+        let mut first = hub.subscribe(session);
+        let mut second = hub.subscribe(session);
+        hub.publish(event(session, 1));
+        assert_eq!(first.try_recv().map(|e| e.id).ok(), Some(1));
+        assert_eq!(second.try_recv().map(|e| e.id).ok(), Some(1));
+        hub.publish(event(new_id(), 9));
+        assert!(
+            first.try_recv().is_err(),
+            "another session's event is not sent here"
+        );
+
+        drop((first, second));
+        hub.publish(event(session, 2));
+        assert_eq!(
+            hub.lock().len(),
+            0,
+            "a channel nobody listens to is forgotten"
+        );
+        let mut again = hub.subscribe(session);
+        hub.publish(event(session, 3));
+        assert_eq!(again.try_recv().map(|e| e.id).ok(), Some(3));
+        assert_eq!(hub.subscriber_count(), 1);
     }
 }

@@ -24,6 +24,7 @@ pub mod cache;
 pub mod checkpoints;
 mod error;
 mod hub;
+mod mirror;
 mod records;
 mod rekey;
 mod restore;
@@ -50,6 +51,7 @@ pub use checkpoints::{
 };
 pub use error::{Result, StoreError};
 pub use hub::{EventHub, SUBSCRIBER_BUFFER};
+pub use mirror::{StepMirror, message_created};
 pub use rekey::rekey_document;
 pub use restore::{export_session, restore_memory};
 pub use types::*;
@@ -173,6 +175,33 @@ pub trait Store: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         new: NewStep,
     ) -> impl Future<Output = Result<Ack<StepAppend>>> + Send;
+    /// [`Store::append_step`] with the step's readable side in the same write: when the
+    /// step is new, `mirror`'s messages (each with its `message.created` event) and then its
+    /// events are stored with it, in one transaction on backends that have them; when the
+    /// same step was already there (`created: false`) or the append fails, none of the
+    /// mirror is written. The mirror belongs to the step's session (else `Invalid`).
+    ///
+    /// The default is the step first, then the mirror as separate writes (a failing mirror
+    /// write is logged, the step stays).
+    fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: StepMirror,
+    ) -> impl Future<Output = Result<Ack<StepAppend>>> + Send {
+        async move {
+            if !mirror.is_empty() {
+                let execution = self.get_execution(tenant, new.execution_id).await?;
+                let execution = execution.ok_or(StoreError::NotFound("execution"))?;
+                mirror.check_session(execution.session_id)?;
+            }
+            let appended = self.append_step(tenant, new).await?.await?;
+            if appended.created {
+                mirror::write_separately(self, tenant, mirror).await;
+            }
+            Ok(Ack::ready(Ok(appended)))
+        }
+    }
     /// An execution's steps by step number.
     fn list_steps(
         &self,

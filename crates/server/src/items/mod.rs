@@ -45,7 +45,7 @@ use stepwise_core::{
     EventType, Execution, ExecutionStatus, Id, Role, SessionStatus, StepBody, StepKind,
 };
 use stepwise_engine::EXTERNAL_AGENT;
-use stepwise_store::{NewExecution, NewStep, Store, StoreError};
+use stepwise_store::{NewEvent, NewExecution, NewMessage, NewStep, StepMirror, Store, StoreError};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -542,9 +542,12 @@ pub(crate) async fn write<S: Store>(
         };
         let execution_id = conversation.executions[index].id;
         let output = planned.body.output.clone();
+        // The readable side (messages, the step's event) is written with the step, in one
+        // write, and only when the step is new.
+        let mirror = mirror_of(&planned, conversation.session_id, execution_id, step_number);
         let appended = state
             .store()
-            .append_step(
+            .append_step_mirrored(
                 &caller.tenant,
                 NewStep {
                     execution_id,
@@ -552,6 +555,7 @@ pub(crate) async fn write<S: Store>(
                     kind: planned.kind,
                     body: planned.body,
                 },
+                mirror,
             )
             .await?
             .await;
@@ -583,38 +587,6 @@ pub(crate) async fn write<S: Store>(
             let execution = &mut conversation.executions[index];
             execution.step_count = execution.step_count.max(u64::from(step_number));
             recent().put(&key, conversation.clone(), from_memory);
-            // The readable side (messages, the step's event) follows in order, without
-            // holding up the answer: the step itself is durable already.
-            let mirror = Turn::take(mirror_turns(), &key).await;
-            let engine = state.engine.clone();
-            let tenant = caller.tenant.clone();
-            let session_id = conversation.session_id;
-            let tool = appended.step.tool_calls.first().map(|c| c.name.clone());
-            tokio::spawn(async move {
-                let _mirror = mirror;
-                for (role, content) in &planned.messages {
-                    engine
-                        .say(&tenant, session_id, execution_id, *role, content)
-                        .await;
-                }
-                let mut metadata = json!({
-                    "step_number": step_number,
-                    "items_op": output.get("items_op").cloned().unwrap_or(Value::Null),
-                });
-                if let (Some(tool), Some(map)) = (tool, metadata.as_object_mut()) {
-                    map.insert("tool".into(), Value::String(tool));
-                }
-                engine
-                    .emit(
-                        &tenant,
-                        Some(session_id),
-                        Some(execution_id),
-                        EventType::StepCompleted,
-                        &format!("Completed step {step_number}"),
-                        metadata,
-                    )
-                    .await;
-            });
         }
         return Ok(Written {
             version: number,
@@ -627,8 +599,43 @@ pub(crate) async fn write<S: Store>(
 /// Attempts of a write without version when other processes keep taking its number.
 const MAX_ATTEMPTS: u32 = 16;
 
-/// A turn on one conversation in this process: writes take turns, and so do the mirrors
-/// of their steps (in the order of the writes).
+/// The messages and the `step.completed` event that mirror an items step in its session.
+fn mirror_of(
+    planned: &PlannedStep,
+    session_id: Id,
+    execution_id: Id,
+    step_number: u32,
+) -> StepMirror {
+    let messages = planned
+        .messages
+        .iter()
+        .map(|(role, content)| {
+            NewMessage::new(session_id, *role, content.clone()).for_execution(execution_id)
+        })
+        .collect();
+    let mut metadata = json!({
+        "step_number": step_number,
+        "items_op": planned.body.output.get("items_op").cloned().unwrap_or(Value::Null),
+    });
+    if let (Some(call), Some(map)) = (planned.body.tool_calls.first(), metadata.as_object_mut()) {
+        map.insert("tool".into(), Value::String(call.name.clone()));
+    }
+    let completed = NewEvent {
+        session_id,
+        message_id: None,
+        execution_id: Some(execution_id),
+        event_type: EventType::StepCompleted,
+        content: format!("Completed step {step_number}"),
+        metadata,
+    };
+    StepMirror {
+        messages,
+        events: vec![completed],
+    }
+}
+
+/// A turn on one conversation in this process: writes take turns (each write's step and
+/// its mirror are one store write, so the mirrors follow in the order of the writes).
 struct Turn {
     map: &'static TurnMap,
     key: CacheKey,
@@ -639,11 +646,6 @@ struct Turn {
 type TurnMap = Mutex<HashMap<CacheKey, Arc<tokio::sync::Mutex<()>>>>;
 
 fn write_turns() -> &'static TurnMap {
-    static TURNS: OnceLock<TurnMap> = OnceLock::new();
-    TURNS.get_or_init(TurnMap::default)
-}
-
-fn mirror_turns() -> &'static TurnMap {
     static TURNS: OnceLock<TurnMap> = OnceLock::new();
     TURNS.get_or_init(TurnMap::default)
 }

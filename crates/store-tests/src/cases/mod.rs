@@ -10,6 +10,7 @@ mod executions;
 mod import;
 mod isolation;
 mod messages;
+mod mirrored;
 mod queue;
 mod reopen;
 mod retention;
@@ -29,6 +30,7 @@ pub use executions::{execution_transitions, executions};
 pub use import::import_document;
 pub use isolation::tenant_isolation;
 pub use messages::messages;
+pub use mirrored::step_mirrored;
 pub use queue::{
     queue_claims, queue_concurrent_claims, queue_leases, queue_pause_is_not_an_attempt,
     queue_resume,

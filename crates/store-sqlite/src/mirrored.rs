@@ -1,0 +1,220 @@
+//! A step with its mirrored messages and events in one writer job (one transaction, one
+//! synced commit): [`Store::append_step_mirrored`](stepwise_store::Store::append_step_mirrored).
+
+use std::sync::Arc;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use stepwise_core::codec;
+use stepwise_core::{Event, ExecutionStatus, Id, Step, StepBody, Timestamp, new_id};
+use stepwise_store::{
+    Ack, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
+};
+
+use crate::SqliteStore;
+use crate::rows::{self, bid, json_text, opt_bid};
+use crate::steps::{SELECT_STEP, step_row};
+use crate::writer::{Published, map_sqlite};
+
+impl SqliteStore {
+    pub(crate) async fn write_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        if new.step_number == 0 {
+            return Err(StoreError::invalid(
+                "step_number",
+                "step numbers start at 1",
+            ));
+        }
+        let tenant_key = tenant.clone();
+        let now = self.now();
+        // Encode (and compress) here, off the writer thread.
+        let payload = codec::encode_step(&new.body, self.inner.options.compress_threshold);
+        let id = new_id();
+        self.inner
+            .writer
+            .submit(move |conn, published| {
+                let tenant = tenant_key.as_str();
+                let appended = insert_step(conn, tenant, new, payload, id, now)?;
+                if appended.created && !mirror.is_empty() {
+                    mirror.check_session(appended.step.session_id)?;
+                    insert_mirror(conn, &tenant_key, mirror, now, published)?;
+                }
+                Ok(appended)
+            })
+            .await
+    }
+}
+
+/// Inserts step `new` unless the same step is stored already (then answers it with
+/// `created: false`); another body at that number is a `Conflict`.
+fn insert_step(
+    conn: &Connection,
+    tenant: &str,
+    new: NewStep,
+    payload: Vec<u8>,
+    id: Id,
+    now: Timestamp,
+) -> Result<StepAppend> {
+    let exec: Option<(Option<rows::Bid>, String)> = conn
+        .prepare_cached(
+            "SELECT session_id, status FROM executions WHERE id = ?1 AND tenant_id = ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![bid(new.execution_id), tenant], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
+        .map_err(map_sqlite)?;
+    let (session_id, status) = exec.ok_or(StoreError::NotFound("execution"))?;
+    let session_id = session_id.map(|b| b.0);
+    let finished = ExecutionStatus::parse(&status).is_some_and(ExecutionStatus::is_finished);
+    let inserted = if finished {
+        0
+    } else {
+        conn.prepare_cached(
+            "INSERT INTO steps (execution_id, step_number, id, tenant_id, session_id, kind, created_at, payload) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (execution_id, step_number) DO NOTHING",
+        )
+        .and_then(|mut s| {
+            s.execute(params![bid(new.execution_id), new.step_number, bid(id), tenant, opt_bid(session_id), new.kind.as_str(), now.0, payload])
+        })
+        .map_err(map_sqlite)?
+    };
+    if inserted == 1 {
+        let t = &new.body.token_usage;
+        conn.prepare_cached(
+            "UPDATE executions SET step_count = MAX(step_count, ?1), tokens_input = tokens_input + ?2, tokens_output = tokens_output + ?3, \
+             tokens_total = tokens_total + ?4, updated_at = ?5 WHERE id = ?6",
+        )
+        .and_then(|mut s| {
+            s.execute(params![new.step_number, t.input as i64, t.output as i64, t.total as i64, now.0, bid(new.execution_id)])
+        })
+        .map_err(map_sqlite)?;
+        let step = Step::from_body(
+            id,
+            new.execution_id,
+            session_id,
+            new.step_number,
+            new.kind,
+            new.body,
+            now,
+        );
+        return Ok(StepAppend {
+            step,
+            created: true,
+        });
+    }
+    // Already there (or the execution is over): the same step again is a no-op.
+    let existing = conn
+        .prepare_cached(SELECT_STEP)
+        .and_then(|mut s| {
+            s.query_row(params![bid(new.execution_id), new.step_number], step_row)
+                .optional()
+        })
+        .map_err(map_sqlite)?;
+    let Some(existing) = existing else {
+        return Err(StoreError::InvalidState(format!(
+            "the execution is {status}; no more steps can be added"
+        )));
+    };
+    let same = existing.kind == new.kind
+        && (existing.payload == payload
+            || codec::decode_step(&existing.payload).is_ok_and(|b| b == new.body));
+    if !same {
+        return Err(StoreError::Conflict(format!(
+            "step {} of this execution already exists with another body",
+            new.step_number
+        )));
+    }
+    let body: StepBody = codec::decode_step(&existing.payload).unwrap_or_default();
+    let step = Step::from_body(
+        existing.id,
+        existing.execution_id,
+        existing.session_id,
+        existing.step_number,
+        existing.kind,
+        body,
+        existing.created_at,
+    );
+    Ok(StepAppend {
+        step,
+        created: false,
+    })
+}
+
+/// Inserts the mirror's messages and events (all of one session, checked by the caller),
+/// moving the session's counters once; the events are published after the commit.
+fn insert_mirror(
+    conn: &Connection,
+    tenant: &Tenant,
+    mirror: StepMirror,
+    now: Timestamp,
+    published: &mut Published,
+) -> Result<()> {
+    let session_id = match (mirror.messages.first(), mirror.events.first()) {
+        (Some(m), _) => m.session_id,
+        (None, Some(e)) => e.session_id,
+        (None, None) => return Ok(()),
+    };
+    let messages: Vec<_> = mirror
+        .messages
+        .into_iter()
+        .map(|m| m.into_message(now))
+        .collect();
+    let mut events = Vec::with_capacity(messages.len() + mirror.events.len());
+    events.extend(messages.iter().map(message_created));
+    events.extend(mirror.events);
+    // One statement moves both counters and tells where the event ids start.
+    let last: Option<i64> = conn
+        .prepare_cached(
+            "UPDATE sessions SET message_count = message_count + ?1, last_event_id = last_event_id + ?2, \
+             updated_at = CASE WHEN ?1 > 0 THEN ?3 ELSE updated_at END \
+             WHERE id = ?4 AND tenant_id = ?5 RETURNING last_event_id",
+        )
+        .and_then(|mut s| {
+            s.query_row(
+                params![messages.len() as i64, events.len() as i64, now.0, bid(session_id), tenant.as_str()],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+        .map_err(map_sqlite)?;
+    let last = last.ok_or(StoreError::NotFound("session"))?;
+    for m in &messages {
+        conn.prepare_cached(
+            "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![bid(m.id), tenant.as_str(), bid(m.session_id), m.role.as_str(), m.content, opt_bid(m.execution_id), m.related_type, m.related_id, m.context_url, json_text(&m.metadata), now.0])
+        })
+        .map_err(map_sqlite)?;
+    }
+    let first = last - events.len() as i64 + 1;
+    for (seq, new) in (first..).zip(events) {
+        conn.prepare_cached(
+            "INSERT INTO events (session_id, seq, tenant_id, message_id, execution_id, event_type, content, metadata, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![bid(new.session_id), seq, tenant.as_str(), opt_bid(new.message_id), opt_bid(new.execution_id), new.event_type.as_str(), new.content, json_text(&new.metadata), now.0])
+        })
+        .map_err(map_sqlite)?;
+        let event = Event {
+            id: seq,
+            session_id: new.session_id,
+            message_id: new.message_id,
+            execution_id: new.execution_id,
+            event_type: new.event_type,
+            content: new.content,
+            metadata: new.metadata,
+            timestamp: now,
+        };
+        published.push((tenant.clone(), Arc::new(event)));
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! The readable side of a step written with it: the session messages and events that
+//! mirror a step (see [`Store::append_step_mirrored`](crate::Store::append_step_mirrored)).
+
+use serde_json::json;
+use stepwise_core::{EventType, Id, Message};
+
+use crate::{NewEvent, NewMessage, Result, Store, StoreError, Tenant};
+
+/// Messages and events that mirror a step in its session's readable history. Each message
+/// is followed by its `message.created` event; the events come after the messages. They
+/// all belong to the step's session.
+#[derive(Debug, Clone, Default)]
+pub struct StepMirror {
+    pub messages: Vec<NewMessage>,
+    pub events: Vec<NewEvent>,
+}
+
+impl StepMirror {
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty() && self.events.is_empty()
+    }
+
+    /// Checks that every message and event belongs to `session` (the step's session),
+    /// before anything is written.
+    pub fn check_session(&self, session: Option<Id>) -> Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let belongs = |id: Id| session == Some(id);
+        if !self.messages.iter().all(|m| belongs(m.session_id))
+            || !self.events.iter().all(|e| belongs(e.session_id))
+        {
+            return Err(StoreError::invalid(
+                "session_id",
+                "a step's mirrored messages and events belong to the step's session",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The `message.created` event announcing a stored message.
+pub fn message_created(message: &Message) -> NewEvent {
+    NewEvent {
+        session_id: message.session_id,
+        message_id: Some(message.id),
+        execution_id: message.execution_id,
+        event_type: EventType::MessageCreated,
+        content: message.content.clone(),
+        metadata: json!({"role": message.role}),
+    }
+}
+
+/// The mirror as separate writes (the trait's default): each message, its event, then the
+/// events, queued in order. A write that fails is logged and skipped.
+pub(crate) async fn write_separately<S: Store>(store: &S, tenant: &Tenant, mirror: StepMirror) {
+    for new in mirror.messages {
+        match store.append_message(tenant, new).await {
+            Ok(message) => queue_event(store, tenant, message_created(&message)).await,
+            Err(e) => tracing::warn!(error = %e, "could not store a step's mirrored message"),
+        }
+    }
+    for event in mirror.events {
+        queue_event(store, tenant, event).await;
+    }
+}
+
+async fn queue_event<S: Store>(store: &S, tenant: &Tenant, event: NewEvent) {
+    // Queued, not awaited: events of one session stay in order (the save queue is FIFO).
+    if let Err(e) = store.append_event(tenant, event).await {
+        tracing::warn!(error = %e, "could not queue a step's mirrored event");
+    }
+}
