@@ -15,7 +15,8 @@ use stepwise_store::{PositionedStep, Result, StepOrder, StepsAfter, Tenant};
 
 use crate::rows::bid;
 use crate::writer::map_sqlite;
-use crate::{STEP_COLS, SqliteStore, decode_rows, step_row};
+use crate::SqliteStore;
+use crate::steps::{STEP_COLS, decode_rows, step_row};
 
 impl SqliteStore {
     /// See [`stepwise_store::Store::list_session_steps_after`].

@@ -20,6 +20,8 @@ macro_rules! step_cols {
     };
 }
 
+/// The step columns, for queries assembled elsewhere (the hot-session cache's read).
+pub(crate) const STEP_COLS: &str = step_cols!();
 const EXECUTION_OF_STEP: &str =
     "SELECT session_id, status FROM executions WHERE id = ?1 AND tenant_id = ?2";
 const INSERT_STEP: &str = "INSERT INTO steps (execution_id, step_number, id, tenant_id, session_id, kind, created_at, payload) \
@@ -249,11 +251,11 @@ impl Inner {
     }
 }
 
-type Decoded = std::result::Result<Step, (Id, u32, codec::DecodeError)>;
+pub(crate) type Decoded = std::result::Result<Step, (Id, u32, codec::DecodeError)>;
 
 /// Decodes the rows' payloads, in order. Decompressing and parsing is most of a restore's
 /// time, and rows are independent: a long session is split over the machine's cores.
-fn decode_rows(rows: Vec<StepRow>) -> Vec<Decoded> {
+pub(crate) fn decode_rows(rows: Vec<StepRow>) -> Vec<Decoded> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     if rows.len() < PARALLEL_DECODE_ROWS || threads < 2 {
         return rows.into_iter().map(decode_row).collect();
