@@ -15,9 +15,6 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::executions::{
-    CompleteBody, FailBody, OpenExecutionBody, PauseBody, SnapshotInput, StepInput,
-};
 use crate::sessions::{
     AgentBody, CreateSessionBody, MessageAccepted, MessageBody, NewSessionMessageBody,
     UpdateSessionBody,
@@ -82,15 +79,6 @@ fn post_message_new_session() {}
     responses((status = 200, body = Memory), (status = 404, body = ErrorBody)))]
 fn memory() {}
 
-#[utoipa::path(get, path = "/v1/sessions/{id}/executions", tag = "executions",
-    params(("id" = String, Path), ("limit" = Option<u32>, Query), ("cursor" = Option<String>, Query)),
-    responses((status = 200, body = ExecutionList), (status = 404, body = ErrorBody)))]
-fn list_executions() {}
-
-#[utoipa::path(post, path = "/v1/sessions/{id}/executions", tag = "external agents", params(("id" = String, Path)), request_body = OpenExecutionBody,
-    responses((status = 201, body = Execution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-fn open_execution() {}
-
 #[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "events",
     params(("id" = String, Path), ("after" = Option<i64>, Query, description = "Replay events after this id"),
            ("Last-Event-ID" = Option<i64>, Header, description = "Replay events after this id")),
@@ -106,49 +94,6 @@ fn export_session() {}
 #[utoipa::path(post, path = "/v1/sessions/import", tag = "sessions", request_body = SessionDocument,
     responses((status = 201, body = Session), (status = 400, body = ErrorBody)))]
 fn import_session() {}
-
-#[utoipa::path(get, path = "/v1/executions/{id}", tag = "executions", params(("id" = String, Path)),
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody)))]
-fn get_execution() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/cancel", tag = "executions", params(("id" = String, Path)),
-    responses((status = 202, body = Execution), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-fn cancel_execution() {}
-
-#[utoipa::path(get, path = "/v1/executions/{id}/steps", tag = "executions",
-    params(("id" = String, Path), ("limit" = Option<u32>, Query), ("cursor" = Option<String>, Query)),
-    responses((status = 200, body = StepList), (status = 404, body = ErrorBody)))]
-fn list_steps() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/steps", tag = "external agents", params(("id" = String, Path)), request_body = StepInput,
-    responses((status = 201, body = Step), (status = 200, body = Step, description = "The same step again"),
-              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-fn append_step() {}
-
-#[utoipa::path(get, path = "/v1/executions/{id}/snapshots", tag = "executions",
-    params(("id" = String, Path), ("limit" = Option<u32>, Query), ("cursor" = Option<String>, Query)),
-    responses((status = 200, body = SnapshotList), (status = 404, body = ErrorBody)))]
-fn list_snapshots() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/snapshots", tag = "external agents", params(("id" = String, Path)), request_body = SnapshotInput,
-    responses((status = 201, body = Snapshot), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-fn save_snapshot() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/complete", tag = "external agents", params(("id" = String, Path)), request_body = CompleteBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-fn complete_execution() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/fail", tag = "external agents", params(("id" = String, Path)), request_body = FailBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-fn fail_execution() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/pause", tag = "external agents", params(("id" = String, Path)), request_body = PauseBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-fn pause_execution() {}
-
-#[utoipa::path(get, path = "/v1/snapshots/{id}", tag = "executions", params(("id" = String, Path)),
-    responses((status = 200, body = Snapshot), (status = 404, body = ErrorBody)))]
-fn get_snapshot() {}
 
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up")))]
 fn healthz() {}
@@ -177,9 +122,11 @@ impl Modify for BearerAuth {
     info(title = "Stepwise", description = "Durable sessions for AI agents"),
     paths(
         create_session, list_sessions, get_session, update_session, delete_session, list_messages, post_message,
-        post_message_new_session, memory, list_executions, open_execution, events, export_session, import_session,
-        get_execution, cancel_execution, list_steps, append_step, list_snapshots, save_snapshot, complete_execution,
-        fail_execution, pause_execution, get_snapshot, healthz, readyz, metrics,
+        post_message_new_session, memory, crate::executions::list::doc, crate::executions::open::doc, events,
+        export_session, import_session, crate::executions::get::doc, crate::executions::cancel::doc,
+        crate::executions::list_steps::doc, crate::executions::append_step::doc, crate::executions::list_snapshots::doc,
+        crate::executions::save_snapshot::doc, crate::executions::complete::doc, crate::executions::fail::doc,
+        crate::executions::pause::doc, crate::executions::get_snapshot::doc, healthz, readyz, metrics,
         crate::items::list::doc, crate::items::append::doc, crate::items::pop::doc, crate::items::clear::doc,
         crate::checkpoints::put::doc, crate::checkpoints::get_latest::doc, crate::checkpoints::get::doc,
         crate::checkpoints::list::doc, crate::checkpoints::list_all::doc, crate::checkpoints::put_writes::doc,
@@ -190,7 +137,9 @@ impl Modify for BearerAuth {
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
         TokenUsage, Snapshot, Event, EventType, Memory, Restored, ContextSummary, SessionDocument, ErrorBody, ErrorDetail,
         CreateSessionBody, UpdateSessionBody, MessageBody, NewSessionMessageBody, AgentBody, MessageAccepted,
-        OpenExecutionBody, StepInput, SnapshotInput, CompleteBody, FailBody, PauseBody,
+        crate::executions::open::OpenExecutionBody, crate::executions::append_step::StepInput,
+        crate::executions::save_snapshot::SnapshotInput, crate::executions::complete::CompleteBody,
+        crate::executions::fail::FailBody, crate::executions::pause::PauseBody,
         SessionList, MessageList, ExecutionList, StepList, SnapshotList,
         crate::items::list::ItemsPage, crate::items::append::AppendItemsBody, crate::items::append::ItemsAdded,
         crate::items::pop::PopItemBody, crate::items::pop::PoppedItem, crate::items::clear::ItemsCleared,
@@ -296,7 +245,6 @@ fn harden(doc: &mut Value) {
         json!({"type": "string", "enum": ["active", "completed", "archived", "closed"]});
     let agent_types = json!({"type": "string", "enum": ["demo", "tool-calling"],
         "description": "`demo`, `tool-calling` when a model server is configured, or an agent type the embedding application registered"});
-    let u32_number = |min: u64| json!({"type": "integer", "minimum": min, "maximum": u32::MAX});
     let session_body = [
         ("title", nullable(text(MAX_TITLE_CHARS))),
         (
@@ -338,57 +286,6 @@ fn harden(doc: &mut Value) {
         "AgentBody",
         &[("type", agent_types), ("config", object_or_null())],
     );
-    set_props(
-        doc,
-        "OpenExecutionBody",
-        &[
-            (
-                "agent_type",
-                json!({"type": "string", "enum": ["external"]}),
-            ),
-            ("agent_config", object_or_null()),
-            ("metadata", object_or_null()),
-            ("parent_execution_id", nullable(uuid())),
-        ],
-    );
-    set_props(
-        doc,
-        "SnapshotInput",
-        &[
-            ("parent_snapshot_id", nullable(uuid())),
-            ("agent_id", nullable(text(256))),
-            ("agent_name", nullable(text(256))),
-            ("step_number", nullable(u32_number(0))),
-        ],
-    );
-    set_props(
-        doc,
-        "CompleteBody",
-        &[(
-            "final_message",
-            nullable(json!({"type": "string", "maxLength": MAX_CONTENT_CHARS})),
-        )],
-    );
-    set_props(
-        doc,
-        "FailBody",
-        &[(
-            "error_message",
-            content_text(crate::executions::MAX_ERROR_CHARS),
-        )],
-    );
-    set_props(
-        doc,
-        "PauseBody",
-        &[("question", content_text(MAX_CONTENT_CHARS))],
-    );
-    if let Some(parts) = doc
-        .pointer_mut("/components/schemas/StepInput/allOf/1/properties")
-        .and_then(Value::as_object_mut)
-    {
-        parts.insert("kind".into(), nullable(json!({"type": "string", "enum": StepKind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>()})));
-        parts.insert("step_number".into(), nullable(u32_number(1)));
-    }
     set_props(
         doc,
         "StepBody",

@@ -263,6 +263,7 @@ async fn conversation<S: Store>(
         .await?;
     state
         .engine
+        .publisher()
         .emit(
             &caller.tenant,
             Some(session_id),
@@ -300,6 +301,7 @@ async fn try_append<S: Store>(
                 };
                 state
                     .engine
+                    .publisher()
                     .say(
                         &caller.tenant,
                         session_id,
@@ -378,6 +380,7 @@ async fn try_append<S: Store>(
                     }
                     state
                         .engine
+                        .publisher()
                         .emit(
                             &caller.tenant,
                             Some(session_id),

@@ -594,6 +594,7 @@ pub(crate) async fn write<S: Store>(
                 let _mirror = mirror;
                 for (role, content) in &planned.messages {
                     engine
+                        .publisher()
                         .say(&tenant, session_id, execution_id, *role, content)
                         .await;
                 }
@@ -605,6 +606,7 @@ pub(crate) async fn write<S: Store>(
                     map.insert("tool".into(), Value::String(tool));
                 }
                 engine
+                    .publisher()
                     .emit(
                         &tenant,
                         Some(session_id),
@@ -776,6 +778,7 @@ async fn open_conversation<S: Store>(
         .await?;
     state
         .engine
+        .publisher()
         .emit(
             &caller.tenant,
             Some(session_id),

@@ -1,0 +1,451 @@
+//! The step loop: drives a built-in agent one step at a time until it finishes, pauses
+//! or is interrupted — asking the agent for its next decision, running the decision's
+//! tool calls, saving every step and ending the execution through [`super::finish`].
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use serde_json::{Value, json};
+use stepwise_core::{
+    Event, EventType, Execution, Id, StepBody, StepError, StepKind, Timestamp, TokenUsage, ToolCall,
+};
+use stepwise_store::{Store, Tenant, restore_memory};
+
+use super::finish::Outcome;
+use super::{Engine, Run, RunControl, RunEnd, cancelled_error, cut, is_debug, panic_message};
+use crate::BoxFuture;
+use crate::agent::{Agent, AgentContext, Decision, DeltaSink};
+use crate::tools::{USER_INPUT, string_argument};
+
+impl<S: Store> Engine<S> {
+    /// Runs an execution's step loop until it finishes, pauses, or is interrupted.
+    /// Boxed so subagents can run inline through the same loop.
+    pub(super) fn drive(
+        &self,
+        tenant: Tenant,
+        execution: Execution,
+        resume_answer: Option<Value>,
+        ctl: RunControl,
+        parent_snapshot_id: Option<Id>,
+    ) -> BoxFuture<'_, RunEnd> {
+        Box::pin(async move {
+            let tenant = &tenant;
+            let (agent, mut run) = match self
+                .start_run(tenant, execution, resume_answer, &ctl, parent_snapshot_id)
+                .await
+            {
+                Ok(started) => started,
+                Err(end) => return end,
+            };
+            self.record_resume_answer(tenant, &mut run).await;
+            loop {
+                if let Some(end) = self.step(tenant, agent.as_ref(), &mut run, &ctl).await {
+                    return end;
+                }
+            }
+        })
+    }
+
+    /// Loads what the agent needs (its steps so far, the session's memory) and announces
+    /// the run; an unknown agent fails the execution, a store that cannot read the steps
+    /// leaves it to its lease.
+    async fn start_run(
+        &self,
+        tenant: &Tenant,
+        execution: Execution,
+        resume_answer: Option<Value>,
+        ctl: &RunControl,
+        parent_snapshot_id: Option<Id>,
+    ) -> Result<(Arc<dyn Agent>, Run), RunEnd> {
+        let store = &self.inner.store;
+        let session_id = execution.session_id;
+        let Some(agent) = self.inner.agents.get(&execution.agent_type) else {
+            let reason = format!(
+                "no agent of type '{}' is registered in this server",
+                execution.agent_type
+            );
+            return Err(self
+                .fail_unstarted(tenant, &execution, &reason, parent_snapshot_id)
+                .await);
+        };
+        let steps = match store.list_steps(tenant, execution.id).await {
+            Ok(loaded) => loaded.items,
+            Err(e) => {
+                tracing::warn!(execution = %execution.id, error = %e, "could not load steps; leaving the execution to its lease");
+                return Err(RunEnd::Released);
+            }
+        };
+        let memory = match (agent.needs_session_memory(), session_id) {
+            (true, Some(session_id)) => restore_memory(store, tenant, session_id)
+                .await
+                .ok()
+                .flatten(),
+            _ => None,
+        };
+
+        let started_text = if steps.is_empty() {
+            "Execution started"
+        } else {
+            "Execution resumed"
+        };
+        if execution.parent_execution_id.is_none()
+            && let Some(session_id) = session_id
+        {
+            self.say_status(tenant, session_id, execution.id, started_text)
+                .await;
+        }
+        self.inner
+            .publisher
+            .emit(
+                tenant,
+                session_id,
+                Some(execution.id),
+                EventType::ExecutionStarted,
+                started_text,
+                json!({"attempt": execution.attempts}),
+            )
+            .await;
+
+        let latest_snapshot_id = execution.last_snapshot_id;
+        let deltas = self.delta_sink(tenant, &execution);
+        let run = Run {
+            ctx: AgentContext {
+                tenant: tenant.clone(),
+                execution,
+                memory,
+                steps,
+                resume_answer,
+                tools: self.inner.tools.clone(),
+                cancel: ctl.cancel.clone(),
+                deltas,
+            },
+            last_ack: None,
+            parent_snapshot_id,
+            latest_snapshot_id,
+        };
+        Ok((agent, run))
+    }
+
+    /// Streamed model tokens go to the session's live subscribers (`message.delta`).
+    fn delta_sink(&self, tenant: &Tenant, execution: &Execution) -> DeltaSink {
+        let Some(session_id) = execution.session_id else {
+            return DeltaSink::discard();
+        };
+        let store = self.inner.store.clone();
+        let tenant = tenant.clone();
+        let execution_id = execution.id;
+        DeltaSink::new(move |text| {
+            store.publish_live(
+                &tenant,
+                Event {
+                    id: 0,
+                    session_id,
+                    message_id: None,
+                    execution_id: Some(execution_id),
+                    event_type: EventType::MessageDelta,
+                    content: text.to_string(),
+                    metadata: json!({}),
+                    timestamp: Timestamp::now(),
+                },
+            )
+        })
+    }
+
+    /// The user's answer after a pause becomes a `user_input` step (once, even when this
+    /// run is itself resumed after a crash).
+    async fn record_resume_answer(&self, tenant: &Tenant, run: &mut Run) {
+        let Some(answer) = run.ctx.resume_answer.clone() else {
+            return;
+        };
+        if run
+            .ctx
+            .steps
+            .last()
+            .is_some_and(|s| s.kind == StepKind::UserInput)
+        {
+            return;
+        }
+        let text = match &answer {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let number = run.ctx.next_step_number();
+        self.step_started(tenant, run, number).await;
+        let body = StepBody {
+            observations: Some(text),
+            output: json!({"answer": answer}),
+            ..timed_body()
+        };
+        self.save_step(
+            tenant,
+            run,
+            StepKind::UserInput,
+            body,
+            "user answered".into(),
+        )
+        .await;
+    }
+
+    /// One turn of the loop: stop if interrupted, else ask the agent and carry out its
+    /// decision. `Some` when the run ended.
+    async fn step(
+        &self,
+        tenant: &Tenant,
+        agent: &dyn Agent,
+        run: &mut Run,
+        ctl: &RunControl,
+    ) -> Option<RunEnd> {
+        if ctl.is_lost() {
+            return Some(RunEnd::Lost);
+        }
+        if ctl.cancel.is_cancelled() {
+            return Some(self.finish_run(tenant, run, ctl, Outcome::Cancelled).await);
+        }
+        let is_child = run.ctx.execution.parent_execution_id.is_some();
+        if !is_child && self.inner.shutdown.is_cancelled() {
+            return Some(self.release(run, ctl).await);
+        }
+
+        let number = run.ctx.next_step_number();
+        self.step_started(tenant, run, number).await;
+        let started_at = Timestamp::now();
+        let decided = tokio::select! {
+            biased;
+            _ = ctl.cancel.cancelled() => None,
+            result = AssertUnwindSafe(agent.next_step(&run.ctx)).catch_unwind() => Some(result),
+        };
+        let started = StepBody {
+            started_at: Some(started_at),
+            ..timed_body()
+        };
+        let decision = match decided {
+            None => {
+                if ctl.is_lost() {
+                    return Some(RunEnd::Lost);
+                }
+                let body = StepBody {
+                    error: Some(cancelled_error()),
+                    ..started
+                };
+                self.save_step(tenant, run, StepKind::Action, body, "cancelled".into())
+                    .await;
+                return Some(self.finish_run(tenant, run, ctl, Outcome::Cancelled).await);
+            }
+            Some(Err(panic)) => {
+                let error = StepError {
+                    kind: "panic".into(),
+                    message: format!("the agent panicked: {}", panic_message(&panic)),
+                };
+                return Some(self.fail_with_step(tenant, run, ctl, started, error).await);
+            }
+            Some(Ok(Err(agent_error))) => {
+                let error = StepError {
+                    kind: agent_error.kind,
+                    message: agent_error.message,
+                };
+                return Some(self.fail_with_step(tenant, run, ctl, started, error).await);
+            }
+            Some(Ok(Ok(decision))) => decision,
+        };
+        self.carry_out(tenant, run, ctl, number, started, decision)
+            .await
+    }
+
+    /// Carries out an agent's decision; `Some` when the run ended.
+    async fn carry_out(
+        &self,
+        tenant: &Tenant,
+        run: &mut Run,
+        ctl: &RunControl,
+        number: u32,
+        started: StepBody,
+        decision: Decision,
+    ) -> Option<RunEnd> {
+        match decision {
+            Decision::Fail { error_message } => Some(
+                self.finish_run(
+                    tenant,
+                    run,
+                    ctl,
+                    Outcome::Failed {
+                        reason: error_message,
+                    },
+                )
+                .await,
+            ),
+            Decision::Plan { plan, token_usage } => {
+                let summary = format!("planned: {}", cut(plan.lines().next().unwrap_or(""), 80));
+                let body = StepBody {
+                    model_output: Some(plan),
+                    token_usage,
+                    ..started
+                };
+                self.save_step(tenant, run, StepKind::Planning, body, summary)
+                    .await;
+                self.debug_snapshot(tenant, run).await;
+                None
+            }
+            Decision::Finish {
+                answer,
+                model_output,
+                token_usage,
+            } => {
+                let body = StepBody {
+                    model_output,
+                    output: Value::String(answer.clone()),
+                    token_usage,
+                    ..started
+                };
+                self.save_step(
+                    tenant,
+                    run,
+                    StepKind::FinalAnswer,
+                    body,
+                    "final answer".into(),
+                )
+                .await;
+                let outcome = Outcome::Completed {
+                    output: Value::String(answer.clone()),
+                    answer: Some(answer),
+                };
+                Some(self.finish_run(tenant, run, ctl, outcome).await)
+            }
+            Decision::Act {
+                model_output,
+                tool_calls,
+                token_usage,
+            } => {
+                let body = StepBody {
+                    model_output,
+                    token_usage,
+                    ..started
+                };
+                match tool_calls.iter().find(|c| c.name == USER_INPUT).cloned() {
+                    Some(ask) => Some(self.ask_user(tenant, run, ctl, number, body, ask).await),
+                    None => self.act(tenant, run, ctl, number, body, tool_calls).await,
+                }
+            }
+        }
+    }
+
+    /// A `user_input` call: the step holds the question and the execution pauses (a
+    /// subagent cannot ask: its step fails, and so does it).
+    async fn ask_user(
+        &self,
+        tenant: &Tenant,
+        run: &mut Run,
+        ctl: &RunControl,
+        number: u32,
+        body: StepBody,
+        ask: ToolCall,
+    ) -> RunEnd {
+        let question = string_argument(&ask.arguments, "question")
+            .unwrap_or("?")
+            .to_string();
+        self.run_event(
+            tenant,
+            run,
+            EventType::ToolCalled,
+            number,
+            &format!("Called {USER_INPUT}"),
+            Some(USER_INPUT),
+        )
+        .await;
+        let body = StepBody {
+            tool_calls: vec![ask],
+            ..body
+        };
+        if run.ctx.execution.parent_execution_id.is_some() {
+            let error = StepError {
+                kind: "tool_error".into(),
+                message: "a subagent cannot ask the user".into(),
+            };
+            return self.fail_with_step(tenant, run, ctl, body, error).await;
+        }
+        let body = StepBody {
+            output: json!({"question": question}),
+            ..body
+        };
+        self.save_step(
+            tenant,
+            run,
+            StepKind::Action,
+            body,
+            format!("called {USER_INPUT}"),
+        )
+        .await;
+        self.finish_run(tenant, run, ctl, Outcome::Paused { question })
+            .await
+    }
+
+    /// An action step: runs its tool calls and saves the step with their results; `Some`
+    /// when the run ended (cancelled meanwhile, or lost).
+    async fn act(
+        &self,
+        tenant: &Tenant,
+        run: &mut Run,
+        ctl: &RunControl,
+        number: u32,
+        body: StepBody,
+        tool_calls: Vec<ToolCall>,
+    ) -> Option<RunEnd> {
+        let ran = self
+            .run_tool_calls(tenant, run, &tool_calls, ctl, number)
+            .await;
+        if ran.interrupted && ctl.is_lost() {
+            return Some(RunEnd::Lost);
+        }
+        let interrupted = ran.interrupted;
+        let names: Vec<&str> = tool_calls.iter().map(|c| c.name.as_str()).collect();
+        let (observations, error, output) = ran.into_step_parts(&tool_calls);
+        let summary = match (&error, names.is_empty()) {
+            (Some(e), _) => format!("failed: {}", e.message),
+            (None, true) => "thought".to_string(),
+            (None, false) => format!("called {}", names.join(", ")),
+        };
+        let body = StepBody {
+            tool_calls,
+            observations,
+            error,
+            output,
+            ..body
+        };
+        self.save_step(tenant, run, StepKind::Action, body, summary)
+            .await;
+        if interrupted {
+            return Some(self.finish_run(tenant, run, ctl, Outcome::Cancelled).await);
+        }
+        self.debug_snapshot(tenant, run).await;
+        None
+    }
+
+    /// Publishes `step.started` for the step about to run.
+    async fn step_started(&self, tenant: &Tenant, run: &Run, number: u32) {
+        self.run_event(
+            tenant,
+            run,
+            EventType::StepStarted,
+            number,
+            &format!("Started step {number}"),
+            None,
+        )
+        .await;
+    }
+
+    /// In debug mode, a snapshot after every step.
+    async fn debug_snapshot(&self, tenant: &Tenant, run: &mut Run) {
+        if is_debug(&run.ctx.execution) {
+            self.snapshot(tenant, run, "running", false, None).await;
+        }
+    }
+}
+
+/// A step body stamped as started now.
+fn timed_body() -> StepBody {
+    StepBody {
+        started_at: Some(Timestamp::now()),
+        token_usage: TokenUsage::default(),
+        ..StepBody::default()
+    }
+}
