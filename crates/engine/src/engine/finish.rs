@@ -367,3 +367,206 @@ fn run_end(outcome: Outcome) -> RunEnd {
         Outcome::Cancelled => RunEnd::Cancelled,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+    use stepwise_core::{ExecutionStatus, StepBody, StepKind};
+    use stepwise_store::{NewSnapshot, StoreError};
+
+    use super::super::testing::{Harness, line, status};
+    use super::super::{ExternalStep, OpenExternal};
+    use stepwise_core::Execution;
+
+    async fn open(h: &Harness) -> Execution {
+        h.engine
+            .open_external(
+                &h.tenant,
+                OpenExternal {
+                    session_id: h.session_id,
+                    parent_execution_id: None,
+                    user_id: "user".into(),
+                    agent_config: Value::Null,
+                    input: json!({"task": "x"}),
+                    metadata: Value::Null,
+                },
+            )
+            .await
+            .expect("opened")
+    }
+
+    async fn post_step(h: &Harness, execution: &Execution, number: u32) {
+        let step = ExternalStep {
+            step_number: number,
+            kind: StepKind::Action,
+            body: StepBody {
+                model_output: Some("thinking".into()),
+                ..StepBody::default()
+            },
+        };
+        let appended = h
+            .engine
+            .append_external_step(&h.tenant, execution, step)
+            .await
+            .expect("the step is saved");
+        assert!(appended.created);
+    }
+
+    #[tokio::test]
+    async fn an_external_completion_writes_the_answer_a_final_snapshot_and_its_event_once() {
+        let h = Harness::new(vec![]).await;
+        let execution = open(&h).await;
+        post_step(&h, &execution, 1).await;
+        let done = h
+            .engine
+            .complete_external(
+                &h.tenant,
+                &execution,
+                json!({"answer": 42}),
+                Some("The answer is 42".into()),
+            )
+            .await
+            .expect("completed");
+        assert_eq!(done.status, ExecutionStatus::Completed);
+        assert_eq!(done.output, json!({"answer": 42}));
+
+        let snapshots = h.snapshots(execution.id).await;
+        assert_eq!(snapshots.len(), 1, "the engine adds the final snapshot");
+        assert!(snapshots[0].is_final);
+        assert_eq!(snapshots[0].state["status"], json!("completed"));
+        assert_eq!(snapshots[0].state["output"], json!({"answer": 42}));
+        assert_eq!(done.last_snapshot_id, Some(snapshots[0].id));
+
+        let lines: Vec<_> = h.messages().await.iter().map(line).collect();
+        assert_eq!(
+            lines,
+            [("assistant".into(), "The answer is 42".into(), json!(null))]
+        );
+        assert_eq!(
+            h.event_types().await,
+            [
+                "execution.started",
+                "step.completed",
+                "message.created",
+                "execution.completed"
+            ]
+        );
+
+        // Completing again is refused before anything is written.
+        let again = h
+            .engine
+            .complete_external(&h.tenant, &done, json!(1), Some("again".into()))
+            .await;
+        assert!(
+            matches!(again, Err(StoreError::InvalidState(_))),
+            "{again:?}"
+        );
+        assert_eq!(h.messages().await.len(), 1);
+        assert_eq!(h.snapshots(execution.id).await.len(), 1);
+        assert_eq!(h.events().await.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn an_external_agents_own_final_snapshot_stands() {
+        let h = Harness::new(vec![]).await;
+        let execution = open(&h).await;
+        let own = h
+            .engine
+            .save_external_snapshot(
+                &h.tenant,
+                NewSnapshot {
+                    execution_id: execution.id,
+                    parent_snapshot_id: None,
+                    agent_id: Some("mine".into()),
+                    agent_name: None,
+                    step_number: 0,
+                    is_final: true,
+                    debug_mode: false,
+                    state: json!({"memory": [1, 2]}),
+                },
+            )
+            .await
+            .expect("saved");
+        h.engine
+            .complete_external(&h.tenant, &execution, json!("ok"), None)
+            .await
+            .expect("completed");
+        let snapshots = h.snapshots(execution.id).await;
+        assert_eq!(snapshots.len(), 1);
+        assert_eq!(snapshots[0].id, own.id);
+        assert!(h.messages().await.is_empty(), "no final_message, no answer");
+        let events = h.events().await;
+        let last = events.last().expect("events");
+        assert_eq!(last.content, "Execution completed");
+    }
+
+    #[tokio::test]
+    async fn an_external_pause_asks_after_pausing_and_a_failure_then_ends_it() {
+        let h = Harness::new(vec![]).await;
+        let execution = open(&h).await;
+        let paused = h
+            .engine
+            .pause_external(&h.tenant, &execution, "Which city?".into())
+            .await
+            .expect("paused");
+        assert_eq!(paused.status, ExecutionStatus::Paused);
+        let snapshots = h.snapshots(execution.id).await;
+        assert_eq!(snapshots.len(), 1);
+        assert!(!snapshots[0].is_final);
+        assert_eq!(snapshots[0].state["question"], json!("Which city?"));
+
+        let failed = h
+            .engine
+            .fail_external(&h.tenant, &paused, "gave up".into())
+            .await
+            .expect("failed");
+        assert_eq!(failed.status, ExecutionStatus::Failed);
+        assert_eq!(failed.error_message.as_deref(), Some("gave up"));
+        let snapshots = h.snapshots(execution.id).await;
+        assert_eq!(snapshots.len(), 2);
+        assert!(snapshots[1].is_final);
+        assert_eq!(snapshots[1].state["error_message"], json!("gave up"));
+        assert_eq!(snapshots[1].parent_snapshot_id, Some(snapshots[0].id));
+
+        let lines: Vec<_> = h.messages().await.iter().map(line).collect();
+        assert_eq!(
+            lines,
+            [
+                ("assistant".into(), "Which city?".into(), json!(null)),
+                status("Execution failed: gave up"),
+            ]
+        );
+        assert_eq!(
+            h.event_types().await,
+            [
+                "execution.started",
+                "message.created",
+                "execution.paused",
+                "message.created",
+                "execution.failed"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn cancelling_a_queued_execution_finishes_it_with_a_final_snapshot() {
+        let h = Harness::new(vec![]).await;
+        let id = h.say("hello").await;
+        let cancelled = h.engine.cancel(&h.tenant, id).await.expect("cancelled");
+        assert_eq!(cancelled.status, ExecutionStatus::Cancelled);
+        let snapshots = h.snapshots(id).await;
+        assert_eq!(snapshots.len(), 1);
+        assert!(snapshots[0].is_final);
+        assert_eq!(snapshots[0].state["status"], json!("cancelled"));
+        let lines: Vec<_> = h.messages().await.iter().map(line).collect();
+        assert_eq!(lines.last(), Some(&status("Execution cancelled")));
+        let types = h.event_types().await;
+        assert_eq!(
+            types.last().map(String::as_str),
+            Some("execution.cancelled")
+        );
+
+        let again = h.engine.cancel(&h.tenant, id).await;
+        assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    }
+}

@@ -18,6 +18,9 @@ mod submit;
 mod tools_run;
 mod worker;
 
+#[cfg(test)]
+mod testing;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -449,3 +449,198 @@ fn timed_body() -> StepBody {
         ..StepBody::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use stepwise_core::{ExecutionStatus, StepKind};
+
+    use super::super::testing::{Harness, call, info, line, status};
+    use crate::agent::{AgentError, Decision};
+
+    #[tokio::test]
+    async fn a_tool_step_then_an_answer_completes_with_every_step_line_and_event_in_order() {
+        let h = Harness::new(vec![
+            Ok(Decision::act(vec![call(
+                "calculator",
+                json!({"expression": "2+2"}),
+            )])),
+            Ok(Decision::finish("It is 4")),
+        ])
+        .await;
+        let id = h.say("what is 2+2?").await;
+        h.run_next().await;
+
+        let execution = h.execution(id).await;
+        assert_eq!(execution.status, ExecutionStatus::Completed);
+        assert_eq!(execution.output, json!("It is 4"));
+        let steps = h.steps(id).await;
+        let kinds: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, [StepKind::Action, StepKind::FinalAnswer]);
+        assert_eq!(steps[0].observations.as_deref(), Some("4"));
+        assert_eq!(steps[0].tool_calls[0].name, "calculator");
+
+        let snapshots = h.snapshots(id).await;
+        let last = snapshots.last().expect("a snapshot");
+        assert!(last.is_final);
+        assert_eq!(last.state["status"], json!("completed"));
+        assert_eq!(last.state["output"], json!("It is 4"));
+        assert_eq!(last.step_number, 2);
+
+        let lines: Vec<_> = h.messages().await.iter().map(line).collect();
+        assert_eq!(
+            lines[1..],
+            [
+                status("Execution queued"),
+                status("Execution started"),
+                info(
+                    "Step 1: called calculator",
+                    json!({"step_number": 1, "tool": "calculator", "kind": "action"})
+                ),
+                info(
+                    "Step 2: final answer",
+                    json!({"step_number": 2, "kind": "final_answer"})
+                ),
+                ("assistant".into(), "It is 4".into(), json!(null)),
+            ]
+        );
+        assert_eq!(lines[0].1, "what is 2+2?");
+
+        assert_eq!(
+            h.event_types().await,
+            [
+                "message.created",
+                "message.created",
+                "execution.queued",
+                "message.created",
+                "execution.started",
+                "step.started",
+                "tool.called",
+                "tool.completed",
+                "step.completed",
+                "message.created",
+                "step.started",
+                "step.completed",
+                "message.created",
+                "message.created",
+                "execution.completed",
+            ]
+        );
+        // The step line's event carries the line's metadata beside the role.
+        let events = h.events().await;
+        assert_eq!(
+            events[9].metadata,
+            json!({"role": "info", "step_number": 1, "tool": "calculator", "kind": "action"})
+        );
+        assert_eq!(events[0].metadata, json!({"role": "user"}));
+        assert_eq!(events[14].metadata, json!({"step_count": 2}));
+    }
+
+    #[tokio::test]
+    async fn a_failing_step_is_saved_and_fails_the_execution_with_its_reason() {
+        let h = Harness::new(vec![
+            Ok(Decision::Plan {
+                plan: "look it up".into(),
+                token_usage: Default::default(),
+            }),
+            Err(AgentError::new("model_error", "the model is down")),
+        ])
+        .await;
+        let id = h.say("hello").await;
+        h.run_next().await;
+
+        let execution = h.execution(id).await;
+        assert_eq!(execution.status, ExecutionStatus::Failed);
+        assert_eq!(
+            execution.error_message.as_deref(),
+            Some("the model is down")
+        );
+        let steps = h.steps(id).await;
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[0].kind, StepKind::Planning);
+        let error = steps[1]
+            .error
+            .as_ref()
+            .expect("the failed step has its error");
+        assert_eq!(
+            (error.kind.as_str(), error.message.as_str()),
+            ("model_error", "the model is down")
+        );
+
+        let last = h.snapshots(id).await.pop().expect("a snapshot");
+        assert!(last.is_final);
+        assert_eq!(last.state["status"], json!("failed"));
+        assert_eq!(last.state["error_message"], json!("the model is down"));
+
+        let lines: Vec<_> = h.messages().await.iter().map(line).collect();
+        assert_eq!(
+            lines[lines.len() - 3..],
+            [
+                info(
+                    "Step 1: planned: look it up",
+                    json!({"step_number": 1, "kind": "planning"})
+                ),
+                info(
+                    "Step 2: failed: the model is down",
+                    json!({"step_number": 2, "kind": "action"})
+                ),
+                status("Execution failed: the model is down"),
+            ]
+        );
+        let types = h.event_types().await;
+        assert_eq!(
+            types[types.len() - 4..],
+            [
+                "step.completed",
+                "message.created",
+                "message.created",
+                "execution.failed"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_question_pauses_and_the_users_answer_resumes_to_the_end() {
+        let h = Harness::new(vec![
+            Ok(Decision::act(vec![call(
+                "user_input",
+                json!({"question": "Which city?"}),
+            )])),
+            Ok(Decision::finish("Paris it is")),
+        ])
+        .await;
+        let id = h.say("book a trip").await;
+        h.run_next().await;
+
+        let paused = h.execution(id).await;
+        assert_eq!(paused.status, ExecutionStatus::Paused);
+        let snapshot = h.snapshots(id).await.pop().expect("a snapshot");
+        assert!(!snapshot.is_final, "a pause is not the end");
+        assert_eq!(snapshot.state["question"], json!("Which city?"));
+        let lines: Vec<_> = h.messages().await.iter().map(line).collect();
+        assert_eq!(
+            lines.last(),
+            Some(&("assistant".into(), "Which city?".into(), json!(null)))
+        );
+        let types = h.event_types().await;
+        assert_eq!(types.last().map(String::as_str), Some("execution.paused"));
+
+        let resumed = h.say("Paris").await;
+        assert_eq!(resumed, id, "the answer resumes the paused execution");
+        h.run_next().await;
+
+        let done = h.execution(id).await;
+        assert_eq!(done.status, ExecutionStatus::Completed);
+        assert_eq!(done.output, json!("Paris it is"));
+        let kinds: Vec<StepKind> = h.steps(id).await.iter().map(|s| s.kind).collect();
+        assert_eq!(
+            kinds,
+            [StepKind::Action, StepKind::UserInput, StepKind::FinalAnswer]
+        );
+        let lines: Vec<_> = h.messages().await.iter().map(line).collect();
+        assert!(lines.contains(&info(
+            "Step 2: user answered",
+            json!({"step_number": 2, "kind": "user_input"})
+        )));
+    }
+}

@@ -101,7 +101,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// Runs one claimed execution: a built-in agent's step loop under a heartbeat.
-    async fn run_claim(&self, worker: &str, claim: Claim) {
+    pub(super) async fn run_claim(&self, worker: &str, claim: Claim) {
         let Claim {
             execution,
             tenant,
