@@ -2,12 +2,14 @@
 //!
 //! Each job lives in its own file: [`submit`] (a user message queues or resumes an
 //! execution), [`cancel`], [`worker`] (the claimer loop, claims, heartbeats), [`step_loop`]
-//! (driving a built-in agent one step at a time), [`steps`] (saving a step),
+//! (driving a built-in agent one step at a time), [`decisions`] (carrying out what
+//! the agent decided), [`steps`] (saving a step),
 //! [`tools_run`] (a step's tool calls and subagents), [`external`] (executions driven over
 //! HTTP by an agent outside the server), [`finish`] (the one way an execution ends, whoever
 //! drives it), [`snapshots`] and [`publish`] (messages and events).
 
 mod cancel;
+mod decisions;
 mod external;
 mod finish;
 mod publish;
