@@ -38,13 +38,19 @@ function publish(sessionId, type, fields) {
   for (const sub of subscribers.get(sessionId) || []) sub(id, ev);
 }
 
+// The metadata the engine puts on a step's info message.
+function stepMeta(stepNumber, tool, kind) {
+  return { metadata: { step_number: stepNumber, ...(tool ? { tool } : {}), kind } };
+}
+
 function addMessage(sessionId, role, content, executionId, extra = {}) {
   const msg = { id: randomUUID(), session_id: sessionId, role, content, execution_id: executionId || null, related_type: null, related_id: null, context_url: null, metadata: {}, created_at: now(), ...extra };
   messages.get(sessionId).push(msg);
   const s = sessionOf(sessionId);
   s.message_count += 1;
   s.updated_at = now();
-  publish(sessionId, 'message.created', { message_id: msg.id, execution_id: msg.execution_id, content, metadata: { role } });
+  // Like the engine: the event's metadata carries the message's own keys beside `role`.
+  publish(sessionId, 'message.created', { message_id: msg.id, execution_id: msg.execution_id, content, metadata: { ...msg.metadata, role } });
   return msg;
 }
 
@@ -84,7 +90,7 @@ function snapshot(e, isFinal) {
 function finish(e, status, answer, error) {
   if (status === 'completed') {
     const step = addStep(e, 'final_answer', { output: answer });
-    if (e.session_id) addMessage(e.session_id, 'info', `${e.parent_execution_id ? 'Subagent step' : 'Step'} ${step.step_number}: final answer`, e.id);
+    if (e.session_id) addMessage(e.session_id, 'info', `${e.parent_execution_id ? 'Subagent step' : 'Step'} ${step.step_number}: final answer`, e.id, stepMeta(step.step_number, null, 'final_answer'));
     publish(e.session_id, 'step.completed', { execution_id: e.id, content: `Completed step ${step.step_number}`, metadata: { step_number: step.step_number } });
   }
   e.status = status;
@@ -130,7 +136,7 @@ async function run(e) {
       if (cancelled.has(e.id)) return finish(e, 'cancelled');
       publish(sid, 'step.started', { execution_id: e.id, content: `Step ${i}`, metadata: { step_number: i } });
       addStep(e, 'action', { model_output: `Step ${i} of ${n}: computing ${i}.`, tool_calls: [{ id: `call_${i}`, name: 'calculator', arguments: { expression: String(i) } }], observations: String(i), token_usage: { input: 10, output: 5, total: 15 } });
-      addMessage(sid, 'info', `Step ${i}: called calculator`, e.id);
+      addMessage(sid, 'info', `Step ${i}: called calculator`, e.id, stepMeta(i, 'calculator', 'action'));
       publish(sid, 'step.completed', { execution_id: e.id, content: `Completed step ${i}`, metadata: { step_number: i, tool: 'calculator' } });
     }
     return finish(e, 'completed', `Done: ${n} steps`);
@@ -155,13 +161,13 @@ async function run(e) {
     // eslint-disable-next-line no-new-func
     const value = String(Function(`return (${text})`)());
     addStep(e, 'action', { tool_calls: [{ id: 'call_c', name: 'calculator', arguments: { expression: text } }], observations: value });
-    addMessage(sid, 'info', 'Step 1: called calculator', e.id);
+    addMessage(sid, 'info', 'Step 1: called calculator', e.id, stepMeta(1, 'calculator', 'action'));
     return finish(e, 'completed', value);
   }
   if (/\bfail\b/i.test(text)) {
     await sleep(stepMs);
     addStep(e, 'action', { tool_calls: [{ id: 'call_f', name: 'calculator', arguments: { expression: '1/0' } }], error: { kind: 'tool_error', message: 'division by zero' } });
-    addMessage(sid, 'info', 'Step 1: called calculator', e.id);
+    addMessage(sid, 'info', 'Step 1: called calculator', e.id, stepMeta(1, 'calculator', 'action'));
     return finish(e, 'failed', null, 'division by zero');
   }
   await sleep(stepMs);
@@ -214,7 +220,9 @@ async function readBody(req) {
 const server = http.createServer(async (req, res) => {
   const url = new URL(req.url, 'http://x');
   const p = url.pathname;
-  const files = { '/': ['index.html', 'text/html; charset=utf-8'], '/app.js': ['app.js', 'text/javascript; charset=utf-8'], '/app.css': ['app.css', 'text/css; charset=utf-8'] };
+  const files = { '/': ['index.html', 'text/html; charset=utf-8'], '/app.css': ['app.css', 'text/css; charset=utf-8'] };
+  // The UI's modules: ui/js/NAME.js, and nothing else.
+  if (/^\/js\/[a-z]+\.js$/.test(p) && fs.existsSync(path.join(uiDir, p))) files[p] = [p.slice(1), 'text/javascript; charset=utf-8'];
   if (files[p]) {
     res.writeHead(200, { 'Content-Type': files[p][1], 'Cache-Control': 'no-cache', 'Content-Security-Policy': "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'" });
     res.end(fs.readFileSync(path.join(uiDir, files[p][0])));

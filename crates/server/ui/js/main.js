@@ -1,0 +1,69 @@
+// Stepwise web UI: plain JavaScript modules, no dependencies, no build step; the server embeds
+// and serves each file. It speaks only the HTTP/SSE contract of docs/api.md. This module wires
+// the page together and starts it.
+
+import { api } from './api.js';
+import { newSession, openSession, sendMessage } from './chat.js';
+import { params, pageContext } from './context.js';
+import { $ } from './dom.js';
+import { historyOpen, initHistory, toggleHistory } from './history.js';
+import { closeInspector, initInspector } from './inspector.js';
+import { escapeHtml, renderMarkdown } from './markdown.js';
+import { ANSWER_EVENT, cancelRun } from './steps.js';
+import { renderChips, renderHeader, streamEl, updateEmpty, view } from './view.js';
+
+function autosize(textarea) {
+  textarea.style.height = 'auto';
+  textarea.style.height = `${Math.min(textarea.scrollHeight, 240)}px`;
+}
+
+function init() {
+  const input = $('input');
+  $('composer').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const text = input.value;
+    if (!text.trim()) return;
+    input.value = '';
+    autosize(input);
+    sendMessage(text);
+  });
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      $('composer').requestSubmit();
+    }
+  });
+  input.addEventListener('input', () => autosize(input));
+  // An answer typed into a question card goes out as the next user message.
+  streamEl.addEventListener(ANSWER_EVENT, (e) => sendMessage(e.detail));
+  document.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || e.defaultPrevented || document.querySelector('dialog[open]')) return;
+    if (!$('inspector').hidden) closeInspector();
+    else if (historyOpen() && window.matchMedia('(max-width: 900px)').matches) toggleHistory(false);
+    else cancelRun();
+  });
+  $('btn-cancel').addEventListener('click', cancelRun);
+  $('btn-new').addEventListener('click', newSession);
+  initHistory();
+  initInspector();
+  renderChips($('context-chips'), pageContext, true);
+  updateEmpty();
+  renderHeader();
+  const sessionId = params.get('session');
+  if (sessionId) {
+    openSession(sessionId);
+  } else {
+    input.focus();
+    // Asks for an API key up front when the server wants one (the 401 path prompts).
+    api('GET', '/v1/sessions?limit=1').catch(() => {});
+  }
+}
+
+// For the browser tests: the Markdown renderer, and a way to cut the live connection as a
+// network failure would.
+window.stepwiseUi = {
+  renderMarkdown,
+  escapeHtml,
+  dropConnection: () => { if (view.conn) view.conn.abort(); },
+};
+init();

@@ -1,0 +1,413 @@
+// The runs of the open session: one folded group of step lines per execution (subagents nested
+// under their parent), its status, the question card of a paused run, the text streaming in, and
+// the run bar with Cancel.
+
+import { api } from './api.js';
+import { $, el } from './dom.js';
+import { clockTime, plural } from './format.js';
+import { openInspector, refreshInspectorFor } from './inspector.js';
+import { stepOf } from './metadata.js';
+import {
+  ACTIVE_STATUSES, FINISHED_STATUSES, appendToStream, rootExec, scrollToBottom, showError,
+  streamEl, updateEmpty, view,
+} from './view.js';
+
+/** Fired (bubbling) on a question card when the user answers it; `detail` is the answer. */
+export const ANSWER_EVENT = 'stepwise:answer';
+
+// What each execution event says about the execution's status.
+const EXEC_STATUS_BY_EVENT = {
+  'execution.queued': 'pending',
+  'execution.started': 'running',
+  'execution.paused': 'paused',
+  'execution.completed': 'completed',
+  'execution.failed': 'failed',
+  'execution.cancelled': 'cancelled',
+};
+
+/** What the page knows and shows of one execution. */
+export function newExecState(id) {
+  return {
+    id,
+    data: null,
+    status: null,
+    group: null,
+    groupUserCount: -1,
+    stepNumbers: new Set(),
+    activity: '',
+    streamNode: null,
+    question: null,
+    answered: false,
+    failureShown: false,
+    cancelShown: false,
+    loading: false,
+  };
+}
+
+// A status line of a run goes right after its group, so a replayed history keeps its order.
+function placeAfterGroup(exec, node) {
+  if (exec.group && exec.group.isConnected && exec.group.parentElement === streamEl) {
+    let anchor = exec.group;
+    while (anchor.nextElementSibling && anchor.nextElementSibling.dataset.statusOf === exec.id) anchor = anchor.nextElementSibling;
+    node.dataset.statusOf = exec.id;
+    anchor.after(node);
+    updateEmpty();
+    scrollToBottom(false);
+  } else {
+    appendToStream(node);
+  }
+}
+
+/** The state of an execution of the open session, created (and its details fetched) on first mention. */
+export function execState(id) {
+  let exec = view.execs.get(id);
+  if (!exec) {
+    exec = newExecState(id);
+    view.execs.set(id, exec);
+    loadExecution(exec);
+  }
+  return exec;
+}
+
+/** Fetches an execution's details once (or again with `refresh`). */
+export async function loadExecution(exec, refresh) {
+  if (exec.loading || (exec.data && !refresh) || !view.sessionId) return;
+  const current = view;
+  exec.loading = true;
+  try {
+    const data = await api('GET', `/v1/executions/${exec.id}`);
+    if (current.closed) return;
+    setExecutionData(exec, data);
+  } catch (_) {
+    /* the events still drive the status */
+  } finally {
+    exec.loading = false;
+  }
+}
+
+/** Takes in an execution as the API returned it. */
+export function setExecutionData(exec, data) {
+  exec.data = data;
+  if (!exec.status || FINISHED_STATUSES.has(data.status) || exec.status === data.status) {
+    exec.status = data.status;
+  }
+  if (data.status === 'failed' && data.error_message) showFailure(exec, data.error_message);
+  nestUnderParent(exec);
+  refreshExec(exec);
+  refreshRunState();
+}
+
+/** Moves a subagent's group inside its parent's group. */
+export function nestUnderParent(exec) {
+  const parentId = exec.data && exec.data.parent_execution_id;
+  if (!parentId || !exec.group) return;
+  const parent = execState(parentId);
+  const parentGroup = ensureGroup(parent, false);
+  const children = parentGroup.querySelector('.exec-children');
+  if (exec.group.parentElement !== children) children.append(exec.group);
+  exec.group.classList.add('exec-sub');
+  refreshExec(parent);
+}
+
+function ensureGroup(exec, newSegmentOnUserMessage) {
+  if (exec.group && !(newSegmentOnUserMessage && exec.groupUserCount < view.userCount)) return exec.group;
+  if (exec.group) exec.group.classList.add('exec-earlier');
+  const summary = el('summary', { class: 'exec-summary' },
+    el('span', { class: 'exec-chevron', 'aria-hidden': 'true' }),
+    el('span', { class: 'exec-count' }),
+    el('span', { class: 'exec-status' }),
+    el('span', { class: 'exec-activity' }));
+  const details = el('details', { class: 'exec-details' }, summary,
+    el('ol', { class: 'exec-lines', 'aria-label': 'Execution steps' }),
+    el('div', { class: 'exec-children' }));
+  const group = el('section', { class: 'exec', 'data-execution-id': exec.id, 'aria-label': 'Agent steps' }, details,
+    el('div', { class: 'exec-tools' },
+      el('span', { class: 'badge badge-agent', hidden: true }),
+      el('button', { type: 'button', class: 'btn btn-link btn-small exec-inspect', onclick: () => openInspector(exec.id) }, 'Inspect')));
+  exec.group = group;
+  exec.groupUserCount = view.userCount;
+  exec.lineCount = 0;
+  // A run resumed after a question gets a new group below the answer; counts are per group.
+  exec.segmentSteps = new Set();
+  exec.segments = (exec.segments || 0) + 1;
+  const parentId = exec.data && exec.data.parent_execution_id;
+  if (parentId && view.execs.has(parentId)) {
+    nestUnderParent(exec);
+  } else if (exec.streamNode) {
+    exec.streamNode.before(group);
+  } else {
+    appendToStream(group);
+  }
+  refreshExec(exec);
+  return group;
+}
+
+/**
+ * A status line of a run (an info or notification message) in the run's group. Which step it
+ * belongs to, and the tool and kind of that step, come from the message's metadata
+ * (`step_number`, `tool`, `kind`); the text is only shown, never parsed.
+ */
+export function addStepLine(exec, msg) {
+  const group = ensureGroup(exec, true);
+  const step = stepOf(msg.metadata);
+  if (step.number != null) addStepNumber(exec, step.number);
+  const line = el('li', {
+    class: `step-line line-${msg.role}`,
+    'data-message-id': msg.id,
+    'data-step-number': step.number,
+    'data-tool': step.tool,
+    'data-kind': step.kind,
+  },
+  el('span', { class: 'step-text' }, msg.content),
+  el('time', { datetime: msg.created_at || '', class: 'step-time' }, clockTime(msg.created_at)));
+  group.querySelector('.exec-lines').append(line);
+  exec.lineCount = (exec.lineCount || 0) + 1;
+  refreshExec(exec);
+  scrollToBottom(false);
+}
+
+function addStepNumber(exec, n) {
+  exec.stepNumbers.add(n);
+  if (exec.segmentSteps) exec.segmentSteps.add(n);
+}
+
+function statusText(status) {
+  switch (status) {
+    case 'pending': return 'queued';
+    case 'running': return 'running';
+    case 'paused': return 'waiting for you';
+    case 'completed': return 'done';
+    case 'failed': return 'failed';
+    case 'cancelled': return 'cancelled';
+    default: return '';
+  }
+}
+
+/** Updates a group's summary line: step count, status, current activity, agent badge. */
+export function refreshExec(exec) {
+  if (!exec.group) return;
+  const own = exec.segmentSteps ? exec.segmentSteps.size : 0;
+  const stepCount = exec.segments > 1 ? own : Math.max(own, exec.data && exec.data.status === exec.status ? exec.data.step_count || 0 : 0);
+  const lines = exec.lineCount || 0;
+  const label = stepCount > 0 ? plural(stepCount, 'step') : plural(lines, 'update');
+  const group = exec.group;
+  const status = exec.status || '';
+  const activity = ACTIVE_STATUSES.has(status) ? exec.activity : '';
+  const agent = exec.data && exec.data.agent_type;
+  // Replays apply thousands of events: skip the DOM when nothing it shows changed.
+  const shown = `${label}\u0001${status}\u0001${activity}\u0001${agent}`;
+  if (exec.shownKey === shown && exec.shownGroup === group) return;
+  exec.shownKey = shown;
+  exec.shownGroup = group;
+  group.querySelector('.exec-count').textContent = label;
+  const statusEl = group.querySelector('.exec-status');
+  statusEl.textContent = statusText(status);
+  statusEl.className = `exec-status status-${status}`;
+  group.dataset.status = status;
+  group.querySelector('.exec-activity').textContent = activity;
+  const badge = group.querySelector('.badge-agent');
+  if (agent) {
+    badge.hidden = false;
+    badge.textContent = agent === 'demo' ? 'demo agent' : agent;
+    badge.title = agent === 'demo' ? 'The built-in offline demo agent answered: no LLM is configured.' : `Agent: ${agent}`;
+    badge.classList.toggle('badge-demo', agent === 'demo');
+  }
+  $('banner-demo').hidden = ![...view.execs.values()].some((e) => e.data && e.data.agent_type === 'demo');
+}
+
+/** The one failure line of a run, after its group. */
+export function showFailure(exec, text) {
+  if (exec.failureShown) return;
+  exec.failureShown = true;
+  const node = el('div', { class: 'line line-error', role: 'alert', 'data-execution-id': exec.id }, `Failed: ${text}`);
+  if (exec.streamNode) {
+    exec.streamNode.remove();
+    exec.streamNode = null;
+  }
+  placeAfterGroup(exec, node);
+}
+
+function showQuestion(exec, text) {
+  if (exec.question && exec.question.node.isConnected && !exec.question.answered) {
+    exec.question.node.querySelector('.question-text').textContent = text;
+    return;
+  }
+  const input = el('textarea', { class: 'input question-input', rows: '1', 'aria-label': 'Your answer', placeholder: 'Type your answer…' });
+  const form = el('form', { class: 'question-form' }, input,
+    el('button', { type: 'submit', class: 'btn btn-primary' }, 'Answer'));
+  const node = el('section', { class: 'question', role: 'group', 'aria-label': 'The agent asks', 'data-execution-id': exec.id },
+    el('div', { class: 'question-label' }, 'The agent asks'),
+    el('div', { class: 'question-text' }, text),
+    form);
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const answer = input.value.trim();
+    if (!answer) return;
+    input.value = '';
+    // The chat sends it as the next user message (see ANSWER_EVENT there).
+    node.dispatchEvent(new CustomEvent(ANSWER_EVENT, { bubbles: true, detail: answer }));
+  });
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  // The engine posts the question as an assistant message too: the card takes its place.
+  const bubble = [...streamEl.querySelectorAll(`.msg-assistant[data-execution-id="${exec.id}"]:not(.streaming)`)]
+    .find((b) => b.querySelector('.bubble-body').textContent.trim() === text.trim());
+  if (bubble) {
+    bubble.replaceWith(node);
+  } else if (exec.data && FINISHED_STATUSES.has(exec.data.status)) {
+    // Replaying the history of a run that is long over: nothing to ask any more.
+    return;
+  } else {
+    appendToStream(node);
+  }
+  exec.question = { node, text, answered: false };
+  scrollToBottom(true);
+  setTimeout(() => { if (node.isConnected && !view.closed) input.focus(); }, 0);
+}
+
+/** The question was answered: its card stays, without the answer box. */
+export function retireQuestion(exec) {
+  if (!exec.question || exec.question.answered) return;
+  exec.question.answered = true;
+  const form = exec.question.node.querySelector('.question-form');
+  if (form) form.remove();
+  exec.question.node.classList.add('question-answered');
+}
+
+/** Applies a status change: question card, failure or cancel line, run bar. */
+export function setExecStatus(exec, status, content) {
+  exec.status = status;
+  if (status === 'running') exec.answered = false;
+  if (FINISHED_STATUSES.has(status) && exec.streamNode) {
+    exec.streamNode.remove();
+    exec.streamNode = null;
+  }
+  if (status === 'paused') {
+    showQuestion(exec, content || (exec.data && exec.data.output && exec.data.output.question) || 'The agent needs your input.');
+  } else {
+    retireQuestion(exec);
+  }
+  if (FINISHED_STATUSES.has(status) || status === 'paused') exec.activity = '';
+  const isSubagent = Boolean(exec.data && exec.data.parent_execution_id);
+  if (status === 'failed' && !isSubagent) showFailure(exec, content || (exec.data && exec.data.error_message) || 'the execution failed');
+  if (status === 'cancelled' && !exec.cancelShown) {
+    exec.cancelShown = true;
+    if (!(exec.data && exec.data.parent_execution_id)) {
+      placeAfterGroup(exec, el('div', { class: 'line line-cancelled', 'data-execution-id': exec.id }, 'Run cancelled.'));
+    }
+  }
+  refreshExec(exec);
+  refreshRunState();
+}
+
+function handleDelta(exec, text) {
+  // Deltas are live only; once the finished message is on screen they are stale.
+  if (exec.answered || FINISHED_STATUSES.has(exec.status)) return;
+  if (!exec.streamNode) {
+    const body = el('div', { class: 'bubble-body stream-text' });
+    exec.streamNode = el('article', { class: 'msg msg-assistant streaming', 'data-role': 'assistant', 'data-execution-id': exec.id, 'aria-label': 'Assistant is writing', 'aria-busy': 'true' },
+      body, el('div', { class: 'bubble-meta' }, 'writing…'));
+    appendToStream(exec.streamNode);
+  }
+  exec.streamNode.querySelector('.stream-text').textContent += text;
+  scrollToBottom(false);
+}
+
+/** Applies one session event to the executions it names. */
+export function applyEvent(type, data) {
+  const exec = data.execution_id ? execState(data.execution_id) : null;
+  const step = stepOf(data.metadata);
+  switch (type) {
+    case 'message.created':
+      break;
+    case 'message.delta':
+      if (exec) handleDelta(exec, data.content || '');
+      break;
+    case 'step.started':
+    case 'tool.called':
+    case 'tool.completed':
+    case 'step.completed':
+      if (exec) {
+        if (step.number != null) {
+          if (type === 'step.completed') addStepNumber(exec, step.number);
+          exec.currentStep = step.number;
+        }
+        if (type === 'step.completed') exec.activity = '';
+        else exec.activity = data.content || (step.tool ? `calling ${step.tool}` : '');
+        if (!exec.status || exec.status === 'pending') exec.status = 'running';
+        refreshExec(exec);
+        refreshRunState();
+        if (type === 'step.completed') refreshInspectorFor(exec);
+      }
+      break;
+    default:
+      if (exec && EXEC_STATUS_BY_EVENT[type]) {
+        const status = EXEC_STATUS_BY_EVENT[type];
+        setExecStatus(exec, status, data.content);
+        if (FINISHED_STATUSES.has(status) || status === 'paused') {
+          loadExecution(exec, true);
+        }
+        refreshInspectorFor(exec);
+      }
+  }
+}
+
+function topLevelExecs() {
+  return [...view.execs.values()].filter((e) => !(e.data && e.data.parent_execution_id));
+}
+
+/** The run bar under the conversation: running (with the step), queued, waiting, or hidden. */
+export function refreshRunState() {
+  const execs = topLevelExecs();
+  const active = execs.filter((e) => ACTIVE_STATUSES.has(e.status));
+  const paused = execs.filter((e) => e.status === 'paused');
+  const bar = $('runbar');
+  if (active.length) {
+    const running = active.find((e) => e.status === 'running');
+    let text = running ? 'Running…' : 'Queued…';
+    if (running) {
+      const root = rootExec(running);
+      const step = root.currentStep || Math.max(0, ...root.stepNumbers);
+      if (step) text = `Running · step ${step}`;
+    }
+    if (active.length > 1) text += ` (${active.length - 1} more queued)`;
+    $('runbar-text').textContent = text;
+    bar.hidden = false;
+    bar.dataset.state = 'running';
+  } else if (paused.length) {
+    $('runbar-text').textContent = 'Waiting for your answer';
+    bar.hidden = false;
+    bar.dataset.state = 'paused';
+  } else {
+    bar.hidden = true;
+    bar.dataset.state = 'idle';
+  }
+  $('input').placeholder = paused.length && !active.length ? 'Answer the agent…' : 'Message the agent…';
+}
+
+/** Cancels every run of the session still going or waiting (the Cancel button, Esc). */
+export async function cancelRun() {
+  const targets = topLevelExecs().filter((e) => ACTIVE_STATUSES.has(e.status) || e.status === 'paused');
+  if (!targets.length) return;
+  const current = view;
+  const button = $('btn-cancel');
+  button.disabled = true;
+  $('runbar-text').textContent = 'Cancelling…';
+  try {
+    await Promise.all(targets.map(async (exec) => {
+      try {
+        const data = await api('POST', `/v1/executions/${exec.id}/cancel`);
+        if (!current.closed && data && data.status === 'cancelled') setExecStatus(exec, 'cancelled', '');
+      } catch (err) {
+        if (err.status !== 409 && !current.closed) showError(`Could not cancel: ${err.message}`);
+      }
+    }));
+  } finally {
+    button.disabled = false;
+    if (!current.closed) refreshRunState();
+  }
+}
