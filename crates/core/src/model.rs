@@ -251,10 +251,20 @@ pub struct StepError {
 }
 
 /// What an agent says about one step; the server adds ids and times to make a [`Step`].
+/// The most tool calls one step holds (the engine runs no more; the API refuses more). The
+/// schema of [`StepBody::tool_calls`] states it as `maxItems`.
+pub const MAX_TOOL_CALLS_PER_STEP: usize = 64;
+const _: () = assert!(
+    MAX_TOOL_CALLS_PER_STEP == 64,
+    "keep StepBody's max_items in step"
+);
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct StepBody {
     pub model_output: Option<String>,
+    /// At most [`MAX_TOOL_CALLS_PER_STEP`] calls.
+    #[schema(max_items = 64, default = json!([]))]
     pub tool_calls: Vec<ToolCall>,
     pub code: Option<String>,
     pub observations: Option<String>,

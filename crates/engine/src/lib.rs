@@ -23,8 +23,8 @@ use std::pin::Pin;
 pub use agent::{Agent, AgentContext, AgentError, AgentRegistry, Decision, DeltaSink};
 pub use demo::{DEMO_AGENT, DemoAgent};
 pub use engine::{
-    AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, MAX_TOOL_CALLS_PER_STEP, MessageInput,
-    Submitted,
+    AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, ExternalSnapshot, ExternalStep,
+    MAX_TOOL_CALLS_PER_STEP, MessageInput, MessageNote, OpenExternal, Publisher, Submitted,
 };
 pub use tools::{Tool, ToolError, ToolSet, ToolSpec};
 

@@ -169,7 +169,7 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .route("/sessions/{id}/memory", get(sessions::memory::memory::<S>))
         .route(
             "/sessions/{id}/executions",
-            get(executions::list_for_session::<S>).post(executions::open_external::<S>),
+            get(executions::list::list::<S>).post(executions::open::open::<S>),
         )
         .route("/sessions/{id}/events", get(events::stream::<S>))
         .route("/sessions/{id}/export", get(sessions::export::export::<S>))
@@ -211,20 +211,34 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             post(checkpoints::delete_for_runs::delete_for_runs::<S>),
         )
         .route("/checkpoints/prune", post(checkpoints::prune::prune::<S>))
-        .route("/executions/{id}", get(executions::get::<S>))
-        .route("/executions/{id}/cancel", post(executions::cancel::<S>))
+        .route("/executions/{id}", get(executions::get::get::<S>))
+        .route(
+            "/executions/{id}/cancel",
+            post(executions::cancel::cancel::<S>),
+        )
         .route(
             "/executions/{id}/steps",
-            get(executions::list_steps::<S>).post(executions::append_step::<S>),
+            get(executions::list_steps::list_steps::<S>)
+                .post(executions::append_step::append_step::<S>),
         )
         .route(
             "/executions/{id}/snapshots",
-            get(executions::list_snapshots::<S>).post(executions::save_snapshot::<S>),
+            get(executions::list_snapshots::list_snapshots::<S>)
+                .post(executions::save_snapshot::save_snapshot::<S>),
         )
-        .route("/executions/{id}/complete", post(executions::complete::<S>))
-        .route("/executions/{id}/fail", post(executions::fail::<S>))
-        .route("/executions/{id}/pause", post(executions::pause::<S>))
-        .route("/snapshots/{id}", get(executions::get_snapshot::<S>))
+        .route(
+            "/executions/{id}/complete",
+            post(executions::complete::complete::<S>),
+        )
+        .route("/executions/{id}/fail", post(executions::fail::fail::<S>))
+        .route(
+            "/executions/{id}/pause",
+            post(executions::pause::pause::<S>),
+        )
+        .route(
+            "/snapshots/{id}",
+            get(executions::get_snapshot::get_snapshot::<S>),
+        )
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         // Inside auth: the caller is known when its bucket is read.

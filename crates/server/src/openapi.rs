@@ -21,10 +21,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::executions::{
-    CompleteBody, FailBody, OpenExecutionBody, PauseBody, SnapshotInput, StepInput,
-};
-use crate::schemas::{IdPath, PageParams};
+use crate::schemas::IdPath;
 
 macro_rules! list_schema {
     ($name:ident, $item:ty) => {
@@ -99,70 +96,6 @@ impl utoipa::IntoParams for EventsParams {
               (status = 404, body = ErrorBody)))]
 #[allow(dead_code)]
 fn events() {}
-
-#[utoipa::path(get, path = "/v1/sessions/{id}/executions", tag = "executions",
-    params(IdPath, PageParams),
-    responses((status = 200, body = ExecutionList), (status = 404, body = ErrorBody)))]
-#[allow(dead_code)]
-fn list_executions() {}
-
-#[utoipa::path(post, path = "/v1/sessions/{id}/executions", tag = "external agents", params(IdPath), request_body = OpenExecutionBody,
-    responses((status = 201, body = Execution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-#[allow(dead_code)]
-fn open_execution() {}
-
-#[utoipa::path(get, path = "/v1/executions/{id}", tag = "executions", params(IdPath),
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody)))]
-#[allow(dead_code)]
-fn get_execution() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/cancel", tag = "executions", params(IdPath),
-    responses((status = 202, body = Execution), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-#[allow(dead_code)]
-fn cancel_execution() {}
-
-#[utoipa::path(get, path = "/v1/executions/{id}/steps", tag = "executions",
-    params(IdPath, PageParams),
-    responses((status = 200, body = StepList), (status = 404, body = ErrorBody)))]
-#[allow(dead_code)]
-fn list_steps() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/steps", tag = "external agents", params(IdPath), request_body = StepInput,
-    responses((status = 201, body = Step), (status = 200, body = Step, description = "The same step again"),
-              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-#[allow(dead_code)]
-fn append_step() {}
-
-#[utoipa::path(get, path = "/v1/executions/{id}/snapshots", tag = "executions",
-    params(IdPath, PageParams),
-    responses((status = 200, body = SnapshotList), (status = 404, body = ErrorBody)))]
-#[allow(dead_code)]
-fn list_snapshots() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/snapshots", tag = "external agents", params(IdPath), request_body = SnapshotInput,
-    responses((status = 201, body = Snapshot), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-#[allow(dead_code)]
-fn save_snapshot() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/complete", tag = "external agents", params(IdPath), request_body = CompleteBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-#[allow(dead_code)]
-fn complete_execution() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/fail", tag = "external agents", params(IdPath), request_body = FailBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-#[allow(dead_code)]
-fn fail_execution() {}
-
-#[utoipa::path(post, path = "/v1/executions/{id}/pause", tag = "external agents", params(IdPath), request_body = PauseBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-#[allow(dead_code)]
-fn pause_execution() {}
-
-#[utoipa::path(get, path = "/v1/snapshots/{id}", tag = "executions", params(IdPath),
-    responses((status = 200, body = Snapshot), (status = 404, body = ErrorBody)))]
-#[allow(dead_code)]
-fn get_snapshot() {}
 
 // --- the document -------------------------------------------------------------------------
 
@@ -302,8 +235,11 @@ impl Modify for MiddlewareResponses {
         crate::sessions::export::doc, crate::sessions::memory::doc,
         crate::messages::list::doc, crate::messages::post::doc, crate::messages::post_new_session::doc,
         events,
-        list_executions, open_execution, get_execution, cancel_execution, list_steps, append_step,
-        list_snapshots, save_snapshot, complete_execution, fail_execution, pause_execution, get_snapshot,
+        crate::executions::list::doc, crate::executions::open::doc, crate::executions::get::doc,
+        crate::executions::cancel::doc, crate::executions::list_steps::doc, crate::executions::append_step::doc,
+        crate::executions::list_snapshots::doc, crate::executions::save_snapshot::doc,
+        crate::executions::complete::doc, crate::executions::fail::doc, crate::executions::pause::doc,
+        crate::executions::get_snapshot::doc,
         crate::ops::healthz::doc, crate::ops::readyz::doc, crate::ops::metrics::doc, crate::ops::openapi::doc,
         crate::items::list::doc, crate::items::append::doc, crate::items::pop::doc, crate::items::clear::doc,
         crate::checkpoints::put::doc, crate::checkpoints::get_latest::doc, crate::checkpoints::get::doc,
@@ -318,7 +254,9 @@ impl Modify for MiddlewareResponses {
         crate::sessions::import::LegacySessionFile,
         crate::messages::post::MessageBody, crate::messages::post_new_session::NewSessionMessageBody,
         crate::messages::AgentBody, crate::messages::MessageAccepted, SseFrame,
-        OpenExecutionBody, StepInput, SnapshotInput, CompleteBody, FailBody, PauseBody,
+        crate::executions::open::OpenExecutionBody, crate::executions::append_step::StepInput,
+        crate::executions::save_snapshot::SnapshotInput, crate::executions::complete::CompleteBody,
+        crate::executions::fail::FailBody, crate::executions::pause::PauseBody,
         SessionList, MessageList, ExecutionList, StepList, SnapshotList,
         crate::items::list::ItemsPage, crate::items::append::AppendItemsBody, crate::items::append::ItemsAdded,
         crate::items::pop::PopItemBody, crate::items::pop::PoppedItem, crate::items::clear::ItemsCleared,
@@ -339,123 +277,8 @@ pub struct ApiDoc;
 pub fn openapi_json() -> String {
     static JSON: OnceLock<String> = OnceLock::new();
     JSON.get_or_init(|| {
-        let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
-        executions::harden(&mut doc);
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
         serde_json::to_string(&doc).unwrap_or_else(|_| "{}".to_string())
     })
     .clone()
-}
-
-/// The constraints of the executions' body types, as the document had them before those
-/// types carry their own attributes (the executions endpoints' own files replace this module).
-mod executions {
-    use serde_json::{Value, json};
-    use stepwise_core::StepKind;
-
-    use crate::schemas::{NO_CONTROL, NOT_BLANK, UUID};
-    use crate::sessions::MAX_CONTENT_CHARS;
-
-    fn text(max: usize) -> Value {
-        json!({"type": "string", "maxLength": max, "pattern": NO_CONTROL})
-    }
-
-    fn nullable(mut schema: Value) -> Value {
-        if let Some(Value::String(t)) = schema.get("type").cloned() {
-            schema["type"] = json!([t, "null"]);
-            if let Some(values) = schema.get_mut("enum").and_then(Value::as_array_mut) {
-                values.push(Value::Null);
-            }
-            schema
-        } else {
-            json!({"oneOf": [{"type": "null"}, schema]})
-        }
-    }
-
-    fn uuid() -> Value {
-        json!({"type": "string", "format": "uuid", "pattern": UUID})
-    }
-
-    fn object_or_null() -> Value {
-        json!({"type": ["object", "null"]})
-    }
-
-    fn content_text(max: usize) -> Value {
-        json!({"type": "string", "minLength": 1, "maxLength": max, "pattern": NOT_BLANK})
-    }
-
-    fn set_props(doc: &mut Value, schema: &str, props: &[(&str, Value)]) {
-        let Some(properties) = doc
-            .pointer_mut(&format!("/components/schemas/{schema}/properties"))
-            .and_then(Value::as_object_mut)
-        else {
-            return;
-        };
-        for (name, value) in props {
-            properties.insert((*name).to_string(), value.clone());
-        }
-    }
-
-    pub(super) fn harden(doc: &mut Value) {
-        let u32_number = |min: u64| json!({"type": "integer", "minimum": min, "maximum": u32::MAX});
-        set_props(
-            doc,
-            "OpenExecutionBody",
-            &[
-                (
-                    "agent_type",
-                    json!({"type": "string", "enum": ["external"]}),
-                ),
-                ("agent_config", object_or_null()),
-                ("metadata", object_or_null()),
-                ("parent_execution_id", nullable(uuid())),
-            ],
-        );
-        set_props(
-            doc,
-            "SnapshotInput",
-            &[
-                ("parent_snapshot_id", nullable(uuid())),
-                ("agent_id", nullable(text(256))),
-                ("agent_name", nullable(text(256))),
-                ("step_number", nullable(u32_number(0))),
-            ],
-        );
-        set_props(
-            doc,
-            "CompleteBody",
-            &[(
-                "final_message",
-                nullable(json!({"type": "string", "maxLength": MAX_CONTENT_CHARS})),
-            )],
-        );
-        set_props(
-            doc,
-            "FailBody",
-            &[(
-                "error_message",
-                content_text(crate::executions::MAX_ERROR_CHARS),
-            )],
-        );
-        set_props(
-            doc,
-            "PauseBody",
-            &[("question", content_text(MAX_CONTENT_CHARS))],
-        );
-        if let Some(parts) = doc
-            .pointer_mut("/components/schemas/StepInput/allOf/1/properties")
-            .and_then(Value::as_object_mut)
-        {
-            parts.insert("kind".into(), nullable(json!({"type": "string", "enum": StepKind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>()})));
-            parts.insert("step_number".into(), nullable(u32_number(1)));
-        }
-        set_props(
-            doc,
-            "StepBody",
-            &[(
-                "tool_calls",
-                json!({"type": "array", "items": {"$ref": "#/components/schemas/ToolCall"},
-                   "maxItems": crate::executions::MAX_TOOL_CALLS_PER_STEP, "default": []}),
-            )],
-        );
-    }
 }

@@ -13,10 +13,10 @@ use rusqlite::{TransactionBehavior, params};
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::{PositionedStep, Result, StepOrder, StepsAfter, Tenant};
 
-use crate::rows::bid;
-use crate::writer::map_sqlite;
 use crate::SqliteStore;
+use crate::rows::bid;
 use crate::steps::{STEP_COLS, decode_rows, step_row};
+use crate::writer::map_sqlite;
 
 impl SqliteStore {
     /// See [`stepwise_store::Store::list_session_steps_after`].

@@ -291,6 +291,7 @@ async fn conversation<S: Store>(
         .await?;
     state
         .engine
+        .publisher()
         .emit(
             &caller.tenant,
             Some(session_id),
@@ -328,6 +329,7 @@ async fn try_append<S: Store>(
                 };
                 state
                     .engine
+                    .publisher()
                     .say(
                         &caller.tenant,
                         session_id,
@@ -406,6 +408,7 @@ async fn try_append<S: Store>(
                     }
                     state
                         .engine
+                        .publisher()
                         .emit(
                             &caller.tenant,
                             Some(session_id),

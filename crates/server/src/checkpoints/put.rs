@@ -224,6 +224,7 @@ pub async fn put<S: Store>(
     }
     state
         .engine
+        .publisher()
         .emit(
             &caller.tenant,
             Some(put.session_id),

@@ -778,6 +778,7 @@ async fn open_conversation<S: Store>(
         .await?;
     state
         .engine
+        .publisher()
         .emit(
             &caller.tenant,
             Some(session_id),

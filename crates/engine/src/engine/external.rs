@@ -1,0 +1,206 @@
+//! Executions driven over HTTP by an agent outside the server: opening one, its posted
+//! steps and snapshots, and completing, failing or pausing it through the same
+//! [`super::finish`] as the built-in agents.
+
+use serde_json::{Value, json};
+use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Snapshot, StepBody, StepKind};
+use stepwise_store::{
+    NewExecution, NewSnapshot, NewStep, Result, StepAppend, Store, StoreError, Tenant,
+};
+
+use super::finish::{Driver, Outcome};
+use super::{EXTERNAL_AGENT, Engine};
+
+/// A new external execution of a session (its session and parent already checked).
+#[derive(Debug, Clone)]
+pub struct OpenExternal {
+    pub session_id: Id,
+    pub parent_execution_id: Option<Id>,
+    pub user_id: String,
+    pub agent_config: Value,
+    pub input: Value,
+    pub metadata: Value,
+}
+
+/// A step an external agent posts.
+#[derive(Debug, Clone)]
+pub struct ExternalStep {
+    pub step_number: u32,
+    pub kind: StepKind,
+    pub body: StepBody,
+}
+
+/// A snapshot an external agent saves.
+pub type ExternalSnapshot = NewSnapshot;
+
+impl<S: Store> Engine<S> {
+    /// Opens a running external execution and announces it (`execution.started`).
+    pub async fn open_external(&self, tenant: &Tenant, open: OpenExternal) -> Result<Execution> {
+        let execution = self
+            .inner
+            .store
+            .create_execution(
+                tenant,
+                NewExecution {
+                    session_id: Some(open.session_id),
+                    parent_execution_id: open.parent_execution_id,
+                    user_id: open.user_id,
+                    agent_type: EXTERNAL_AGENT.to_string(),
+                    agent_config: open.agent_config,
+                    input: open.input,
+                    metadata: open.metadata,
+                    status: ExecutionStatus::Running,
+                },
+            )
+            .await?;
+        self.inner
+            .publisher
+            .emit(
+                tenant,
+                execution.session_id,
+                Some(execution.id),
+                EventType::ExecutionStarted,
+                "Execution started",
+                json!({}),
+            )
+            .await;
+        Ok(execution)
+    }
+
+    /// An execution an external agent drives: `NotFound` when there is none, `InvalidState`
+    /// when one of the server's agents runs it.
+    pub async fn external_execution(&self, tenant: &Tenant, id: Id) -> Result<Execution> {
+        let execution = self
+            .inner
+            .store
+            .get_execution(tenant, id)
+            .await?
+            .ok_or(StoreError::NotFound("execution"))?;
+        if execution.agent_type != EXTERNAL_AGENT {
+            return Err(StoreError::InvalidState(format!(
+                "this execution is run by the server's '{}' agent; only external executions take steps over HTTP",
+                execution.agent_type
+            )));
+        }
+        Ok(execution)
+    }
+
+    /// Saves a posted step (durable when this returns) and, when it is new, publishes its
+    /// `step.completed`. The same step again is `created: false`; another body at its
+    /// number is a `Conflict`.
+    pub async fn append_external_step(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        step: ExternalStep,
+    ) -> Result<StepAppend> {
+        let ExternalStep {
+            step_number,
+            kind,
+            body,
+        } = step;
+        let tool = body.tool_calls.first().map(|c| c.name.clone());
+        let appended = self
+            .inner
+            .store
+            .append_step(
+                tenant,
+                NewStep {
+                    execution_id: execution.id,
+                    step_number,
+                    kind,
+                    body,
+                },
+            )
+            .await?
+            .await?;
+        if appended.created {
+            self.inner
+                .publisher
+                .step_event(
+                    tenant,
+                    execution.session_id,
+                    execution.id,
+                    EventType::StepCompleted,
+                    step_number,
+                    &format!("Completed step {step_number}"),
+                    tool.as_deref(),
+                )
+                .await;
+        }
+        Ok(appended)
+    }
+
+    /// Saves a snapshot an external agent sends (durable when this returns).
+    pub async fn save_external_snapshot(
+        &self,
+        tenant: &Tenant,
+        snapshot: ExternalSnapshot,
+    ) -> Result<Snapshot> {
+        self.inner
+            .store
+            .save_snapshot(tenant, snapshot)
+            .await?
+            .await
+    }
+
+    /// Completes an external execution with its output; `final_message` becomes the
+    /// assistant's message to the session.
+    pub async fn complete_external(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        output: Value,
+        final_message: Option<String>,
+    ) -> Result<Execution> {
+        let outcome = Outcome::Completed {
+            output,
+            answer: final_message,
+        };
+        self.end_external(tenant, execution, outcome).await
+    }
+
+    /// Fails an external execution with the agent's reason.
+    pub async fn fail_external(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        error_message: String,
+    ) -> Result<Execution> {
+        let outcome = Outcome::Failed {
+            reason: error_message,
+        };
+        self.end_external(tenant, execution, outcome).await
+    }
+
+    /// Pauses an external execution until the user answers its question (the user's next
+    /// message resumes it).
+    pub async fn pause_external(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        question: String,
+    ) -> Result<Execution> {
+        self.end_external(tenant, execution, Outcome::Paused { question })
+            .await
+    }
+
+    async fn end_external(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        outcome: Outcome,
+    ) -> Result<Execution> {
+        // A move the lifecycle refuses writes nothing (no message, no snapshot).
+        Self::check_can_end(execution, &outcome)?;
+        let done = self
+            .finish(tenant, execution, Driver::External, &outcome, true)
+            .await?;
+        Ok(self
+            .inner
+            .store
+            .get_execution(tenant, done.id)
+            .await?
+            .unwrap_or(done))
+    }
+}

@@ -1,0 +1,319 @@
+//! The engine: its configuration, its shared state and the types the jobs below share.
+//!
+//! Each job lives in its own file: [`submit`] (a user message queues or resumes an
+//! execution), [`cancel`], [`worker`] (the claimer loop, claims, heartbeats), [`step_loop`]
+//! (driving a built-in agent one step at a time), [`decisions`] (carrying out what
+//! the agent decided), [`steps`] (saving a step),
+//! [`tools_run`] (a step's tool calls and subagents), [`external`] (executions driven over
+//! HTTP by an agent outside the server), [`finish`] (the one way an execution ends, whoever
+//! drives it), [`snapshots`] and [`publish`] (messages and events).
+
+mod cancel;
+mod decisions;
+mod external;
+mod finish;
+mod publish;
+mod snapshots;
+mod step_loop;
+mod steps;
+mod submit;
+mod tools_run;
+mod worker;
+
+#[cfg(test)]
+mod testing;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use stepwise_core::{EventType, Execution, Id, Message, Role, StepError};
+use stepwise_store::{Ack, StepAppend, Store, Tenant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::{AgentContext, AgentRegistry};
+use crate::tools::ToolSet;
+
+pub use external::{ExternalSnapshot, ExternalStep, OpenExternal};
+pub use publish::{MessageNote, Publisher};
+
+/// Executions of this type are driven over HTTP by an agent outside the server; workers
+/// never run them.
+pub const EXTERNAL_AGENT: &str = "external";
+
+/// How deep subagents may nest (a subagent delegating to a subagent...).
+const MAX_SUBAGENT_DEPTH: u32 = 4;
+pub use stepwise_core::model::MAX_TOOL_CALLS_PER_STEP;
+
+/// How the engine runs executions.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Worker tasks; each runs one execution at a time.
+    pub workers: usize,
+    /// How long a claim holds an execution without a heartbeat.
+    pub lease: Duration,
+    /// Claims after which an execution that keeps losing its worker fails.
+    pub max_attempts: u32,
+    /// The fallback poll: idle workers look for work the doorbell did not announce (leases
+    /// of crashed workers, lost notifications) after between one and two of these.
+    pub poll_interval: Duration,
+    /// The agent type of a message that names none.
+    pub default_agent: String,
+    /// How long one tool call may run before it counts as failed ("timed out"); the agent
+    /// sees that error as the call's result and goes on. Subagents are not limited by it.
+    pub tool_timeout: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            workers: 8,
+            lease: Duration::from_secs(15),
+            max_attempts: 5,
+            poll_interval: Duration::from_secs(5),
+            default_agent: crate::demo::DEMO_AGENT.to_string(),
+            tool_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The agent a message asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentChoice {
+    pub agent_type: String,
+    pub config: Value,
+}
+
+/// A user message to a session.
+#[derive(Debug, Clone, Default)]
+pub struct MessageInput {
+    pub content: String,
+    pub related_type: Option<String>,
+    pub related_id: Option<String>,
+    pub context_url: Option<String>,
+    pub metadata: Value,
+    pub agent: Option<AgentChoice>,
+}
+
+/// What submitting a message did: the stored message and the execution that will answer
+/// it (a new pending one, or the paused one it resumed).
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub session_id: Id,
+    pub message: Message,
+    pub execution: Execution,
+}
+
+/// How one run of an execution ended.
+#[derive(Debug, Clone, PartialEq)]
+enum RunEnd {
+    Completed(String),
+    Failed(String),
+    Paused,
+    Cancelled,
+    /// Given back to the queue (shutdown) or left for the lease to expire (store trouble).
+    Released,
+    /// Another worker or a cancel elsewhere took it; this run writes nothing more.
+    Lost,
+}
+
+/// The controls of one running execution.
+#[derive(Clone)]
+struct RunControl {
+    cancel: CancellationToken,
+    lost: Arc<AtomicBool>,
+    worker: String,
+    depth: u32,
+}
+
+impl RunControl {
+    fn new(worker: &str, depth: u32) -> Self {
+        RunControl {
+            cancel: CancellationToken::new(),
+            lost: Arc::new(AtomicBool::new(false)),
+            worker: worker.to_string(),
+            depth,
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+/// One run of an execution: the agent's context and what the loop keeps between steps.
+struct Run {
+    ctx: AgentContext,
+    last_ack: Option<Ack<StepAppend>>,
+    parent_snapshot_id: Option<Id>,
+    latest_snapshot_id: Option<Id>,
+}
+
+struct Inner<S: Store> {
+    store: S,
+    publisher: Publisher<S>,
+    agents: AgentRegistry,
+    tools: Arc<ToolSet>,
+    config: EngineConfig,
+    doorbell: Notify,
+    running: Mutex<HashMap<Id, CancellationToken>>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// The execution engine. Cheap to clone; every clone is the same engine.
+pub struct Engine<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Engine {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// An engine with the built-in tools.
+    pub fn new(store: S, agents: AgentRegistry, config: EngineConfig) -> Self {
+        Self::with_tools(store, agents, ToolSet::builtin(), config)
+    }
+
+    /// An engine whose agents call these tools.
+    pub fn with_tools(
+        store: S,
+        agents: AgentRegistry,
+        tools: ToolSet,
+        config: EngineConfig,
+    ) -> Self {
+        Engine {
+            inner: Arc::new(Inner {
+                publisher: Publisher::new(store.clone()),
+                store,
+                agents,
+                tools: Arc::new(tools),
+                config,
+                doorbell: Notify::new(),
+                running: Mutex::new(HashMap::new()),
+                shutdown: CancellationToken::new(),
+                tracker: TaskTracker::new(),
+            }),
+        }
+    }
+
+    /// The store the engine writes to.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// Stores messages and queues events for the sessions' subscribers.
+    pub fn publisher(&self) -> &Publisher<S> {
+        &self.inner.publisher
+    }
+
+    /// The configuration the engine was built with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// The agent types this engine runs.
+    pub fn agents(&self) -> &AgentRegistry {
+        &self.inner.agents
+    }
+
+    /// Whether messages may name this agent type.
+    pub fn can_run(&self, agent_type: &str) -> bool {
+        self.inner.agents.contains(agent_type)
+    }
+
+    /// Wakes an idle worker: there is work.
+    pub fn ring(&self) {
+        self.inner.doorbell.notify_one();
+    }
+
+    /// How many executions this process is running now.
+    pub fn running_count(&self) -> usize {
+        self.running_map().len()
+    }
+
+    fn running_map(&self) -> std::sync::MutexGuard<'_, HashMap<Id, CancellationToken>> {
+        self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// Stores a lifecycle line ("Execution started"...) with `{"kind": "status"}`.
+    async fn say_status(&self, tenant: &Tenant, session_id: Id, execution_id: Id, text: &str) {
+        self.inner
+            .publisher
+            .note(
+                tenant,
+                session_id,
+                execution_id,
+                Role::Info,
+                text,
+                &MessageNote::kind("status"),
+            )
+            .await;
+    }
+
+    /// Queues an event about one of a run's steps.
+    async fn run_event(
+        &self,
+        tenant: &Tenant,
+        run: &Run,
+        event_type: EventType,
+        step_number: u32,
+        content: &str,
+        tool: Option<&str>,
+    ) {
+        let execution = &run.ctx.execution;
+        self.inner
+            .publisher
+            .step_event(
+                tenant,
+                execution.session_id,
+                execution.id,
+                event_type,
+                step_number,
+                content,
+                tool,
+            )
+            .await;
+    }
+}
+
+/// Whether the execution's agent config asks for debug snapshots after every step.
+fn is_debug(execution: &Execution) -> bool {
+    execution
+        .agent_config
+        .get("debug")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+fn cancelled_error() -> StepError {
+    StepError {
+        kind: "cancelled".into(),
+        message: "the execution was cancelled".into(),
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+fn cut(text: &str, max: usize) -> String {
+    stepwise_core::summary::cut_chars(text, max)
+}

@@ -1,0 +1,210 @@
+//! Submitting a user message: it resumes the session's paused execution, or queues a new
+//! execution behind any running one.
+
+use serde_json::{Value, json};
+use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Role, Session};
+use stepwise_store::{NewExecution, NewMessage, Result, Store, StoreError, Tenant, Transition};
+
+use super::{
+    AgentChoice, EXTERNAL_AGENT, Engine, MAX_SUBAGENT_DEPTH, MessageInput, MessageNote, Submitted,
+};
+
+impl<S: Store> Engine<S> {
+    /// Stores a user message in a session and queues the execution that answers it: the
+    /// paused execution of the session resumes with the message as the user's answer;
+    /// otherwise a new `pending` execution queues behind any running one.
+    pub async fn submit_message(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        session_id: Id,
+        input: MessageInput,
+    ) -> Result<Submitted> {
+        let store = &self.inner.store;
+        let agent = self.choose_agent(&input)?;
+        let session = store
+            .get_session(tenant, session_id)
+            .await?
+            .ok_or(StoreError::NotFound("session"))?;
+        self.submit_to_session(tenant, user_id, &session, input, agent)
+            .await
+    }
+
+    /// [`Engine::submit_message`] for a session the caller has just read.
+    pub async fn submit_message_to(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        session: &Session,
+        input: MessageInput,
+    ) -> Result<Submitted> {
+        let agent = self.choose_agent(&input)?;
+        self.submit_to_session(tenant, user_id, session, input, agent)
+            .await
+    }
+
+    pub fn choose_agent(&self, input: &MessageInput) -> Result<AgentChoice> {
+        match &input.agent {
+            Some(choice) => {
+                if choice.agent_type == EXTERNAL_AGENT {
+                    return Err(StoreError::invalid(
+                        "agent.type",
+                        "external executions are opened with POST /v1/sessions/{id}/executions",
+                    ));
+                }
+                if !self.can_run(&choice.agent_type) {
+                    return Err(StoreError::invalid(
+                        "agent.type",
+                        format!(
+                            "unknown agent type '{}'; known: {}",
+                            choice.agent_type,
+                            self.inner.agents.names().join(", ")
+                        ),
+                    ));
+                }
+                Ok(choice.clone())
+            }
+            None => Ok(AgentChoice {
+                agent_type: self.inner.config.default_agent.clone(),
+                config: Value::Null,
+            }),
+        }
+    }
+
+    async fn submit_to_session(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        session: &Session,
+        input: MessageInput,
+        agent: AgentChoice,
+    ) -> Result<Submitted> {
+        let store = &self.inner.store;
+        let publisher = &self.inner.publisher;
+        let session_id = session.id;
+
+        if let Some(latest) = self
+            .latest_root_execution(tenant, session.last_execution_id)
+            .await?
+            && latest.status == ExecutionStatus::Paused
+        {
+            let answer = Value::String(input.content.clone());
+            match store
+                .transition_execution(tenant, latest.id, Transition::Resume { answer })
+                .await
+            {
+                Ok(execution) => {
+                    let message = store
+                        .append_message(tenant, user_message(session_id, execution.id, &input))
+                        .await?;
+                    publisher.message_created(tenant, &message).await;
+                    self.say_status(tenant, session_id, execution.id, "Execution resumed")
+                        .await;
+                    publisher
+                        .emit(
+                            tenant,
+                            Some(session_id),
+                            Some(execution.id),
+                            EventType::ExecutionQueued,
+                            "Execution resumed",
+                            json!({}),
+                        )
+                        .await;
+                    self.ring();
+                    return Ok(Submitted {
+                        session_id,
+                        message,
+                        execution,
+                    });
+                }
+                // Resumed or cancelled by someone else meanwhile: queue a new execution.
+                Err(StoreError::InvalidState(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+
+        let execution = store
+            .create_execution(
+                tenant,
+                NewExecution {
+                    session_id: Some(session_id),
+                    parent_execution_id: None,
+                    user_id: user_id.to_string(),
+                    agent_type: agent.agent_type,
+                    agent_config: agent.config,
+                    input: json!({"message": input.content}),
+                    metadata: Value::Null,
+                    status: ExecutionStatus::Pending,
+                },
+            )
+            .await?;
+        // The user's message and the "queued" line go to the save queue together (in this
+        // order: each is stamped when first polled), so they share one commit; their events
+        // follow in the same order.
+        let mut queued_line =
+            NewMessage::new(session_id, Role::Info, "Execution queued").for_execution(execution.id);
+        queued_line.metadata = MessageNote::kind("status").to_metadata();
+        let (message, queued) = tokio::join!(
+            store.append_message(tenant, user_message(session_id, execution.id, &input)),
+            store.append_message(tenant, queued_line),
+        );
+        let message = message?;
+        publisher.message_created(tenant, &message).await;
+        match queued {
+            Ok(queued) => publisher.message_created(tenant, &queued).await,
+            Err(e) => {
+                tracing::warn!(session = %session_id, error = %e, "could not store a message")
+            }
+        }
+        publisher
+            .emit(
+                tenant,
+                Some(session_id),
+                Some(execution.id),
+                EventType::ExecutionQueued,
+                "Execution queued",
+                json!({}),
+            )
+            .await;
+        self.ring();
+        Ok(Submitted {
+            session_id,
+            message,
+            execution,
+        })
+    }
+
+    /// The session's latest top-level execution (a subagent's parent, not the subagent).
+    async fn latest_root_execution(
+        &self,
+        tenant: &Tenant,
+        last: Option<Id>,
+    ) -> Result<Option<Execution>> {
+        let mut next = last;
+        for _ in 0..=MAX_SUBAGENT_DEPTH + 1 {
+            let Some(id) = next else { return Ok(None) };
+            let Some(execution) = self.inner.store.get_execution(tenant, id).await? else {
+                return Ok(None);
+            };
+            match execution.parent_execution_id {
+                Some(parent) => next = Some(parent),
+                None => return Ok(Some(execution)),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The user's message as stored: its text, context fields and metadata as sent.
+fn user_message(session_id: Id, execution_id: Id, input: &MessageInput) -> NewMessage {
+    NewMessage {
+        session_id,
+        role: Role::User,
+        content: input.content.clone(),
+        execution_id: Some(execution_id),
+        related_type: input.related_type.clone(),
+        related_id: input.related_id.clone(),
+        context_url: input.context_url.clone(),
+        metadata: input.metadata.clone(),
+    }
+}

@@ -1,0 +1,112 @@
+//! `POST /v1/sessions/{id}/executions`: opens a running execution an agent outside the
+//! server drives over HTTP (steps, snapshots, then complete, fail or pause).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::Value;
+use stepwise_core::{Execution, Id};
+use stepwise_engine::{EXTERNAL_AGENT, OpenExternal};
+use stepwise_store::Store;
+
+use super::schema;
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody, path_id};
+use crate::schemas::IdPath;
+use crate::sessions::check_metadata;
+
+/// The execution to open.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct OpenExecutionBody {
+    #[schema(schema_with = schema::external_agent_type)]
+    pub agent_type: String,
+    #[serde(default)]
+    pub input: Value,
+    #[schema(schema_with = schema::object_or_null)]
+    pub agent_config: Option<Value>,
+    #[schema(schema_with = schema::uuid_or_null)]
+    pub parent_execution_id: Option<String>,
+    #[schema(schema_with = schema::object_or_null)]
+    pub metadata: Option<Value>,
+}
+
+pub async fn open<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<OpenExecutionBody>,
+) -> ApiResult<impl IntoResponse> {
+    let session_id = path_id(&id, "id")?;
+    if body.agent_type != EXTERNAL_AGENT {
+        return Err(ApiError::invalid(
+            "agent_type",
+            "agent_type must be \"external\"; other agents run from messages",
+        ));
+    }
+    let agent_config = match body.agent_config {
+        None | Some(Value::Null) => Value::Null,
+        Some(config @ Value::Object(_)) => config,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "agent_config",
+                "agent_config must be a JSON object",
+            ));
+        }
+    };
+    let metadata = check_metadata("metadata", &body.metadata)?;
+    let session = state
+        .store()
+        .get_session(&caller.tenant, session_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    let parent_execution_id =
+        parent_in_session(&state, &caller, session.id, &body.parent_execution_id).await?;
+    let open = OpenExternal {
+        session_id: session.id,
+        parent_execution_id,
+        user_id: caller.user_id.clone(),
+        agent_config,
+        input: body.input,
+        metadata,
+    };
+    let execution: Execution = state.engine.open_external(&caller.tenant, open).await?;
+    Ok((StatusCode::CREATED, Json(execution)))
+}
+
+/// The parent execution named by the body, which must be in the session.
+async fn parent_in_session<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session_id: Id,
+    parent: &Option<String>,
+) -> ApiResult<Option<Id>> {
+    let Some(text) = parent else { return Ok(None) };
+    let parent_id = stepwise_core::parse_id(text).ok_or_else(|| {
+        ApiError::invalid(
+            "parent_execution_id",
+            "parent_execution_id must be an execution id",
+        )
+    })?;
+    let parent = state
+        .store()
+        .get_execution(&caller.tenant, parent_id)
+        .await?;
+    if parent.is_none_or(|p| p.session_id != Some(session_id)) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "the parent execution is not in this session",
+        )
+        .with_field("parent_execution_id"));
+    }
+    Ok(Some(parent_id))
+}
+
+#[utoipa::path(post, path = "/v1/sessions/{id}/executions", tag = "external agents", operation_id = "open_execution",
+    params(IdPath), request_body = OpenExecutionBody,
+    responses((status = 201, body = Execution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}
