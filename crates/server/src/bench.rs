@@ -20,11 +20,11 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 use stepwise_core::EventType;
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent};
 use stepwise_store::{NewEvent, NewSession, Store, StoreError, Tenant};
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::Mutex;
 
-use crate::{AppState, LOCAL_TENANT, LOCAL_USER, ServerConfig};
+use crate::{LOCAL_TENANT, LOCAL_USER, Node, NodeError, NodeSettings};
 
 #[derive(Debug, Clone)]
 pub struct HttpBenchOptions {
@@ -89,8 +89,8 @@ pub enum BenchError {
     Store(#[from] StoreError),
     #[error("http: {0}")]
     Http(String),
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Node(#[from] NodeError),
 }
 
 fn http(e: impl std::fmt::Display) -> BenchError {
@@ -104,14 +104,15 @@ pub async fn run_http_bench<S: Store>(
 ) -> Result<HttpBenchReport, BenchError> {
     let mut agents = AgentRegistry::new();
     agents.register(DEMO_AGENT, DemoAgent::default());
-    let engine = Engine::new(store.clone(), agents, EngineConfig::default());
-    let state = AppState::new(engine, ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(crate::launch(listener, state, async move {
-        let _ = stopped.await;
-    }));
+    let node = Node::start(
+        NodeSettings {
+            run_workers: false,
+            ..NodeSettings::new(agents)
+        },
+        store.clone(),
+    )
+    .await?;
+    let base = node.base_url();
     let tenant = Tenant::new(LOCAL_TENANT)?;
 
     let messages = accept_messages(&base, options.clients, options.accept_duration, None).await?;
@@ -121,8 +122,7 @@ pub async fn run_http_bench<S: Store>(
     }
     let idle = idle_memory(&store, &tenant, &base, options.idle_subscribers).await?;
 
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    node.shutdown(Duration::from_secs(5)).await;
     store.flush().await?;
     Ok(HttpBenchReport {
         messages,

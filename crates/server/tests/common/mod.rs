@@ -1,4 +1,4 @@
-//! A real server on a loopback port over a SQLite file in a tempdir, and a small SSE reader.
+//! A real node on a loopback port over a SQLite file in a tempdir, and a small SSE reader.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::Value;
 use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
-use stepwise_server::{AppState, ServerConfig};
+use stepwise_server::{Node, NodeSettings, ServerConfig};
 use stepwise_store_sqlite::SqliteStore;
-use tokio::sync::oneshot;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -19,8 +18,7 @@ pub struct TestServer {
     pub engine: Engine<SqliteStore>,
     pub client: reqwest::Client,
     pub token: Option<String>,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    node: Node<SqliteStore>,
     _dir: tempfile::TempDir,
 }
 
@@ -58,31 +56,24 @@ impl TestServer {
         if let Some(register) = options.register {
             register(&mut agents);
         }
-        let config = EngineConfig {
-            workers: 4,
-            lease: Duration::from_secs(5),
-            poll_interval: Duration::from_millis(100),
-            ..EngineConfig::default()
+        let settings = NodeSettings {
+            engine: EngineConfig {
+                workers: 4,
+                lease: Duration::from_secs(5),
+                poll_interval: Duration::from_millis(100),
+                ..EngineConfig::default()
+            },
+            server: options.server,
+            ..NodeSettings::new(agents)
         };
-        let engine = Engine::new(store.clone(), agents, config);
-        engine.spawn_workers();
-        let state = AppState::new(engine.clone(), options.server);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
-            let _ = stopped.await;
-        }));
+        let node = Node::start(settings, store.clone()).await.expect("node");
         TestServer {
-            base,
+            base: node.base_url(),
             store,
-            engine,
+            engine: node.engine().clone(),
             client: reqwest::Client::new(),
             token: None,
-            stop: Some(stop),
-            server: Some(server),
+            node,
             _dir: dir,
         }
     }
@@ -183,14 +174,8 @@ impl TestServer {
         SseReader::new(response)
     }
 
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.engine.shutdown(Duration::from_secs(5)).await;
-        if let Some(server) = self.server.take() {
-            let _ = server.await;
-        }
+    pub async fn stop(self) {
+        self.node.shutdown(Duration::from_secs(5)).await;
     }
 }
 
