@@ -553,7 +553,7 @@ impl Chat {
                         }
                     };
                     retries = 0;
-                    if let Some(id) = event.id.as_deref().and_then(|id| id.trim().parse::<i64>().ok()) {
+                    if let Ok(id) = event.id.trim().parse::<i64>() {
                         self.last_event.insert(session.id.clone(), id);
                     }
                     let Ok(data) = serde_json::from_str::<EventData>(&event.data) else {

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
@@ -237,24 +238,14 @@ async fn subscribe(
         )));
     }
     Ok(tokio::spawn(async move {
-        let mut stream = response.bytes_stream();
-        let mut buffer = String::new();
+        let mut events = response.bytes_stream().eventsource();
         let mut seen = Vec::with_capacity(count);
         while seen.len() < count {
-            let Some(Ok(chunk)) = stream.next().await else {
+            let Some(Ok(event)) = events.next().await else {
                 break;
             };
-            let now = Instant::now();
-            buffer.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buffer.find("\n\n") {
-                let frame: String = buffer.drain(..end + 2).collect();
-                if let Some(id) = frame
-                    .lines()
-                    .find_map(|l| l.strip_prefix("id: "))
-                    .and_then(|id| id.trim().parse::<i64>().ok())
-                {
-                    seen.push((id, now));
-                }
+            if let Ok(id) = event.id.trim().parse::<i64>() {
+                seen.push((id, Instant::now()));
             }
         }
         arrivals.lock().await.extend(seen);

@@ -1,9 +1,10 @@
-//! A real node on a loopback port over a SQLite file in a tempdir, and a small SSE reader.
+//! A real node on a loopback port over a SQLite file in a tempdir, and an SSE reader.
 #![allow(dead_code)]
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde_json::Value;
 use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
@@ -211,70 +212,44 @@ where
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
+    /// The stream's last event id (a live-only event keeps the one before it).
     pub id: Option<i64>,
     pub event: String,
     pub data: Value,
 }
 
 pub struct SseReader {
-    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Vec<u8>>> + Send>>,
-    buffer: String,
-    pub comments: usize,
+    events: std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<
+                    Item = Result<
+                        eventsource_stream::Event,
+                        eventsource_stream::EventStreamError<reqwest::Error>,
+                    >,
+                > + Send,
+        >,
+    >,
 }
 
 impl SseReader {
     pub fn new(response: reqwest::Response) -> Self {
         SseReader {
-            stream: Box::pin(
-                response
-                    .bytes_stream()
-                    .map(|chunk| chunk.map(|b| b.to_vec())),
-            ),
-            buffer: String::new(),
-            comments: 0,
+            events: Box::pin(response.bytes_stream().eventsource()),
         }
     }
 
-    /// The next event, or `None` when the stream ends.
+    /// The next event (its data parsed as JSON when it is JSON), or `None` when the stream
+    /// ends, breaks, or sends nothing for [`DEADLINE`].
     pub async fn next(&mut self) -> Option<SseEvent> {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let frame: String = self.buffer[..end].to_string();
-                self.buffer.drain(..end + 2);
-                let mut event = SseEvent {
-                    id: None,
-                    event: "message".into(),
-                    data: Value::Null,
-                };
-                let mut data = String::new();
-                let mut any = false;
-                for line in frame.lines() {
-                    if line.starts_with(':') {
-                        self.comments += 1;
-                        continue;
-                    }
-                    let (field, value) = line
-                        .split_once(':')
-                        .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
-                    any = true;
-                    match field {
-                        "id" => event.id = value.parse().ok(),
-                        "event" => event.event = value.to_string(),
-                        "data" => data.push_str(value),
-                        _ => {}
-                    }
-                }
-                if !any {
-                    continue;
-                }
-                event.data = serde_json::from_str(&data).unwrap_or(Value::String(data));
-                return Some(event);
-            }
-            match tokio::time::timeout(DEADLINE, self.stream.next()).await {
-                Ok(Some(Ok(bytes))) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
-                _ => return None,
-            }
-        }
+        let event = match tokio::time::timeout(DEADLINE, self.events.next()).await {
+            Ok(Some(Ok(event))) => event,
+            _ => return None,
+        };
+        Some(SseEvent {
+            id: event.id.parse().ok(),
+            event: event.event,
+            data: serde_json::from_str(&event.data).unwrap_or(Value::String(event.data)),
+        })
     }
 
     /// Events up to and including the first of type `until` (for `execution_id` if given).
