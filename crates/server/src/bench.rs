@@ -1,16 +1,23 @@
-//! HTTP figures of the real server over loopback, in one process (run by the ignored test
-//! `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`; the
-//! messages figure with the load generator in a process of its own is
-//! `stepwise bench http --url URL`, see [`accept_messages`]).
+//! HTTP figures of the real server over loopback.
+//!
+//! [`run_http_bench`] measures three figures with server and clients in one process (the
+//! ignored test `cargo test --release -p stepwise-server --test bench_http -- --ignored
+//! --nocapture` runs it on a fresh SQLite database):
 //!
 //! - messages accepted per second: `POST /v1/sessions/{id}/messages` from N concurrent
-//!   clients (one session each) for a fixed time; workers are not started, so the figure
-//!   is the API and the store's write path, not the agents;
+//!   clients (one session each) for a fixed time; the node's workers are not started, so the
+//!   figure is the API and the store's write path, not the agents;
 //! - step-to-browser latency: events are appended through the store (the step path) and
 //!   timed from the moment their write is committed (the Ack resolves) to the moment each
 //!   SSE subscriber has read the event off its HTTP connection; p50/p99 over all samples;
 //! - resident memory with N idle SSE subscribers (one session each). Clients run in the
 //!   same process, so the figure is an upper bound for the server alone.
+//!
+//! Against a server running in a process of its own: [`accept_messages`] is the load
+//! generator of `stepwise bench http --url URL`, and [`idle_server_rss`] measures the
+//! server's own memory with 1,000 idle subscribers (the ignored test
+//! `idle_subscribers_rss_of_a_running_server`, given `STEPWISE_BENCH_URL` and
+//! `STEPWISE_BENCH_PID`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
