@@ -24,8 +24,10 @@ use stepwise_store::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use crate::sql::{self, args, check_text, is_unique_violation, json_text, map_pg};
-use crate::{Params, PgStore, pg};
+use crate::PgStore;
+use crate::sql::{
+    self, Params, args, check_text, count, is_unique_violation, json_text, map_pg, pg,
+};
 
 const FIND_THREAD: &str = "SELECT session_id FROM threads WHERE tenant_id = $1 AND thread_id = $2";
 const LOCK_THREAD: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 13))";
@@ -140,18 +142,6 @@ async fn find_thread(c: &impl GenericClient, tenant: &str, thread_id: &str) -> R
     row.as_ref()
         .map(|r| sql::get::<Id>(r, "session_id"))
         .transpose()
-}
-
-async fn count(
-    c: &impl GenericClient,
-    sql: &str,
-    params: &[(
-        &(dyn tokio_postgres::types::ToSql + Sync),
-        tokio_postgres::types::Type,
-    )],
-) -> Result<u64> {
-    let row = c.query_typed_one(sql, params).await.map_err(map_pg)?;
-    Ok(sql::get::<i64>(&row, "n")?.max(0) as u64)
 }
 
 /// The thread's session, created (with its thread row) when the thread is new. Runs in the

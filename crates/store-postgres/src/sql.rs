@@ -9,9 +9,9 @@ use stepwise_core::{
     Snapshot, Timestamp, TokenUsage,
 };
 use stepwise_store::{ApiKeyRecord, StoreError};
-use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::{GenericClient, Row};
 
 /// A Rust value with the PostgreSQL type it is sent as.
 pub(crate) trait Pg: ToSql + Sync {
@@ -62,6 +62,42 @@ macro_rules! args {
     };
 }
 pub(crate) use args;
+
+type Param = (Box<dyn ToSql + Sync + Send>, Type);
+
+/// Parameters built up with the statement text (for filters), numbered as pushed.
+#[derive(Default)]
+pub(crate) struct Params(Vec<Param>);
+
+impl Params {
+    /// Adds a parameter and returns its placeholder (`$n`).
+    pub(crate) fn push<T: Pg + Send + 'static>(&mut self, value: T) -> String {
+        self.0.push((Box::new(value), T::TYPE));
+        format!("${}", self.0.len())
+    }
+
+    pub(crate) fn refs(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        self.0
+            .iter()
+            .map(|(v, t)| (v.as_ref() as &(dyn ToSql + Sync), t.clone()))
+            .collect()
+    }
+}
+
+/// The driver's client under the pool's wrapper (its transactions are plain ones).
+pub(crate) fn pg(client: &mut deadpool_postgres::Object) -> &mut tokio_postgres::Client {
+    client
+}
+
+/// Runs a `SELECT COUNT(*) AS n ...` statement.
+pub(crate) async fn count(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<u64, StoreError> {
+    let row = c.query_typed_one(sql, params).await.map_err(map_pg)?;
+    Ok(get::<i64>(&row, "n")?.max(0) as u64)
+}
 
 /// Maps a database error to the store's kinds: unreachable or shut down is `Unavailable`,
 /// bad input data is `Invalid`, everything else a backend error.
@@ -150,7 +186,13 @@ fn enum_col<T>(row: &Row, col: &str, parse: fn(&str) -> Option<T>) -> Result<T, 
     parse(text).ok_or_else(|| StoreError::Backend(format!("unknown value {text:?} in {col}")))
 }
 
-pub(crate) const SESSION_COLS: &str = "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at";
+/// The columns [`session`] reads, as a literal for `concat!`.
+macro_rules! session_cols {
+    () => {
+        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
+    };
+}
+pub(crate) use session_cols;
 
 pub(crate) fn session(row: &Row) -> Result<Session, StoreError> {
     Ok(Session {
@@ -172,7 +214,13 @@ pub(crate) fn session(row: &Row) -> Result<Session, StoreError> {
     })
 }
 
-pub(crate) const MESSAGE_COLS: &str = "id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at";
+/// The columns [`message`] reads, as a literal for `concat!`.
+macro_rules! message_cols {
+    () => {
+        "id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at"
+    };
+}
+pub(crate) use message_cols;
 
 pub(crate) fn message(row: &Row) -> Result<Message, StoreError> {
     Ok(Message {
@@ -189,7 +237,13 @@ pub(crate) fn message(row: &Row) -> Result<Message, StoreError> {
     })
 }
 
-pub(crate) const EXECUTION_COLS: &str = "id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, step_count, tokens_input, tokens_output, tokens_total, error_message, attempts, started_at, completed_at, created_at, updated_at";
+/// The columns [`execution`] reads, as a literal for `concat!`.
+macro_rules! execution_cols {
+    () => {
+        "id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, step_count, tokens_input, tokens_output, tokens_total, error_message, attempts, started_at, completed_at, created_at, updated_at"
+    };
+}
+pub(crate) use execution_cols;
 
 pub(crate) fn execution(row: &Row) -> Result<Execution, StoreError> {
     Ok(Execution {
@@ -220,7 +274,13 @@ pub(crate) fn execution(row: &Row) -> Result<Execution, StoreError> {
     })
 }
 
-pub(crate) const SNAPSHOT_COLS: &str = "id, execution_id, parent_snapshot_id, agent_id, agent_name, step_number, is_final, debug_mode, created_at";
+/// The columns [`snapshot`] reads, as a literal for `concat!`.
+macro_rules! snapshot_cols {
+    () => {
+        "id, execution_id, parent_snapshot_id, agent_id, agent_name, step_number, is_final, debug_mode, created_at"
+    };
+}
+pub(crate) use snapshot_cols;
 
 /// A snapshot row without its state (`null`).
 pub(crate) fn snapshot(row: &Row) -> Result<Snapshot, StoreError> {
@@ -238,8 +298,14 @@ pub(crate) fn snapshot(row: &Row) -> Result<Snapshot, StoreError> {
     })
 }
 
-pub(crate) const EVENT_COLS: &str =
-    "session_id, seq, message_id, execution_id, event_type, content, metadata, created_at";
+/// The columns [`event`] reads, as a literal for `concat!`.
+macro_rules! event_cols {
+    () => {
+        "session_id, seq, message_id, execution_id, event_type, content, metadata, created_at"
+    };
+}
+pub(crate) use event_cols;
+pub(crate) const EVENT_COLS: &str = event_cols!();
 
 pub(crate) fn event(row: &Row) -> Result<Event, StoreError> {
     Ok(Event {
@@ -254,7 +320,13 @@ pub(crate) fn event(row: &Row) -> Result<Event, StoreError> {
     })
 }
 
-pub(crate) const API_KEY_COLS: &str = "id, name, tenant_id, user_id, created_at, revoked_at";
+/// The columns [`api_key`] reads, as a literal for `concat!`.
+macro_rules! api_key_cols {
+    () => {
+        "id, name, tenant_id, user_id, created_at, revoked_at"
+    };
+}
+pub(crate) use api_key_cols;
 
 pub(crate) fn api_key(row: &Row) -> Result<ApiKeyRecord, StoreError> {
     Ok(ApiKeyRecord {
@@ -267,8 +339,14 @@ pub(crate) fn api_key(row: &Row) -> Result<ApiKeyRecord, StoreError> {
     })
 }
 
-pub(crate) const STEP_COLS: &str =
-    "s.id, s.execution_id, s.session_id, s.step_number, s.kind, s.created_at, s.payload";
+/// The columns [`step_row`] reads, as a literal for `concat!`.
+macro_rules! step_cols {
+    () => {
+        "s.id, s.execution_id, s.session_id, s.step_number, s.kind, s.created_at, s.payload"
+    };
+}
+pub(crate) use step_cols;
+pub(crate) const STEP_COLS: &str = step_cols!();
 
 pub(crate) struct StepRow {
     pub id: Id,

@@ -22,6 +22,7 @@ mod hub;
 mod records;
 mod rekey;
 mod restore;
+pub mod rules;
 mod types;
 
 use std::future::Future;

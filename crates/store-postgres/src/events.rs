@@ -1,0 +1,64 @@
+//! A session's events on PostgreSQL: appended through the group-commit writer (which
+//! numbers them and announces them to other nodes), listed after a sequence number, and
+//! the live stream of this node (see `relay`).
+
+use std::sync::Arc;
+
+use stepwise_core::{Event, Id};
+use stepwise_store::{Ack, NewEvent, Result, Tenant};
+use tokio::sync::broadcast;
+
+use crate::PgStore;
+use crate::sql::{self, args, event_cols, json_text, map_pg};
+use crate::writer::EventJob;
+
+const EVENTS_AFTER: &str = concat!(
+    "SELECT ",
+    event_cols!(),
+    " FROM events WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4"
+);
+
+pub(crate) async fn append(store: &PgStore, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
+    sql::check_text("content", &new.content)?;
+    let metadata = json_text(&new.metadata);
+    store
+        .inner
+        .writer
+        .event(EventJob {
+            tenant: tenant.as_str().to_string(),
+            new,
+            metadata,
+            now: store.now(),
+        })
+        .await
+}
+
+pub(crate) async fn list(
+    store: &PgStore,
+    tenant: &Tenant,
+    session_id: Id,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<Event>> {
+    let client = store.client().await?;
+    let rows = client
+        .query_typed(
+            EVENTS_AFTER,
+            args![session_id, tenant.as_str(), after, i64::from(limit)],
+        )
+        .await
+        .map_err(map_pg)?;
+    sql::collect(&rows, sql::event)
+}
+
+pub(crate) fn subscribe(
+    store: &PgStore,
+    tenant: &Tenant,
+    session_id: Id,
+) -> broadcast::Receiver<Arc<Event>> {
+    store.inner.relay.subscribe(tenant.as_str(), session_id)
+}
+
+pub(crate) fn publish_live(store: &PgStore, tenant: &Tenant, event: Event) {
+    store.inner.relay.publish_live(tenant.as_str(), event);
+}

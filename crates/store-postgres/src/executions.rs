@@ -1,0 +1,194 @@
+//! Executions on PostgreSQL: created (pointing their session at them), read, listed, and
+//! moved between states under a row lock. Claiming, leases and the queue doorbell are in
+//! `queue`.
+
+use stepwise_core::{Execution, ExecutionStatus, Id};
+use stepwise_store::rules::check_transition;
+use stepwise_store::{NewExecution, Result, StoreError, Tenant, Transition};
+use tokio_postgres::GenericClient;
+
+use crate::PgStore;
+use crate::queue::notify_queue;
+use crate::sql::{self, args, execution_cols, json_text, map_pg, pg};
+
+const POINT_SESSION_AT: &str =
+    "UPDATE sessions SET last_execution_id = $1, updated_at = $2 WHERE id = $3 AND tenant_id = $4";
+const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)";
+macro_rules! execution_by_id {
+    () => {
+        concat!(
+            "SELECT ",
+            execution_cols!(),
+            " FROM executions WHERE id = $1 AND tenant_id = $2"
+        )
+    };
+}
+const EXECUTION_BY_ID: &str = execution_by_id!();
+/// Inside a transaction: the row stays locked until it ends.
+const LOCK_EXECUTION_BY_ID: &str = concat!(execution_by_id!(), " FOR UPDATE");
+const SESSION_EXECUTIONS: &str = concat!(
+    "SELECT ",
+    execution_cols!(),
+    " FROM executions WHERE session_id = $1 AND tenant_id = $2 ORDER BY created_at, id"
+);
+/// A state change; the lease goes, and a pause starts the attempt count afresh.
+const TRANSITION_EXECUTION: &str = concat!(
+    "UPDATE executions SET status = $1, output = COALESCE($2, output), error_message = COALESCE($3, error_message), \
+     resume_answer = $4, completed_at = COALESCE($5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = $6, \
+     attempts = CASE WHEN $1 = 'paused' THEN 0 ELSE attempts END \
+     WHERE id = $7 AND tenant_id = $8 RETURNING ",
+    execution_cols!()
+);
+
+/// One execution of a tenant; `lock` takes its row lock (inside a transaction).
+pub(crate) async fn load(
+    c: &impl GenericClient,
+    tenant: &str,
+    id: Id,
+    lock: bool,
+) -> Result<Option<Execution>> {
+    let sql = if lock {
+        LOCK_EXECUTION_BY_ID
+    } else {
+        EXECUTION_BY_ID
+    };
+    let row = c
+        .query_typed_opt(sql, args![id, tenant])
+        .await
+        .map_err(map_pg)?;
+    row.as_ref().map(sql::execution).transpose()
+}
+
+pub(crate) async fn create(
+    store: &PgStore,
+    tenant: &Tenant,
+    new: NewExecution,
+) -> Result<Execution> {
+    let now = store.now();
+    let execution = new.into_execution(tenant, now)?;
+    let e = &execution;
+    let mut client = store.client().await?;
+    let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+    if let Some(session_id) = e.session_id {
+        let touched = tx
+            .execute_typed(
+                POINT_SESSION_AT,
+                args![e.id, now.0, session_id, e.tenant_id],
+            )
+            .await
+            .map_err(map_pg)?;
+        if touched == 0 {
+            return Err(StoreError::NotFound("session"));
+        }
+    }
+    if let Some(parent) = e.parent_execution_id
+        && load(&tx, &e.tenant_id, parent, false).await?.is_none()
+    {
+        return Err(StoreError::NotFound("parent execution"));
+    }
+    tx.execute_typed(
+        INSERT_EXECUTION,
+        args![
+            e.id,
+            e.tenant_id,
+            e.session_id,
+            e.parent_execution_id,
+            e.user_id,
+            e.agent_type,
+            json_text(&e.agent_config),
+            e.status.as_str(),
+            json_text(&e.input),
+            json_text(&e.metadata),
+            e.started_at.map(|t| t.0),
+            now.0
+        ],
+    )
+    .await
+    .map_err(map_pg)?;
+    if e.parent_execution_id.is_none() && e.status == ExecutionStatus::Pending {
+        notify_queue(&tx).await?;
+    }
+    tx.commit().await.map_err(map_pg)?;
+    store.remember(&execution);
+    Ok(execution)
+}
+
+pub(crate) async fn get(store: &PgStore, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
+    let found = load(&**store.client().await?, tenant.as_str(), id, false).await?;
+    if let Some(execution) = &found {
+        store.remember(execution);
+    }
+    Ok(found)
+}
+
+pub(crate) async fn list(
+    store: &PgStore,
+    tenant: &Tenant,
+    session_id: Id,
+) -> Result<Vec<Execution>> {
+    let client = store.client().await?;
+    let rows = client
+        .query_typed(SESSION_EXECUTIONS, args![session_id, tenant.as_str()])
+        .await
+        .map_err(map_pg)?;
+    sql::collect(&rows, sql::execution)
+}
+
+/// Checks the move against the current state (row locked), applies it and rings the
+/// queue when the execution is queued again or its session may run its next one.
+pub(crate) async fn transition(
+    store: &PgStore,
+    tenant: &Tenant,
+    id: Id,
+    transition: Transition,
+) -> Result<Execution> {
+    // Saves queued before this call land before the move (steps before `completed`).
+    store.inner.writer.flush().await?;
+    let now = store.now();
+    let mut client = store.client().await?;
+    let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+    let current = load(&tx, tenant.as_str(), id, true)
+        .await?
+        .ok_or(StoreError::NotFound("execution"))?;
+    check_transition(current.status, &transition)?;
+    let target = transition.target();
+    let (output, error, answer, done): (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    ) = match &transition {
+        Transition::Pause { .. } => (None, None, None, None),
+        Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
+        Transition::Complete { output } => (Some(json_text(output)), None, None, Some(now.0)),
+        Transition::Fail { error_message } => {
+            (None, Some(error_message.clone()), None, Some(now.0))
+        }
+        Transition::Cancel => (None, None, None, Some(now.0)),
+    };
+    let row = tx
+        .query_typed_one(
+            TRANSITION_EXECUTION,
+            args![
+                target.as_str(),
+                output,
+                error,
+                answer,
+                done,
+                now.0,
+                id,
+                tenant.as_str()
+            ],
+        )
+        .await
+        .map_err(map_pg)?;
+    let execution = sql::execution(&row)?;
+    if execution.parent_execution_id.is_none() && target != ExecutionStatus::Paused {
+        // Queued again, or the session's next execution may run now.
+        notify_queue(&tx).await?;
+    }
+    tx.commit().await.map_err(map_pg)?;
+    store.remember(&execution);
+    Ok(execution)
+}

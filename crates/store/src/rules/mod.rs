@@ -1,0 +1,17 @@
+//! The rules every backend applies, written once. A backend keeps only its I/O (SQL, or
+//! the files backend's in-memory state); what a patch changes, when a session expires, when
+//! a lease runs out, which names are valid and how an imported document is laid out are
+//! decided here, so the backends cannot drift apart.
+
+mod executions;
+mod import_plan;
+mod lease;
+mod names;
+mod patch;
+mod retention;
+
+pub use executions::{check_step_number, check_transition};
+pub use import_plan::ImportPlan;
+pub use lease::{attempts_exhausted, gave_up_message, lease_expired, lease_until};
+pub use names::{check_name, name_taken, rename_taken};
+pub use retention::{ExpiryCutoffs, is_stale};
