@@ -14,8 +14,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig, ToolSet};
-use stepwise_server::{AppState, ServerConfig};
+use stepwise_engine::EngineConfig;
+use stepwise_server::{Node, NodeSettings};
 use stepwise_store::{Store, Tenant};
 use tokio::sync::mpsc;
 
@@ -68,62 +68,28 @@ pub async fn run_remote(args: ChatArgs) -> anyhow::Result<()> {
 
 /// In-process: the engine, its workers and the HTTP app on a loopback port of this process.
 pub async fn run_local<S: Store>(store: S, args: ChatArgs) -> anyhow::Result<()> {
-    let mut agents = AgentRegistry::new();
-    agents.register(DEMO_AGENT, DemoAgent::from_env());
-    let mut tools = ToolSet::builtin();
-    let (settings_path, _) = crate::config::config_path();
-    let llm_settings = stepwise_llm::LlmSettings::load(&settings_path).context("LLM settings")?;
-    let llm = stepwise_llm::setup::install(&llm_settings, &store, &mut agents, &mut tools)
-        .await
-        .context("cannot set up the LLM agent")?;
-    let config = EngineConfig {
-        workers: 2,
-        default_agent: llm
-            .default_agent
-            .clone()
-            .unwrap_or_else(|| DEMO_AGENT.to_string()),
-        ..EngineConfig::default()
+    let agents = crate::agents::install(&store).await?;
+    let settings = NodeSettings {
+        engine: EngineConfig {
+            workers: 2,
+            default_agent: agents.default_agent,
+            ..EngineConfig::default()
+        },
+        tools: agents.tools,
+        ..NodeSettings::new(agents.registry)
     };
-    let engine = Engine::with_tools(store.clone(), agents, tools, config);
-    let state = AppState::new(engine.clone(), ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let node = Node::start(settings, store.clone())
         .await
-        .context("cannot open a loopback port for the in-process server")?;
-    let addr = listener
-        .local_addr()
-        .context("cannot read the loopback address")?;
-
-    // A database with API keys wants one on every request: unless one is given, this
-    // process makes a key of its own for tenant `local` and revokes it when it leaves.
-    let mut temporary_key = None;
-    let key = match args.api_key.clone().filter(|k| !k.trim().is_empty()) {
-        Some(key) => Some(key),
-        None if store.count_active_api_keys().await? > 0 => {
-            let secret = stepwise_core::apikey::generate_api_key()
-                .map_err(|e| anyhow::anyhow!("cannot get random bytes from the OS: {e}"))?;
-            let tenant = Tenant::new(stepwise_server::LOCAL_TENANT.to_string())
-                .context("the local tenant")?;
-            let record = store
-                .create_api_key(
-                    &tenant,
-                    stepwise_server::LOCAL_USER,
-                    Some("stepwise chat (temporary)".into()),
-                    &stepwise_core::apikey::hash_api_key(&secret),
-                )
-                .await?;
-            temporary_key = Some(record.id);
-            Some(secret)
+        .context("cannot start the in-process server")?;
+    let (key, temporary_key) = match api_key(&store, &args).await {
+        Ok(key) => key,
+        Err(e) => {
+            node.shutdown(Duration::from_secs(5)).await;
+            return Err(e);
         }
-        None => None,
     };
 
-    engine.spawn_workers();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
-        let _ = stop_rx.await;
-    }));
-
-    let result = match Api::new(&format!("http://{addr}"), key) {
+    let result = match Api::new(&node.base_url(), key) {
         Ok(api) => run_client(api, args).await,
         Err(e) => Err(e),
     };
@@ -135,11 +101,37 @@ pub async fn run_local<S: Store>(store: S, args: ChatArgs) -> anyhow::Result<()>
     }
     // An execution still running goes back to the queue at a step boundary; the next
     // `stepwise chat` or `stepwise serve` on this database finishes it.
-    engine.shutdown(Duration::from_secs(5)).await;
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
-    drop(llm);
+    node.shutdown(Duration::from_secs(5)).await;
+    drop(agents.llm);
     result
+}
+
+/// The key the in-process chat sends, and the id of the one it made. A database with API
+/// keys wants one on every request: unless one is given, this process makes a key of its
+/// own for tenant `local` (and revokes it when it leaves).
+async fn api_key<S: Store>(
+    store: &S,
+    args: &ChatArgs,
+) -> anyhow::Result<(Option<String>, Option<stepwise_core::Id>)> {
+    if let Some(key) = args.api_key.clone().filter(|k| !k.trim().is_empty()) {
+        return Ok((Some(key), None));
+    }
+    if store.count_active_api_keys().await? == 0 {
+        return Ok((None, None));
+    }
+    let secret = stepwise_core::apikey::generate_api_key()
+        .map_err(|e| anyhow::anyhow!("cannot get random bytes from the OS: {e}"))?;
+    let tenant =
+        Tenant::new(stepwise_server::LOCAL_TENANT.to_string()).context("the local tenant")?;
+    let record = store
+        .create_api_key(
+            &tenant,
+            stepwise_server::LOCAL_USER,
+            Some("stepwise chat (temporary)".into()),
+            &stepwise_core::apikey::hash_api_key(&secret),
+        )
+        .await?;
+    Ok((Some(secret), Some(record.id)))
 }
 
 enum Input {
@@ -561,7 +553,7 @@ impl Chat {
                         }
                     };
                     retries = 0;
-                    if let Some(id) = event.id.as_deref().and_then(|id| id.trim().parse::<i64>().ok()) {
+                    if let Ok(id) = event.id.trim().parse::<i64>() {
                         self.last_event.insert(session.id.clone(), id);
                     }
                     let Ok(data) = serde_json::from_str::<EventData>(&event.data) else {

@@ -1,9 +1,11 @@
-//! `stepwise cleanup`: one retention pass (the server's cleaner runs the same pass).
+//! `stepwise cleanup`: one retention pass, the one the server's cleaner runs
+//! ([`stepwise_server::cleaner::retention_pass`]).
 
 use clap::Args;
 use serde_json::json;
 use stepwise_core::Timestamp;
-use stepwise_store::{CleanupReport, RetentionPolicy, Store, StoreError};
+use stepwise_server::cleaner::{PassOutcome, retention_pass};
+use stepwise_store::{RetentionPolicy, Store};
 
 #[derive(Args, Debug, Clone)]
 pub struct CleanupArgs {
@@ -43,50 +45,6 @@ impl RetentionArgs {
             deleted_days: self.deleted_days,
         }
     }
-}
-
-/// What one retention pass changed (or, dry, would change).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PassOutcome {
-    /// Another node held the retention lock, so this pass did nothing.
-    pub skipped: bool,
-    pub marked_abandoned: u64,
-    pub deleted: CleanupReport,
-}
-
-/// One retention pass as of `now`: mark idle active sessions abandoned, then delete
-/// sessions past retention. `stepwise cleanup` and the server's cleaner both run this.
-/// A pass that changes data holds the store's retention lock throughout (on PostgreSQL,
-/// one node at a time); when another node holds it, the pass is skipped.
-pub async fn retention_pass<S: Store>(
-    store: &S,
-    policy: RetentionPolicy,
-    now: Timestamp,
-    dry: bool,
-) -> Result<PassOutcome, StoreError> {
-    let _lock = if dry {
-        None
-    } else {
-        match store.try_retention_lock().await? {
-            Some(lock) => Some(lock),
-            None => {
-                tracing::debug!("retention pass skipped: another node is running one");
-                return Ok(PassOutcome {
-                    skipped: true,
-                    ..PassOutcome::default()
-                });
-            }
-        }
-    };
-    let marked_abandoned = store
-        .mark_abandoned(now.minus_days(policy.abandon_after_days), dry)
-        .await?;
-    let deleted = store.cleanup_old_sessions(now, policy, dry).await?;
-    Ok(PassOutcome {
-        skipped: false,
-        marked_abandoned,
-        deleted,
-    })
 }
 
 pub async fn run<S: Store>(store: &S, args: CleanupArgs) -> anyhow::Result<()> {

@@ -4,9 +4,9 @@
 // Tests may unwrap: a failure there is the assertion.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod agents;
 mod bench;
 mod chat;
-mod cleaner;
 mod cleanup;
 mod config;
 mod db;

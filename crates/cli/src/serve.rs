@@ -7,10 +7,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::Context;
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig, ToolSet};
-use stepwise_server::{AppState, ServerConfig};
+use stepwise_engine::EngineConfig;
+use stepwise_server::{CleanerSettings, Listen, Node, NodeSettings, ServerConfig};
 use stepwise_store::Store;
-use tokio::sync::watch;
 
 /// Exit status when a non-loopback server would run without API keys.
 pub const EXIT_NO_KEYS: i32 = 2;
@@ -69,7 +68,7 @@ pub struct ServeArgs {
     pub related_types: Option<String>,
     /// Seconds between two runs of the retention cleaner (the first runs at start); 0 turns
     /// it off.
-    #[arg(long, env = "STEPWISE_CLEANUP_INTERVAL_SECS", default_value_t = crate::cleaner::DEFAULT_INTERVAL_SECS, value_name = "SECS")]
+    #[arg(long, env = "STEPWISE_CLEANUP_INTERVAL_SECS", default_value_t = stepwise_server::cleaner::DEFAULT_INTERVAL_SECS, value_name = "SECS")]
     pub cleanup_interval_secs: u64,
     /// Also serve `GET /metrics` alone on this address (for a scraper on an internal
     /// network); `/metrics` stays on the main address too.
@@ -152,32 +151,18 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     // Everything below (engine, handlers, cleaner) saves and loads through the timings
     // `/metrics` reports.
     let store = stepwise_server::Metered::new(store);
-
-    let mut agents = AgentRegistry::new();
-    agents.register(DEMO_AGENT, DemoAgent::from_env());
-    let mut tools = ToolSet::builtin();
-    // With a model server configured, `tool-calling` is served and is the default agent;
-    // otherwise the demo agent is. `llm` owns any MCP server processes: keep it alive.
-    let (settings_path, _) = crate::config::config_path();
-    let llm_settings = stepwise_llm::LlmSettings::load(&settings_path).context("LLM settings")?;
-    let llm = stepwise_llm::setup::install(&llm_settings, &store, &mut agents, &mut tools)
-        .await
-        .context("cannot set up the LLM agent")?;
-    let default_agent = llm
-        .default_agent
-        .clone()
-        .unwrap_or_else(|| DEMO_AGENT.to_string());
-    let config = EngineConfig {
-        workers: args.workers.max(1),
-        lease: Duration::from_secs(args.lease_secs.max(1)),
-        max_attempts: args.max_attempts.max(1),
-        default_agent: default_agent.clone(),
-        ..EngineConfig::default()
-    };
-    let engine = Engine::with_tools(store.clone(), agents, tools, config);
-    let state = AppState::new(
-        engine.clone(),
-        ServerConfig {
+    let agents = crate::agents::install(&store).await?;
+    let metrics_listen = args.metrics_listen.as_deref().map(resolve).transpose()?;
+    let settings = NodeSettings {
+        engine: EngineConfig {
+            workers: args.workers.max(1),
+            lease: Duration::from_secs(args.lease_secs.max(1)),
+            max_attempts: args.max_attempts.max(1),
+            default_agent: agents.default_agent.clone(),
+            ..EngineConfig::default()
+        },
+        tools: agents.tools,
+        server: ServerConfig {
             open_when_no_keys: loopback || args.insecure_no_auth,
             body_limit: args.max_body_bytes,
             rate_limit_per_sec: args.rate_limit_per_sec.max(0.0),
@@ -194,69 +179,20 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
                 (!types.is_empty()).then_some(types)
             }),
         },
-    );
-
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener
-        .local_addr()
-        .context("cannot read the listen address")?;
-    engine.spawn_workers();
-
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let cleaner = (args.cleanup_interval_secs > 0).then(|| {
-        crate::cleaner::spawn(
-            store.clone(),
-            args.retention.policy(),
-            Duration::from_secs(args.cleanup_interval_secs),
-            stepwise_core::system_clock(),
-            stop_rx.clone(),
-        )
-    });
-    let mut metrics_local = None;
-    let metrics_server = match &args.metrics_listen {
-        Some(metrics_addr) => {
-            let metrics_addr = resolve(metrics_addr)?;
-            let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
-                .await
-                .with_context(|| format!("cannot listen on {metrics_addr} for metrics"))?;
-            metrics_local = Some(
-                metrics_listener
-                    .local_addr()
-                    .context("cannot read the metrics listen address")?,
-            );
-            let mut metrics_stop = stop_rx.clone();
-            Some(tokio::spawn(stepwise_server::launch_metrics(
-                metrics_listener,
-                state.clone(),
-                async move {
-                    let _ = metrics_stop.wait_for(|stop| *stop).await;
-                },
-            )))
-        }
-        None => None,
+        connections: args.connections(),
+        listen: Listen::Addr(addr),
+        metrics_listen,
+        cleaner: (args.cleanup_interval_secs > 0).then(|| CleanerSettings {
+            interval: Duration::from_secs(args.cleanup_interval_secs),
+            policy: args.retention.policy(),
+            clock: stepwise_core::system_clock(),
+        }),
+        ..NodeSettings::new(agents.registry)
     };
-    let mut server_stop = stop_rx.clone();
-    let connections = args.connections();
-    tracing::info!(
-        header_timeout_secs = args.header_timeout_secs,
-        body_timeout_secs = args.body_timeout_secs,
-        idle_timeout_secs = args.idle_timeout_secs,
-        max_connections = connections.max_connections,
-        "connection limits"
-    );
-    let server = tokio::spawn(stepwise_server::launch_with(
-        listener,
-        state,
-        connections,
-        async move {
-            let _ = server_stop.wait_for(|stop| *stop).await;
-        },
-    ));
-    println!("Stepwise listening on http://{local}");
-    println!("Default agent: {default_agent}");
-    if let Some(metrics_local) = metrics_local {
+    let node = Node::start(settings, store).await?;
+    println!("Stepwise listening on http://{}", node.local_addr());
+    println!("Default agent: {}", agents.default_agent);
+    if let Some(metrics_local) = node.metrics_addr() {
         println!("Metrics on http://{metrics_local}/metrics");
     }
     if keys == 0 {
@@ -266,44 +202,10 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     }
     let _ = std::io::stdout().flush();
 
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    });
-    let _ = stop_rx.wait_for(|stop| *stop).await;
+    shutdown_signal().await;
     tracing::info!("shutting down: finishing steps in flight, draining the save queue");
-
-    // Workers stop at their next step boundary and give their executions back.
-    if !engine.shutdown(Duration::from_secs(6)).await {
-        tracing::warn!(
-            "some executions did not reach a step boundary in time; their leases will expire and they resume on the next start"
-        );
-    }
-    match tokio::time::timeout(Duration::from_secs(2), server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the HTTP server stopped with an error"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "the HTTP server task failed"),
-        Err(_) => tracing::warn!("open connections did not close in time"),
-    }
-    if let Some(metrics_server) = metrics_server {
-        match tokio::time::timeout(Duration::from_secs(1), metrics_server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => {
-                tracing::warn!(error = %e, "the metrics listener stopped with an error")
-            }
-            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener task failed"),
-            Err(_) => tracing::warn!("metrics connections did not close in time"),
-        }
-    }
-    if let Some(cleaner) = cleaner {
-        cleaner.join(Duration::from_secs(1)).await;
-    }
-    match tokio::time::timeout(Duration::from_secs(1), store.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "draining the save queue failed"),
-        Err(_) => tracing::warn!("draining the save queue took too long"),
-    }
-    drop(llm);
+    node.shutdown(Duration::from_secs(6)).await;
+    drop(agents.llm);
     println!("Stepwise stopped");
     Ok(())
 }

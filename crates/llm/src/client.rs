@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use stepwise_engine::BoxFuture;
 
-use crate::sse::SseParser;
 use crate::wire::{
     ChatChunk, ChatRequest, ChatResponse, ToolCallDelta, Usage, content_text, error_message,
     finish_reason,
@@ -368,33 +367,25 @@ impl ChatClient {
             return parse_response(&body);
         }
 
-        let mut body = response.bytes_stream();
-        let mut parser = SseParser::new();
+        let mut events = std::pin::pin!(crate::sse::data_events(response.bytes_stream()));
         let mut answer = Assembly::default();
         let mut got_event = false;
-        'read: loop {
+        loop {
             let deadline = if got_event { total } else { first };
-            let next = self.bounded(cancel, deadline, total, body.next()).await?;
-            let ended = next.is_none();
-            let events = match next {
-                None => parser.finish().into_iter().collect::<Vec<_>>(),
-                Some(Ok(bytes)) => parser.feed(&bytes),
-                Some(Err(e)) => return Err(LlmError::Stream(e.to_string())),
+            let data = match self.bounded(cancel, deadline, total, events.next()).await? {
+                None => break,
+                Some(Ok(data)) => data,
+                Some(Err(e)) => return Err(LlmError::Stream(e)),
             };
-            for data in events {
-                got_event = true;
-                let data = data.trim();
-                if data == "[DONE]" {
-                    break 'read;
-                }
-                if data.is_empty() {
-                    continue;
-                }
-                answer.push_chunk(data, on_event)?;
-            }
-            if ended {
+            got_event = true;
+            let data = data.trim();
+            if data == "[DONE]" {
                 break;
             }
+            if data.is_empty() {
+                continue;
+            }
+            answer.push_chunk(data, on_event)?;
         }
         answer.finish()
     }

@@ -1,93 +1,70 @@
-//! A small server-sent-events parser: bytes in, the `data` of each event out. Only what
-//! chat-completions streams use: `data:` lines (several are joined with `\n`), a blank
-//! line ends an event, `:` lines are keep-alive comments, `event:`/`id:`/`retry:` are
-//! ignored. Lines may end in `\n`, `\r\n` or `\r`, and may be split across network reads.
+//! The `data` of each event of a chat-completions stream, parsed by `eventsource-stream`.
+//! Chat-completions streams use only `data:` lines (several are joined with `\n`); comments
+//! are keep-alives and `event:`/`id:`/`retry:` are not used. Unlike a browser, an event the
+//! stream ends without its closing blank line still counts: some servers end that way.
 
-#[derive(Debug, Default)]
-pub struct SseParser {
-    /// Bytes of a line not yet ended.
-    line: Vec<u8>,
-    data: Option<String>,
-    /// The last byte was `\r`: a `\n` right after it ends nothing more.
-    after_cr: bool,
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures_util::{Stream, StreamExt, TryStreamExt};
+
+/// A network chunk, or the blank line added after the last one.
+enum Chunk<B> {
+    Body(B),
+    End,
 }
 
-impl SseParser {
-    pub fn new() -> Self {
-        Self::default()
+impl<B: AsRef<[u8]>> AsRef<[u8]> for Chunk<B> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Chunk::Body(bytes) => bytes.as_ref(),
+            Chunk::End => b"\n\n",
+        }
     }
+}
 
-    /// Feeds bytes; returns the data of every event they complete.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
-        let mut events = Vec::new();
-        for &byte in bytes {
-            if self.after_cr {
-                self.after_cr = false;
-                if byte == b'\n' {
-                    continue;
-                }
-            }
-            match byte {
-                b'\n' => self.end_line(&mut events),
-                b'\r' => {
-                    self.after_cr = true;
-                    self.end_line(&mut events);
-                }
-                _ => self.line.push(byte),
-            }
-        }
-        events
-    }
-
-    /// The stream ended: an event without its closing blank line still counts.
-    pub fn finish(&mut self) -> Option<String> {
-        let mut events = Vec::new();
-        if !self.line.is_empty() {
-            self.end_line(&mut events);
-        }
-        self.data.take().or_else(|| events.pop())
-    }
-
-    fn end_line(&mut self, events: &mut Vec<String>) {
-        let line = String::from_utf8_lossy(&self.line).into_owned();
-        self.line.clear();
-        if line.is_empty() {
-            if let Some(data) = self.data.take() {
-                events.push(data);
-            }
-            return;
-        }
-        if line.starts_with(':') {
-            return;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (line.as_str(), ""),
-        };
-        if field == "data" {
-            match &mut self.data {
-                Some(data) => {
-                    data.push('\n');
-                    data.push_str(value);
-                }
-                None => self.data = Some(value.to_string()),
-            }
-        }
-    }
+/// The data of every event in `body` (a response's byte stream), in order. An error (the
+/// transport's, or bytes that are not UTF-8) is the last item.
+pub fn data_events<S, B, E>(body: S) -> impl Stream<Item = Result<String, String>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: std::fmt::Display,
+{
+    body.map_ok(Chunk::Body)
+        .chain(futures_util::stream::once(async { Ok(Chunk::End) }))
+        .eventsource()
+        .map(|event| match event {
+            Ok(event) => Ok(event.data),
+            Err(EventStreamError::Transport(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        })
+        // Nothing after an error: a cut-off event must not count as the last one.
+        .scan(false, |failed, item| {
+            let next = (!*failed).then_some(item);
+            *failed = next.as_ref().is_some_and(Result::is_err);
+            std::future::ready(next)
+        })
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use futures_util::stream;
+
     use super::*;
 
-    #[test]
-    fn events_split_anywhere_reassemble() {
-        let text = b"data: {\"a\":1}\n\n: keep-alive\n\ndata: two\r\ndata: lines\r\n\r\nevent: x\ndata: [DONE]\n\n";
+    async fn parse(chunks: Vec<&'static [u8]>) -> Vec<String> {
+        let body = stream::iter(chunks.into_iter().map(Ok::<_, String>));
+        data_events(body)
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+            .await
+    }
+
+    #[tokio::test]
+    async fn events_split_anywhere_reassemble() {
+        let text: &'static [u8] = b"data: {\"a\":1}\n\n: keep-alive\n\ndata: two\r\ndata: lines\r\n\r\nevent: x\ndata: [DONE]\n\n";
         for split in 0..text.len() {
-            let mut parser = SseParser::new();
-            let mut events = parser.feed(&text[..split]);
-            events.extend(parser.feed(&text[split..]));
+            let events = parse(vec![&text[..split], &text[split..]]).await;
             assert_eq!(
                 events,
                 vec!["{\"a\":1}", "two\nlines", "[DONE]"],
@@ -96,11 +73,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_unterminated_last_event_counts() {
-        let mut parser = SseParser::new();
-        assert!(parser.feed(b"data: last").is_empty());
-        assert_eq!(parser.finish().as_deref(), Some("last"));
-        assert_eq!(parser.finish(), None);
+    #[tokio::test]
+    async fn an_unterminated_last_event_counts() {
+        assert_eq!(
+            parse(vec![b"data: one\n\ndata: last"]).await,
+            ["one", "last"]
+        );
+        assert_eq!(parse(vec![b"data: last\r"]).await, ["last"]);
+        assert_eq!(parse(vec![b"data: one\n\n"]).await, ["one"]);
+    }
+
+    #[tokio::test]
+    async fn a_broken_transport_ends_with_its_error() {
+        let body = stream::iter(vec![
+            Ok::<&'static [u8], String>(b"data: one\n\ndata: cut"),
+            Err("connection reset".to_string()),
+        ]);
+        let items: Vec<_> = data_events(body).collect().await;
+        assert_eq!(
+            items,
+            vec![Ok("one".to_string()), Err("connection reset".to_string())]
+        );
     }
 }

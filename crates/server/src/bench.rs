@@ -1,30 +1,38 @@
-//! HTTP figures of the real server over loopback, in one process (run by the ignored test
-//! `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`; the
-//! messages figure with the load generator in a process of its own is
-//! `stepwise bench http --url URL`, see [`accept_messages`]).
+//! HTTP figures of the real server over loopback.
+//!
+//! [`run_http_bench`] measures three figures with server and clients in one process (the
+//! ignored test `cargo test --release -p stepwise-server --test bench_http -- --ignored
+//! --nocapture` runs it on a fresh SQLite database):
 //!
 //! - messages accepted per second: `POST /v1/sessions/{id}/messages` from N concurrent
-//!   clients (one session each) for a fixed time; workers are not started, so the figure
-//!   is the API and the store's write path, not the agents;
+//!   clients (one session each) for a fixed time; the node's workers are not started, so the
+//!   figure is the API and the store's write path, not the agents;
 //! - step-to-browser latency: events are appended through the store (the step path) and
 //!   timed from the moment their write is committed (the Ack resolves) to the moment each
 //!   SSE subscriber has read the event off its HTTP connection; p50/p99 over all samples;
 //! - resident memory with N idle SSE subscribers (one session each). Clients run in the
 //!   same process, so the figure is an upper bound for the server alone.
+//!
+//! Against a server running in a process of its own: [`accept_messages`] is the load
+//! generator of `stepwise bench http --url URL`, and [`idle_server_rss`] measures the
+//! server's own memory with 1,000 idle subscribers (the ignored test
+//! `idle_subscribers_rss_of_a_running_server`, given `STEPWISE_BENCH_URL` and
+//! `STEPWISE_BENCH_PID`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 use stepwise_core::EventType;
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent};
 use stepwise_store::{NewEvent, NewSession, Store, StoreError, Tenant};
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::Mutex;
 
-use crate::{AppState, LOCAL_TENANT, LOCAL_USER, ServerConfig};
+use crate::{LOCAL_TENANT, LOCAL_USER, Node, NodeError, NodeSettings};
 
 #[derive(Debug, Clone)]
 pub struct HttpBenchOptions {
@@ -89,8 +97,8 @@ pub enum BenchError {
     Store(#[from] StoreError),
     #[error("http: {0}")]
     Http(String),
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Node(#[from] NodeError),
 }
 
 fn http(e: impl std::fmt::Display) -> BenchError {
@@ -104,14 +112,15 @@ pub async fn run_http_bench<S: Store>(
 ) -> Result<HttpBenchReport, BenchError> {
     let mut agents = AgentRegistry::new();
     agents.register(DEMO_AGENT, DemoAgent::default());
-    let engine = Engine::new(store.clone(), agents, EngineConfig::default());
-    let state = AppState::new(engine, ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(crate::launch(listener, state, async move {
-        let _ = stopped.await;
-    }));
+    let node = Node::start(
+        NodeSettings {
+            run_workers: false,
+            ..NodeSettings::new(agents)
+        },
+        store.clone(),
+    )
+    .await?;
+    let base = node.base_url();
     let tenant = Tenant::new(LOCAL_TENANT)?;
 
     let messages = accept_messages(&base, options.clients, options.accept_duration, None).await?;
@@ -121,8 +130,7 @@ pub async fn run_http_bench<S: Store>(
     }
     let idle = idle_memory(&store, &tenant, &base, options.idle_subscribers).await?;
 
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    node.shutdown(Duration::from_secs(5)).await;
     store.flush().await?;
     Ok(HttpBenchReport {
         messages,
@@ -237,24 +245,14 @@ async fn subscribe(
         )));
     }
     Ok(tokio::spawn(async move {
-        let mut stream = response.bytes_stream();
-        let mut buffer = String::new();
+        let mut events = response.bytes_stream().eventsource();
         let mut seen = Vec::with_capacity(count);
         while seen.len() < count {
-            let Some(Ok(chunk)) = stream.next().await else {
+            let Some(Ok(event)) = events.next().await else {
                 break;
             };
-            let now = Instant::now();
-            buffer.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buffer.find("\n\n") {
-                let frame: String = buffer.drain(..end + 2).collect();
-                if let Some(id) = frame
-                    .lines()
-                    .find_map(|l| l.strip_prefix("id: "))
-                    .and_then(|id| id.trim().parse::<i64>().ok())
-                {
-                    seen.push((id, now));
-                }
+            if let Ok(id) = event.id.trim().parse::<i64>() {
+                seen.push((id, Instant::now()));
             }
         }
         arrivals.lock().await.extend(seen);

@@ -7,6 +7,7 @@
 mod auth;
 pub mod bench;
 mod checkpoints;
+pub mod cleaner;
 mod connections;
 mod error;
 mod events;
@@ -16,6 +17,7 @@ mod items;
 pub mod limits;
 mod messages;
 mod metered;
+mod node;
 mod openapi;
 mod ops;
 mod request_id;
@@ -44,6 +46,7 @@ pub use connections::{
 };
 pub use error::{ApiError, ApiResult};
 pub use metered::Metered;
+pub use node::{CleanerSettings, Listen, Node, NodeError, NodeSettings, Stopped};
 pub use openapi::openapi_json;
 pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
 pub use request_id::{REQUEST_ID_HEADER, RequestId};

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::TestServer;
 use serde_json::{Value, json};
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
-use stepwise_server::{AppState, Metered, ServerConfig};
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, EngineConfig};
+use stepwise_server::{Metered, Node, NodeSettings};
 use stepwise_store_sqlite::SqliteStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,13 +43,11 @@ async fn requests_are_counted_by_route_template_and_status() {
     server.stop().await;
 }
 
-/// A real server whose store is wrapped in [`Metered`], as `stepwise serve` runs it.
+/// A real node whose store is wrapped in [`Metered`], as `stepwise serve` runs it.
 struct MeteredServer {
     base: String,
     client: reqwest::Client,
-    stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-    engine: Engine<Metered<SqliteStore>>,
+    node: Node<Metered<SqliteStore>>,
     _dir: tempfile::TempDir,
 }
 
@@ -62,28 +60,19 @@ impl MeteredServer {
             DEMO_AGENT,
             DemoAgent::with_step_delay(Duration::from_millis(5)),
         );
-        let config = EngineConfig {
-            workers: 2,
-            poll_interval: Duration::from_millis(50),
-            ..EngineConfig::default()
+        let settings = NodeSettings {
+            engine: EngineConfig {
+                workers: 2,
+                poll_interval: Duration::from_millis(50),
+                ..EngineConfig::default()
+            },
+            ..NodeSettings::new(agents)
         };
-        let engine = Engine::new(store, agents, config);
-        engine.spawn_workers();
-        let state = AppState::new(engine.clone(), ServerConfig::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
-            let _ = stopped.await;
-        }));
+        let node = Node::start(settings, store).await.expect("node");
         MeteredServer {
-            base,
+            base: node.base_url(),
             client: reqwest::Client::new(),
-            stop,
-            server,
-            engine,
+            node,
             _dir: dir,
         }
     }
@@ -111,9 +100,7 @@ impl MeteredServer {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        self.engine.shutdown(Duration::from_secs(5)).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        self.node.shutdown(Duration::from_secs(5)).await;
     }
 }
 

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
-use stepwise_server::{AppState, Metered, ServerConfig};
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, EngineConfig};
+use stepwise_server::{Metered, Node, NodeSettings};
 use stepwise_store_sqlite::SqliteStore;
 
 async fn claim_queries(client: &reqwest::Client, base: &str) -> f64 {
@@ -35,22 +35,16 @@ async fn an_idle_node_sends_no_claim_queries_and_a_message_still_starts_at_once(
         DemoAgent::with_step_delay(Duration::from_millis(1)),
     );
     // A fallback poll far longer than this test: any claim below was rung for.
-    let config = EngineConfig {
-        workers: 8,
-        poll_interval: Duration::from_secs(60),
-        ..EngineConfig::default()
+    let settings = NodeSettings {
+        engine: EngineConfig {
+            workers: 8,
+            poll_interval: Duration::from_secs(60),
+            ..EngineConfig::default()
+        },
+        ..NodeSettings::new(agents)
     };
-    let engine = Engine::new(store, agents, config);
-    engine.spawn_workers();
-    let state = AppState::new(engine.clone(), ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
-        let _ = stopped.await;
-    }));
+    let node = Node::start(settings, store).await.expect("node");
+    let base = node.base_url();
     let client = reqwest::Client::new();
 
     // The workers look once when they start (work queued before a restart)...
@@ -113,7 +107,5 @@ async fn an_idle_node_sends_no_claim_queries_and_a_message_still_starts_at_once(
         after - at_start
     );
 
-    let _ = stop.send(());
-    engine.shutdown(Duration::from_secs(5)).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    node.shutdown(Duration::from_secs(5)).await;
 }

@@ -1,9 +1,11 @@
 //! `stepwise bench http --url URL`: a load generator in a process of its own (client and
 //! server do not share a runtime or cores' scheduler), measuring messages accepted per
 //! second by a running server: N clients, one session each, posting messages back to back.
-//! Start the server with `--rate-limit-per-sec 0` (the per-key limit would refuse most) and
-//! `--workers 0` to measure intake alone (the API and the store's write path), or with
-//! workers to measure intake while the demo agents run what was accepted.
+//! Start the server with `--rate-limit-per-sec 0` (the per-key limit would refuse most).
+//! `serve` always runs at least one worker: to measure intake alone (the API and the
+//! store's write path), hold it in a long demo step (`STEPWISE_DEMO_STEP_MS=600000 stepwise
+//! serve --workers 1 ...`); with more workers and short steps, it measures intake while the
+//! demo agents run what was accepted.
 
 use std::time::Duration;
 

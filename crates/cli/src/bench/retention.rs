@@ -26,14 +26,14 @@ use stepwise_core::{
     Clock, ExecutionStatus, ManualClock, Role, SessionStatus, SharedClock, StepBody, StepKind,
     Timestamp, TokenUsage, ToolCall,
 };
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
-use stepwise_server::{AppState, LOCAL_TENANT, LOCAL_USER, ServerConfig};
+use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, EngineConfig};
+use stepwise_server::cleaner::retention_pass;
+use stepwise_server::{LOCAL_TENANT, LOCAL_USER, Node, NodeSettings};
 use stepwise_store::{
     NewEvent, NewExecution, NewMessage, NewSession, NewStep, RetentionPolicy, SessionPatch, Store,
     Tenant, Transition, export_session,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::watch;
 
 use crate::db::DatabaseUrl;
 
@@ -133,22 +133,18 @@ async fn measure<S: Store>(
     clock.set(Timestamp::now());
     let mut agents = AgentRegistry::new();
     agents.register(DEMO_AGENT, DemoAgent::with_step_delay(Duration::ZERO));
-    let engine = Engine::new(
-        store.clone(),
-        agents,
-        EngineConfig {
-            workers: 2,
-            ..EngineConfig::default()
+    let node = Node::start(
+        NodeSettings {
+            engine: EngineConfig {
+                workers: 2,
+                ..EngineConfig::default()
+            },
+            ..NodeSettings::new(agents)
         },
-    );
-    engine.spawn_workers();
-    let state = AppState::new(engine.clone(), ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?.to_string();
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
-        let _ = stop_rx.wait_for(|stop| *stop).await;
-    }));
+        store.clone(),
+    )
+    .await?;
+    let addr = node.local_addr().to_string();
 
     let mut sessions = Vec::new();
     for i in 0..args.clients {
@@ -192,16 +188,12 @@ async fn measure<S: Store>(
     // Let the clients get going first.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let outcome =
-        crate::cleanup::retention_pass(store, RetentionPolicy::default(), clock.now(), false)
-            .await?;
+    let outcome = retention_pass(store, RetentionPolicy::default(), clock.now(), false).await?;
     let delete_secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::SeqCst);
     let during = collect(load).await?;
 
-    let _ = stop_tx.send(true);
-    engine.shutdown(Duration::from_secs(5)).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    node.shutdown(Duration::from_secs(5)).await;
 
     let left = store.count_by_status().await?;
     let completed_left: u64 = left

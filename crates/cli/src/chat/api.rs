@@ -2,7 +2,6 @@
 //! the same against a remote server and the in-process one. Every failure becomes one
 //! clear sentence (server down, 401, 404 ...), never a panic.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
@@ -11,7 +10,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::sse::{SseEvent, SseParser};
+use super::sse::EventStream;
 
 /// Requests other than the event stream give up after this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -312,12 +311,7 @@ impl Api {
             builder = builder.header("last-event-id", after.to_string());
         }
         let response = self.send(builder).await?;
-        Ok(EventStream {
-            response,
-            parser: SseParser::default(),
-            ready: VecDeque::new(),
-            base: self.base.clone(),
-        })
+        Ok(EventStream::new(response.bytes_stream(), &self.base))
     }
 }
 
@@ -332,29 +326,6 @@ fn encode(text: &str) -> String {
         }
     }
     out
-}
-
-pub struct EventStream {
-    response: reqwest::Response,
-    parser: SseParser,
-    ready: VecDeque<SseEvent>,
-    base: String,
-}
-
-impl EventStream {
-    /// The next event; `None` when the server closed the stream.
-    pub async fn next(&mut self) -> anyhow::Result<Option<SseEvent>> {
-        loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Ok(Some(event));
-            }
-            match self.response.chunk().await {
-                Ok(Some(bytes)) => self.ready.extend(self.parser.push(&bytes)),
-                Ok(None) => return Ok(None),
-                Err(e) => bail!("the event stream from {} broke: {e}", self.base),
-            }
-        }
-    }
 }
 
 #[cfg(test)]

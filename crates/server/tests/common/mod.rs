@@ -1,15 +1,15 @@
-//! A real server on a loopback port over a SQLite file in a tempdir, and a small SSE reader.
+//! A real node on a loopback port over a SQLite file in a tempdir, and an SSE reader.
 #![allow(dead_code)]
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde_json::Value;
 use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
-use stepwise_server::{AppState, ServerConfig};
+use stepwise_server::{Node, NodeSettings, ServerConfig};
 use stepwise_store_sqlite::SqliteStore;
-use tokio::sync::oneshot;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -19,8 +19,7 @@ pub struct TestServer {
     pub engine: Engine<SqliteStore>,
     pub client: reqwest::Client,
     pub token: Option<String>,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    node: Node<SqliteStore>,
     _dir: tempfile::TempDir,
 }
 
@@ -58,31 +57,24 @@ impl TestServer {
         if let Some(register) = options.register {
             register(&mut agents);
         }
-        let config = EngineConfig {
-            workers: 4,
-            lease: Duration::from_secs(5),
-            poll_interval: Duration::from_millis(100),
-            ..EngineConfig::default()
+        let settings = NodeSettings {
+            engine: EngineConfig {
+                workers: 4,
+                lease: Duration::from_secs(5),
+                poll_interval: Duration::from_millis(100),
+                ..EngineConfig::default()
+            },
+            server: options.server,
+            ..NodeSettings::new(agents)
         };
-        let engine = Engine::new(store.clone(), agents, config);
-        engine.spawn_workers();
-        let state = AppState::new(engine.clone(), options.server);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(stepwise_server::launch(listener, state, async move {
-            let _ = stopped.await;
-        }));
+        let node = Node::start(settings, store.clone()).await.expect("node");
         TestServer {
-            base,
+            base: node.base_url(),
             store,
-            engine,
+            engine: node.engine().clone(),
             client: reqwest::Client::new(),
             token: None,
-            stop: Some(stop),
-            server: Some(server),
+            node,
             _dir: dir,
         }
     }
@@ -183,14 +175,8 @@ impl TestServer {
         SseReader::new(response)
     }
 
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.engine.shutdown(Duration::from_secs(5)).await;
-        if let Some(server) = self.server.take() {
-            let _ = server.await;
-        }
+    pub async fn stop(self) {
+        self.node.shutdown(Duration::from_secs(5)).await;
     }
 }
 
@@ -226,70 +212,44 @@ where
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
+    /// The stream's last event id (a live-only event keeps the one before it).
     pub id: Option<i64>,
     pub event: String,
     pub data: Value,
 }
 
 pub struct SseReader {
-    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Vec<u8>>> + Send>>,
-    buffer: String,
-    pub comments: usize,
+    events: std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<
+                    Item = Result<
+                        eventsource_stream::Event,
+                        eventsource_stream::EventStreamError<reqwest::Error>,
+                    >,
+                > + Send,
+        >,
+    >,
 }
 
 impl SseReader {
     pub fn new(response: reqwest::Response) -> Self {
         SseReader {
-            stream: Box::pin(
-                response
-                    .bytes_stream()
-                    .map(|chunk| chunk.map(|b| b.to_vec())),
-            ),
-            buffer: String::new(),
-            comments: 0,
+            events: Box::pin(response.bytes_stream().eventsource()),
         }
     }
 
-    /// The next event, or `None` when the stream ends.
+    /// The next event (its data parsed as JSON when it is JSON), or `None` when the stream
+    /// ends, breaks, or sends nothing for [`DEADLINE`].
     pub async fn next(&mut self) -> Option<SseEvent> {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let frame: String = self.buffer[..end].to_string();
-                self.buffer.drain(..end + 2);
-                let mut event = SseEvent {
-                    id: None,
-                    event: "message".into(),
-                    data: Value::Null,
-                };
-                let mut data = String::new();
-                let mut any = false;
-                for line in frame.lines() {
-                    if line.starts_with(':') {
-                        self.comments += 1;
-                        continue;
-                    }
-                    let (field, value) = line
-                        .split_once(':')
-                        .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
-                    any = true;
-                    match field {
-                        "id" => event.id = value.parse().ok(),
-                        "event" => event.event = value.to_string(),
-                        "data" => data.push_str(value),
-                        _ => {}
-                    }
-                }
-                if !any {
-                    continue;
-                }
-                event.data = serde_json::from_str(&data).unwrap_or(Value::String(data));
-                return Some(event);
-            }
-            match tokio::time::timeout(DEADLINE, self.stream.next()).await {
-                Ok(Some(Ok(bytes))) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
-                _ => return None,
-            }
-        }
+        let event = match tokio::time::timeout(DEADLINE, self.events.next()).await {
+            Ok(Some(Ok(event))) => event,
+            _ => return None,
+        };
+        Some(SseEvent {
+            id: event.id.parse().ok(),
+            event: event.event,
+            data: serde_json::from_str(&event.data).unwrap_or(Value::String(event.data)),
+        })
     }
 
     /// Events up to and including the first of type `until` (for `execution_id` if given).

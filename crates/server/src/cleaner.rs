@@ -1,19 +1,62 @@
-//! The retention cleaner inside `stepwise serve`: the same pass as `stepwise cleanup`, run
-//! once shortly after start and then on an interval, until the server stops. A store error
-//! is logged and the next interval tries again; it never takes the server down.
+//! The retention cleaner: one retention pass (the same `stepwise cleanup` runs), and the
+//! schedule a [`Node`](crate::Node) runs it on: once shortly after start, then on an
+//! interval, until the node stops. A store error is logged and the next interval tries
+//! again; it never takes the server down.
 
 use std::future::Future;
 use std::time::Duration;
 
-use stepwise_core::SharedClock;
-use stepwise_store::{RetentionPolicy, Store, StoreError};
+use stepwise_core::{SharedClock, Timestamp};
+use stepwise_store::{CleanupReport, RetentionPolicy, Store, StoreError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cleanup::{PassOutcome, retention_pass};
-
 /// Default time between two passes: daily.
 pub const DEFAULT_INTERVAL_SECS: u64 = 86_400;
+
+/// What one retention pass changed (or, dry, would change).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    /// Another node held the retention lock, so this pass did nothing.
+    pub skipped: bool,
+    pub marked_abandoned: u64,
+    pub deleted: CleanupReport,
+}
+
+/// One retention pass as of `now`: mark idle active sessions abandoned, then delete
+/// sessions past retention. `stepwise cleanup` and the cleaner both run this.
+/// A pass that changes data holds the store's retention lock throughout (on PostgreSQL,
+/// one node at a time); when another node holds it, the pass is skipped.
+pub async fn retention_pass<S: Store>(
+    store: &S,
+    policy: RetentionPolicy,
+    now: Timestamp,
+    dry: bool,
+) -> Result<PassOutcome, StoreError> {
+    let _lock = if dry {
+        None
+    } else {
+        match store.try_retention_lock().await? {
+            Some(lock) => Some(lock),
+            None => {
+                tracing::debug!("retention pass skipped: another node is running one");
+                return Ok(PassOutcome {
+                    skipped: true,
+                    ..PassOutcome::default()
+                });
+            }
+        }
+    };
+    let marked_abandoned = store
+        .mark_abandoned(now.minus_days(policy.abandon_after_days), dry)
+        .await?;
+    let deleted = store.cleanup_old_sessions(now, policy, dry).await?;
+    Ok(PassOutcome {
+        skipped: false,
+        marked_abandoned,
+        deleted,
+    })
+}
 
 /// Passes run so far, for logs and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,7 +91,7 @@ impl Cleaner {
     }
 }
 
-/// Starts the cleaner over `store`; it stops when `stop` turns true (or its sender is gone).
+/// Starts the cleaner over `store`, passes as of `clock`'s time; it stops when `stop` turns true (or its sender is gone).
 pub fn spawn<S: Store>(
     store: S,
     policy: RetentionPolicy,
@@ -95,11 +138,9 @@ where
                 }
             });
             match &outcome {
-                Ok(done) if done.skipped => stepwise_server::record_retention_skipped(),
-                Ok(done) => {
-                    stepwise_server::record_retention_pass(done.marked_abandoned, &done.deleted)
-                }
-                Err(_) => stepwise_server::record_retention_failure(),
+                Ok(done) if done.skipped => crate::record_retention_skipped(),
+                Ok(done) => crate::record_retention_pass(done.marked_abandoned, &done.deleted),
+                Err(_) => crate::record_retention_failure(),
             }
             match outcome {
                 Ok(done) if done.skipped => tracing::debug!(
