@@ -48,7 +48,7 @@ pub async fn retention_pass<S: Store>(
         }
     };
     let marked_abandoned = store
-        .mark_abandoned(now.minus_days(policy.abandon_after_days), dry)
+        .mark_abandoned(policy.abandon_cutoff(now), dry)
         .await?;
     let deleted = store.cleanup_old_sessions(now, policy, dry).await?;
     Ok(PassOutcome {

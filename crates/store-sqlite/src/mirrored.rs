@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwise_core::codec;
-use stepwise_core::{Event, ExecutionStatus, Id, Step, StepBody, Timestamp, new_id};
+use stepwise_core::{Event, Timestamp, new_id};
 use stepwise_store::{
     Ack, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
 };
 
 use crate::SqliteStore;
-use crate::rows::{self, bid, json_text, opt_bid};
-use crate::steps::{SELECT_STEP, step_row};
+use crate::rows::{bid, json_text, opt_bid};
+use crate::steps::insert_step;
 use crate::writer::{Published, map_sqlite};
 
 impl SqliteStore {
@@ -46,104 +46,6 @@ impl SqliteStore {
             })
             .await
     }
-}
-
-/// Inserts step `new` unless the same step is stored already (then answers it with
-/// `created: false`); another body at that number is a `Conflict`.
-fn insert_step(
-    conn: &Connection,
-    tenant: &str,
-    new: NewStep,
-    payload: Vec<u8>,
-    id: Id,
-    now: Timestamp,
-) -> Result<StepAppend> {
-    let exec: Option<(Option<rows::Bid>, String)> = conn
-        .prepare_cached(
-            "SELECT session_id, status FROM executions WHERE id = ?1 AND tenant_id = ?2",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![bid(new.execution_id), tenant], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()
-        })
-        .map_err(map_sqlite)?;
-    let (session_id, status) = exec.ok_or(StoreError::NotFound("execution"))?;
-    let session_id = session_id.map(|b| b.0);
-    let finished = ExecutionStatus::parse(&status).is_some_and(ExecutionStatus::is_finished);
-    let inserted = if finished {
-        0
-    } else {
-        conn.prepare_cached(
-            "INSERT INTO steps (execution_id, step_number, id, tenant_id, session_id, kind, created_at, payload) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (execution_id, step_number) DO NOTHING",
-        )
-        .and_then(|mut s| {
-            s.execute(params![bid(new.execution_id), new.step_number, bid(id), tenant, opt_bid(session_id), new.kind.as_str(), now.0, payload])
-        })
-        .map_err(map_sqlite)?
-    };
-    if inserted == 1 {
-        let t = &new.body.token_usage;
-        conn.prepare_cached(
-            "UPDATE executions SET step_count = MAX(step_count, ?1), tokens_input = tokens_input + ?2, tokens_output = tokens_output + ?3, \
-             tokens_total = tokens_total + ?4, updated_at = ?5 WHERE id = ?6",
-        )
-        .and_then(|mut s| {
-            s.execute(params![new.step_number, t.input as i64, t.output as i64, t.total as i64, now.0, bid(new.execution_id)])
-        })
-        .map_err(map_sqlite)?;
-        let step = Step::from_body(
-            id,
-            new.execution_id,
-            session_id,
-            new.step_number,
-            new.kind,
-            new.body,
-            now,
-        );
-        return Ok(StepAppend {
-            step,
-            created: true,
-        });
-    }
-    // Already there (or the execution is over): the same step again is a no-op.
-    let existing = conn
-        .prepare_cached(SELECT_STEP)
-        .and_then(|mut s| {
-            s.query_row(params![bid(new.execution_id), new.step_number], step_row)
-                .optional()
-        })
-        .map_err(map_sqlite)?;
-    let Some(existing) = existing else {
-        return Err(StoreError::InvalidState(format!(
-            "the execution is {status}; no more steps can be added"
-        )));
-    };
-    let same = existing.kind == new.kind
-        && (existing.payload == payload
-            || codec::decode_step(&existing.payload).is_ok_and(|b| b == new.body));
-    if !same {
-        return Err(StoreError::Conflict(format!(
-            "step {} of this execution already exists with another body",
-            new.step_number
-        )));
-    }
-    let body: StepBody = codec::decode_step(&existing.payload).unwrap_or_default();
-    let step = Step::from_body(
-        existing.id,
-        existing.execution_id,
-        existing.session_id,
-        existing.step_number,
-        existing.kind,
-        body,
-        existing.created_at,
-    );
-    Ok(StepAppend {
-        step,
-        created: false,
-    })
 }
 
 /// Inserts the mirror's messages and events (all of one session, checked by the caller),

@@ -92,103 +92,7 @@ impl SqliteStore {
         let id = new_id();
         self.inner
             .writer
-            .submit(move |conn, _| {
-                let exec: Option<(Option<Bid>, String)> = conn
-                    .prepare_cached(EXECUTION_OF_STEP)
-                    .and_then(|mut s| {
-                        s.query_row(params![bid(new.execution_id), tenant], |r| {
-                            Ok((r.get(0)?, r.get(1)?))
-                        })
-                        .optional()
-                    })
-                    .map_err(map_sqlite)?;
-                let (session_id, status) = exec.ok_or(StoreError::NotFound("execution"))?;
-                let session_id = session_id.map(|b| b.0);
-                let finished =
-                    ExecutionStatus::parse(&status).is_some_and(ExecutionStatus::is_finished);
-                let inserted = if finished {
-                    0
-                } else {
-                    conn.prepare_cached(INSERT_STEP)
-                        .and_then(|mut s| {
-                            s.execute(params![
-                                bid(new.execution_id),
-                                new.step_number,
-                                bid(id),
-                                tenant,
-                                opt_bid(session_id),
-                                new.kind.as_str(),
-                                now.0,
-                                payload
-                            ])
-                        })
-                        .map_err(map_sqlite)?
-                };
-                if inserted == 1 {
-                    let t = &new.body.token_usage;
-                    conn.prepare_cached(ADVANCE_EXECUTION)
-                        .and_then(|mut s| {
-                            s.execute(params![
-                                new.step_number,
-                                t.input as i64,
-                                t.output as i64,
-                                t.total as i64,
-                                now.0,
-                                bid(new.execution_id)
-                            ])
-                        })
-                        .map_err(map_sqlite)?;
-                    let step = Step::from_body(
-                        id,
-                        new.execution_id,
-                        session_id,
-                        new.step_number,
-                        new.kind,
-                        new.body,
-                        now,
-                    );
-                    return Ok(StepAppend {
-                        step,
-                        created: true,
-                    });
-                }
-                // Already there (or the execution is over): the same step again is a no-op.
-                let existing = conn
-                    .prepare_cached(SELECT_STEP)
-                    .and_then(|mut s| {
-                        s.query_row(params![bid(new.execution_id), new.step_number], step_row)
-                            .optional()
-                    })
-                    .map_err(map_sqlite)?;
-                let Some(existing) = existing else {
-                    return Err(StoreError::InvalidState(format!(
-                        "the execution is {status}; no more steps can be added"
-                    )));
-                };
-                let same = existing.kind == new.kind
-                    && (existing.payload == payload
-                        || codec::decode_step(&existing.payload).is_ok_and(|b| b == new.body));
-                if !same {
-                    return Err(StoreError::Conflict(format!(
-                        "step {} of this execution already exists with another body",
-                        new.step_number
-                    )));
-                }
-                let body: StepBody = codec::decode_step(&existing.payload).unwrap_or_default();
-                let step = Step::from_body(
-                    existing.id,
-                    existing.execution_id,
-                    existing.session_id,
-                    existing.step_number,
-                    existing.kind,
-                    body,
-                    existing.created_at,
-                );
-                Ok(StepAppend {
-                    step,
-                    created: false,
-                })
-            })
+            .submit(move |conn, _| insert_step(conn, &tenant, new, payload, id, now))
             .await
     }
 
@@ -309,4 +213,110 @@ fn decode_row(row: StepRow) -> Decoded {
         )),
         Err(e) => Err((row.execution_id, row.step_number, e)),
     }
+}
+
+/// Inserts step `new` unless the same step is stored already (then answers it with
+/// `created: false`); another body at that number is a `Conflict`.
+pub(crate) fn insert_step(
+    conn: &rusqlite::Connection,
+    tenant: &str,
+    new: NewStep,
+    payload: Vec<u8>,
+    id: Id,
+    now: Timestamp,
+) -> Result<StepAppend> {
+    let exec: Option<(Option<Bid>, String)> = conn
+        .prepare_cached(EXECUTION_OF_STEP)
+        .and_then(|mut s| {
+            s.query_row(params![bid(new.execution_id), tenant], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
+        .map_err(map_sqlite)?;
+    let (session_id, status) = exec.ok_or(StoreError::NotFound("execution"))?;
+    let session_id = session_id.map(|b| b.0);
+    let finished = ExecutionStatus::parse(&status).is_some_and(ExecutionStatus::is_finished);
+    let inserted = if finished {
+        0
+    } else {
+        conn.prepare_cached(INSERT_STEP)
+            .and_then(|mut s| {
+                s.execute(params![
+                    bid(new.execution_id),
+                    new.step_number,
+                    bid(id),
+                    tenant,
+                    opt_bid(session_id),
+                    new.kind.as_str(),
+                    now.0,
+                    payload
+                ])
+            })
+            .map_err(map_sqlite)?
+    };
+    if inserted == 1 {
+        let t = &new.body.token_usage;
+        conn.prepare_cached(ADVANCE_EXECUTION)
+            .and_then(|mut s| {
+                s.execute(params![
+                    new.step_number,
+                    t.input as i64,
+                    t.output as i64,
+                    t.total as i64,
+                    now.0,
+                    bid(new.execution_id)
+                ])
+            })
+            .map_err(map_sqlite)?;
+        let step = Step::from_body(
+            id,
+            new.execution_id,
+            session_id,
+            new.step_number,
+            new.kind,
+            new.body,
+            now,
+        );
+        return Ok(StepAppend {
+            step,
+            created: true,
+        });
+    }
+    // Already there (or the execution is over): the same step again is a no-op.
+    let existing = conn
+        .prepare_cached(SELECT_STEP)
+        .and_then(|mut s| {
+            s.query_row(params![bid(new.execution_id), new.step_number], step_row)
+                .optional()
+        })
+        .map_err(map_sqlite)?;
+    let Some(existing) = existing else {
+        return Err(StoreError::InvalidState(format!(
+            "the execution is {status}; no more steps can be added"
+        )));
+    };
+    let same = existing.kind == new.kind
+        && (existing.payload == payload
+            || codec::decode_step(&existing.payload).is_ok_and(|b| b == new.body));
+    if !same {
+        return Err(StoreError::Conflict(format!(
+            "step {} of this execution already exists with another body",
+            new.step_number
+        )));
+    }
+    let body: StepBody = codec::decode_step(&existing.payload).unwrap_or_default();
+    let step = Step::from_body(
+        existing.id,
+        existing.execution_id,
+        existing.session_id,
+        existing.step_number,
+        existing.kind,
+        body,
+        existing.created_at,
+    );
+    Ok(StepAppend {
+        step,
+        created: false,
+    })
 }

@@ -13,7 +13,7 @@ use stepwise_store::{CleanupReport, StatusCounts, Store};
 
 use crate::AppState;
 
-/// Retention cleaner figures since start. The cleaner runs in the binary and reports here.
+/// Retention cleaner figures since start: the cleaner (`crate::cleaner`) reports each pass here.
 static RETENTION_PASSES: AtomicU64 = AtomicU64::new(0);
 static RETENTION_FAILURES: AtomicU64 = AtomicU64::new(0);
 static RETENTION_MARKED: AtomicU64 = AtomicU64::new(0);
