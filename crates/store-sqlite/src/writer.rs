@@ -166,7 +166,7 @@ fn run(
     checkpoint: &std::sync::mpsc::SyncSender<()>,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
-    while let Some(first) = rx.blocking_recv() {
+    while let Some(first) = next_job(&mut rx) {
         jobs.push(first);
         while jobs.len() < max_batch {
             match rx.try_recv() {
@@ -204,6 +204,28 @@ fn run(
             // A checkpoint is due (or already pending: then this is a no-op).
             let _ = checkpoint.try_send(());
             keep_wal_bounded(conn, &mut state);
+        }
+    }
+}
+
+/// How long the writer looks for the next job before it sleeps: a caller that awaits each
+/// save sends its next one within microseconds of its answer, and waking a sleeping thread
+/// costs about as much as the save itself. Only right after a batch, so an idle store
+/// spends nothing.
+const LINGER: Duration = Duration::from_micros(50);
+
+/// The next job: taken at once if one is queued within [`LINGER`], else after sleeping
+/// until one comes. `None` once every sender is gone.
+fn next_job(rx: &mut mpsc::Receiver<Job>) -> Option<Job> {
+    let started = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) if started.elapsed() < LINGER => {
+                std::thread::yield_now();
+            }
+            Err(mpsc::error::TryRecvError::Empty) => return rx.blocking_recv(),
         }
     }
 }
@@ -320,12 +342,14 @@ fn run_batch(
     let mut finishes = Vec::with_capacity(jobs.len());
     let mut full = false;
     let single = jobs.len() == 1;
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    // BEGIN and COMMIT are cached statements: parsing them again cost a few microseconds
+    // a save.
+    if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
         // Nothing ran: tell every caller why (database locked for too long, disk gone).
         for job in jobs {
             let _ = job; // dropping the job drops its Ack sender: callers see Unavailable
         }
-        return (finishes, Err(map_sqlite(e)), false);
+        return (finishes, Err(e), false);
     }
     let mut failed_statement = None;
     for job in jobs {
@@ -358,7 +382,7 @@ fn run_batch(
     }
     let committed = match failed_statement {
         Some(e) => Err(e),
-        None => conn.execute_batch("COMMIT").map_err(map_sqlite),
+        None => exec_cached(conn, "COMMIT"),
     };
     if committed.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
