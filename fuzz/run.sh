@@ -7,7 +7,7 @@
 #   FUZZ_SECONDS=600 fuzz/run.sh document
 #
 # Targets: `document` (session documents: parse_document, format-0 upgrade, round trip),
-# `step_payload` (stored step/snapshot payloads: v1 upgrade, v2, zstd, the inflation limit),
+# `step_payload` (stored step/snapshot payloads: v1 upgrade, v2, LZ4, zstd, the inflation limit),
 # `step_roundtrip` (structured steps: encode then decode gives the same step).
 #
 # Toolchain: works on stable Rust. cargo-fuzz's default AddressSanitizer needs nightly

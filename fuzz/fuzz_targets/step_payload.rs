@@ -1,8 +1,8 @@
 //! Arbitrary bytes as a stored payload (a step row, a snapshot's state, an execution's
 //! documents), as a damaged or hostile database would hand them back: plain JSON of any
-//! version, or zstd-compressed JSON. Decoding must answer Ok or Err, never panic, and never
-//! inflate beyond `MAX_INFLATED_BYTES`; whatever decodes must survive being written again
-//! in the current version (plain and compressed) unchanged.
+//! version, or LZ4- or zstd-compressed JSON. Decoding must answer Ok or Err, never panic,
+//! and never inflate beyond `MAX_INFLATED_BYTES`; whatever decodes must survive being
+//! written again in the current version (plain and compressed) unchanged.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
