@@ -25,9 +25,10 @@ const LZ4_MAGIC: [u8; 4] = [0xFF, b'L', b'Z', b'4'];
 /// Payloads over this size are compressed with zstd, smaller ones with LZ4.
 ///
 /// A typical agent step is ~2 KB of JSON. zstd (level 1) kept 54% of its bytes but took
-/// ~90,000 instructions to compress, more than the rest of a save together; LZ4 keeps
-/// about 80% for a tenth of that, and a step still fits two to a 4 KB SQLite page. Large
-/// tool outputs and snapshots, where the bytes matter more, still get zstd's ratio.
+/// ~127,000 instructions to compress, more than the rest of a save together, and ~7,000 to
+/// inflate; LZ4 keeps about 80% for a third of that (half to inflate), and a step still
+/// fits two to a 4 KB SQLite page. Large tool outputs and snapshots, where the bytes
+/// matter more, still get zstd's ratio.
 pub const LARGE_PAYLOAD_BYTES: usize = 16 * 1024;
 /// Level 1: the fastest standard level; on large payloads it compresses nearly as well as
 /// level 3 at a fraction of the CPU.
