@@ -1,12 +1,14 @@
-//! The read behind the hot-session cache: a session's step rows appended after a time,
-//! with the session's row count, in one statement (one snapshot).
+//! The read behind the hot-session cache: a session's step rows appended after a
+//! position, with the session's row count, in one statement (one snapshot).
 //!
 //! The position is the steps' `created_at`, stamped by the node that saved them. With
 //! several nodes and several writer tasks, rows do not commit in that order: a row stamped
 //! earlier may commit after a reader saw a later one, and another node's clock may be
-//! behind. The read therefore goes back [`RESEND_MICROS`] before the position (the cache
-//! skips rows it holds), and the row count read in the same statement catches whatever
-//! is still missing: the cache then reads the whole session (see `stepwise_store::cache`).
+//! behind. So the next read does not start at the newest row read but at the time this
+//! read began less [`RESEND_MICROS`] (`StepsAfter::next_position`; the cache skips rows
+//! it holds), and the row count read in the same statement catches whatever is still
+//! missing: the cache then reads the whole session (see `stepwise_store::cache`). A
+//! session written in a burst is therefore read in full once, not on every restore.
 
 use std::sync::atomic::Ordering;
 
@@ -16,7 +18,8 @@ use stepwise_store::{PositionedStep, Result, StepOrder, StepsAfter, Tenant};
 use crate::PgStore;
 use crate::sql::{self, args, map_pg};
 
-/// How far before the position a read starts again (one second).
+/// The commit lag (and clock skew) a read allows for: the next read starts this long
+/// before the time this one began (one second).
 const RESEND_MICROS: i64 = 1_000_000;
 
 impl PgStore {
@@ -35,13 +38,16 @@ impl PgStore {
                     ON e.session_id = $1 AND e.tenant_id = $2",
             sql::STEP_COLS
         );
-        let since = after.saturating_sub(RESEND_MICROS);
+        let started = self.now().0;
         let client = self.client().await?;
         let rows = client
-            .query_typed(&sql, args![session_id, tenant.as_str(), since])
+            .query_typed(&sql, args![session_id, tenant.as_str(), after])
             .await
             .map_err(map_pg)?;
-        let mut read = StepsAfter::default();
+        let mut read = StepsAfter {
+            next_position: Some(started.saturating_sub(RESEND_MICROS)),
+            ..StepsAfter::default()
+        };
         for row in &rows {
             read.total = row.try_get::<_, i64>("total").map_err(map_pg)?.max(0) as u64;
             let Some(executed) = row

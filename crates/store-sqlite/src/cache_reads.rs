@@ -63,6 +63,8 @@ impl SqliteStore {
                 rows: Vec::with_capacity(step_rows.len()),
                 skipped: 0,
                 whole: false,
+                // Rowids follow commit order (one writer): the highest one read is exact.
+                next_position: None,
             };
             for ((executed, position), decoded) in meta.into_iter().zip(decode_rows(step_rows)) {
                 match decoded {

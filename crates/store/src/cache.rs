@@ -58,6 +58,11 @@ pub struct StepsAfter {
     /// The rows are the whole session in memory order, without an order of their own
     /// (the trait's default answer): the cache replaces its entry with them.
     pub whole: bool,
+    /// Where the next read starts, when the backend knows better than the highest
+    /// position among the rows. PostgreSQL: the time this read began, less the commit lag
+    /// it allows for (a row stamped earlier may commit later), so a session written in a
+    /// burst is not read again in full on every restore. `None`: the highest position.
+    pub next_position: Option<i64>,
 }
 
 /// A whole session read without positions (the trait's default answer): every row is
@@ -81,6 +86,7 @@ pub(crate) fn whole_session(loaded: crate::Loaded<Step>) -> StepsAfter {
         rows,
         skipped: loaded.skipped,
         whole: true,
+        next_position: None,
     }
 }
 
@@ -90,7 +96,8 @@ pub const START_POSITION: i64 = i64::MIN;
 /// One session's cached memory.
 #[derive(Debug, Clone)]
 pub struct CachedSteps {
-    /// The highest position among the rows held.
+    /// Where the next read continues: the highest position among the rows held, or the
+    /// backend's [`StepsAfter::next_position`].
     pub position: i64,
     /// Each step's place, parallel to `steps` and sorted.
     pub order: Vec<StepOrder>,

@@ -87,6 +87,7 @@ async fn cached_steps<S: Store>(
     if read.skipped > 0 {
         return Ok(None);
     }
+    let next_position = read.next_position;
     let entry = match held {
         Some(held) if !read.whole => {
             // Cheap when no other restore of this session still holds the entry.
@@ -94,6 +95,9 @@ async fn cached_steps<S: Store>(
             entry.absorb(read.rows);
             if entry.len() as u64 == read.total {
                 cache.count_hit();
+                if let Some(next) = next_position {
+                    entry.position = next;
+                }
                 entry
             } else {
                 // Rows the position did not reach (committed out of order, or by a node
@@ -108,7 +112,11 @@ async fn cached_steps<S: Store>(
             let StepsAfter { total, rows, .. } = read;
             if rows.len() as u64 == total {
                 cache.count_miss();
-                CachedSteps::from_rows(rows)
+                let mut entry = CachedSteps::from_rows(rows);
+                if let Some(next) = next_position {
+                    entry.position = next;
+                }
+                entry
             } else {
                 let Some(entry) = whole(store, cache, tenant, session_id).await? else {
                     return Ok(None);
@@ -136,7 +144,12 @@ async fn whole<S: Store>(
     if read.skipped > 0 || read.rows.len() as u64 != read.total {
         return Ok(None);
     }
-    Ok(Some(CachedSteps::from_rows(read.rows)))
+    let next_position = read.next_position;
+    let mut entry = CachedSteps::from_rows(read.rows);
+    if let Some(next) = next_position {
+        entry.position = next;
+    }
+    Ok(Some(entry))
 }
 
 /// The whole session as one document (`format_version`, session, messages, executions,
