@@ -90,9 +90,11 @@ impl SqliteStore {
         // Encode (and compress) here, off the writer thread.
         let payload = codec::encode_step(&new.body, self.inner.options.compress_threshold);
         let id = new_id();
+        // insert_step refuses (missing execution, finished, another body) before it
+        // writes: no savepoint needed.
         self.inner
             .writer
-            .submit(move |conn, _| insert_step(conn, &tenant, new, payload, id, now))
+            .submit_checked(move |conn, _| insert_step(conn, &tenant, new, payload, id, now))
             .await
     }
 
