@@ -396,6 +396,16 @@ mod tests {
     }
 
     #[test]
+    fn small_zstd_payloads_of_earlier_versions_still_decode() {
+        // Before LZ4, every payload over 1 KB was zstd-compressed.
+        let body = sample();
+        let json = encode_step(&body, usize::MAX);
+        let old = zstd::bulk::compress(&json, 1).expect("zstd");
+        assert!(old.starts_with(&ZSTD_MAGIC));
+        assert_eq!(decode_step(&old), Ok(body));
+    }
+
+    #[test]
     fn version_one_fixture_is_upgraded_on_read() {
         let fixture = include_bytes!("../tests/fixtures/step-v1.json");
         let body = decode_step(fixture).expect("the frozen v1 fixture decodes");
