@@ -21,7 +21,9 @@ use crate::db::{self, DatabaseUrl};
 
 mod fanout;
 mod http;
+mod idle;
 mod postgres;
+mod remote;
 mod retention;
 
 /// The corpus as the workload names it, relative to the working directory.
@@ -55,6 +57,10 @@ pub enum BenchCommand {
     /// viewer latency (p50/p99) with N viewers of one session, and with `--server-pid` the
     /// server's resident memory with N idle viewers. JSON on stdout.
     Fanout(fanout::FanoutArgs),
+    /// What an idle running server (`--url`, `--server-pid`) costs, from this separate
+    /// process: its claim queries and CPU time over `--seconds` with no traffic, then how
+    /// soon a new execution starts after a pause. JSON on stdout.
+    Idle(idle::IdleArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -91,6 +97,7 @@ pub async fn run(
         BenchCommand::Retention(args) => retention::run(args, database).await,
         BenchCommand::Http(args) => http::run(args).await,
         BenchCommand::Fanout(args) => fanout::run(args).await,
+        BenchCommand::Idle(args) => idle::run(args).await,
     }
 }
 

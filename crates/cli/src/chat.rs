@@ -7,7 +7,7 @@
 //! execution finishes before the next line is read.
 
 mod api;
-mod sse;
+pub(crate) mod sse;
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};

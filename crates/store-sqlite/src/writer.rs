@@ -49,9 +49,12 @@ pub(crate) struct WalPolicy {
 /// Events a batch publishes once it has committed.
 pub(crate) type Published = Vec<(Tenant, Arc<Event>)>;
 
+/// What a job runs on the writer's connection.
+type RunJob = Box<dyn FnOnce(&Connection, &mut Published) -> Outcome + Send>;
+
 /// A queued write.
 pub(crate) struct Job {
-    run: Box<dyn FnOnce(&Connection, &mut Published) -> Outcome + Send>,
+    run: RunJob,
     /// Runs inside a savepoint of its own (else it has written nothing when it fails,
     /// unless the database failed).
     savepoint: bool,

@@ -22,6 +22,9 @@ use clap::Args;
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use super::remote::{client, create_session, viewer_client};
+use crate::chat::sse::EventStream;
+
 #[derive(Args, Debug, Clone)]
 pub struct FanoutArgs {
     /// The server's base URL, e.g. http://127.0.0.1:8080.
@@ -79,30 +82,6 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn auth(api_key: Option<&str>) -> anyhow::Result<reqwest::header::HeaderMap> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(key) = api_key {
-        let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
-            .context("the API key")?;
-        headers.insert(reqwest::header::AUTHORIZATION, value);
-    }
-    Ok(headers)
-}
-
-fn client(api_key: Option<&str>) -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .default_headers(auth(api_key)?)
-        .build()?)
-}
-
-/// A client of one connection (each viewer on a connection of its own, as browsers are).
-fn viewer_client(api_key: Option<&str>) -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .default_headers(auth(api_key)?)
-        .build()?)
-}
-
 fn round(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
@@ -115,15 +94,7 @@ async fn step_latency(
     base: &str,
     args: &FanoutArgs,
 ) -> anyhow::Result<serde_json::Value> {
-    let created: serde_json::Value = client
-        .post(format!("{base}/v1/sessions"))
-        .json(&json!({"title": "fanout bench"}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let session = created["id"].as_str().context("the new session's id")?;
+    let session = create_session(client, base, "fanout bench").await?;
     let events_url = format!("{base}/v1/sessions/{session}/events");
     let arrivals: Arrivals = Arc::default();
     let mut readers = Vec::with_capacity(args.viewers);
@@ -191,29 +162,21 @@ async fn step_latency(
 }
 
 /// Reads one event stream and notes when each `step.completed` event id arrived, until
-/// `count` of them did.
-async fn read_events(mut response: reqwest::Response, count: usize, arrivals: Arrivals) {
-    let mut buffer: Vec<u8> = Vec::new();
+/// `count` of them did (or the stream ends).
+async fn read_events(response: reqwest::Response, count: usize, arrivals: Arrivals) {
+    let base = response.url().origin().ascii_serialization();
+    let mut events = EventStream::new(response.bytes_stream(), &base);
     let mut seen = Vec::with_capacity(count);
     while seen.len() < count {
-        let Ok(Some(chunk)) = response.chunk().await else {
+        let Ok(Some(event)) = events.next().await else {
             break;
         };
         let now = Instant::now();
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-            let frame: Vec<u8> = buffer.drain(..end + 2).collect();
-            let frame = String::from_utf8_lossy(&frame);
-            if !frame.lines().any(|l| l == "event: step.completed") {
-                continue;
-            }
-            if let Some(id) = frame
-                .lines()
-                .find_map(|l| l.strip_prefix("id: "))
-                .and_then(|id| id.trim().parse::<i64>().ok())
-            {
-                seen.push((id, now));
-            }
+        if event.event != "step.completed" {
+            continue;
+        }
+        if let Ok(id) = event.id.trim().parse::<i64>() {
+            seen.push((id, now));
         }
     }
     arrivals.lock().await.extend(seen);
