@@ -161,37 +161,25 @@ pub(crate) type Decoded = std::result::Result<Step, (Id, u32, codec::DecodeError
 
 /// Decodes the rows' payloads, in order. Decompressing and parsing is most of a restore's
 /// time, and rows are independent: a long session is split over the machine's cores.
+///
+/// The helper threads only borrow the rows: the payloads are freed here, by the thread that
+/// read them, after every part is decoded (a free from another thread would take the
+/// allocator's lock of this thread's heap on every row, while this thread allocates too).
 pub(crate) fn decode_rows(rows: Vec<StepRow>) -> Vec<Decoded> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let threads = decode_threads();
     if rows.len() < PARALLEL_DECODE_ROWS || threads < 2 {
-        return rows.into_iter().map(decode_row).collect();
+        return rows.iter().map(decode_row).collect();
     }
     let chunk = rows.len().div_ceil(threads);
-    let mut rows = rows;
-    let mut chunks = Vec::with_capacity(threads);
-    while rows.len() > chunk {
-        let rest = rows.split_off(chunk);
-        chunks.push(std::mem::replace(&mut rows, rest));
-    }
-    chunks.push(rows);
+    let mut parts = rows.chunks(chunk);
+    let first = parts.next().unwrap_or_default();
     std::thread::scope(|scope| {
-        let mut first = None;
-        let mut handles = Vec::with_capacity(chunks.len());
-        for (k, part) in chunks.into_iter().enumerate() {
-            if k == 0 {
-                first = Some(part);
-            } else {
-                handles.push(
-                    scope.spawn(move || part.into_iter().map(decode_row).collect::<Vec<_>>()),
-                );
-            }
-        }
-        // This thread decodes the first part while the others decode theirs.
-        let mut out: Vec<Decoded> = first
-            .unwrap_or_default()
-            .into_iter()
-            .map(decode_row)
+        let handles: Vec<_> = parts
+            .map(|part| scope.spawn(move || part.iter().map(decode_row).collect::<Vec<_>>()))
             .collect();
+        // This thread decodes the first part while the others decode theirs.
+        let mut out: Vec<Decoded> = Vec::with_capacity(rows.len());
+        out.extend(first.iter().map(decode_row));
         for handle in handles {
             match handle.join() {
                 Ok(part) => out.extend(part),
@@ -202,7 +190,14 @@ pub(crate) fn decode_rows(rows: Vec<StepRow>) -> Vec<Decoded> {
     })
 }
 
-fn decode_row(row: StepRow) -> Decoded {
+/// How many threads a long read is decoded on: the cores this process may use, at most 8.
+/// Read once: the standard library answers from the cgroup files on every call.
+fn decode_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
+}
+
+fn decode_row(row: &StepRow) -> Decoded {
     match codec::decode_step(&row.payload) {
         Ok(body) => Ok(Step::from_body(
             row.id,
