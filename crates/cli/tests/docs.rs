@@ -3,6 +3,8 @@
 //! `docs/configuration.md`, every `STEPWISE_*` variable they name is read somewhere in the
 //! code, and every relative link points at a file (and heading) that exists.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -332,6 +332,7 @@ fn live_frame(event: &Arc<Event>) -> Bytes {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use axum::response::sse::Event as SseEvent;

@@ -4,7 +4,6 @@
 //! in-process `stepwise chat`, the benchmarks and the end-to-end tests all start their
 //! servers here, so they run the same thing.
 
-use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -294,10 +293,8 @@ impl<S: Store> Node<S> {
 }
 
 /// Resolves once `stop` turns true or its sender is gone (a dropped node stops serving).
-fn until_stopped(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        let _ = stop.wait_for(|stop| *stop).await;
-    }
+async fn until_stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 #[cfg(test)]

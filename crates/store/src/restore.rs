@@ -29,14 +29,14 @@ pub async fn restore_memory<S: Store>(
         }
         return Ok(None);
     };
-    if let Some(cache) = store.session_cache().filter(|c| c.limit_bytes() > 0) {
-        if let Some(steps) = cached_steps(store, cache, tenant, session_id).await? {
-            return Ok(Some(Memory {
-                restored: Restored::Full,
-                steps,
-                summary: None,
-            }));
-        }
+    if let Some(cache) = store.session_cache().filter(|c| c.limit_bytes() > 0)
+        && let Some(steps) = cached_steps(store, cache, tenant, session_id).await?
+    {
+        return Ok(Some(Memory {
+            restored: Restored::Full,
+            steps,
+            summary: None,
+        }));
     }
     let loaded = store.list_session_steps(tenant, session_id).await?;
     if loaded.skipped == 0 {

@@ -28,7 +28,7 @@ use crate::{AppState, ServerConfig};
 /// What the import reads: a document of the current format, or a legacy session file.
 #[derive(utoipa::ToSchema)]
 #[serde(untagged)]
-#[allow(dead_code)] // the schema of a body parsed by `parse_document`
+#[allow(dead_code, clippy::large_enum_variant)] // the schema of a body parsed by `parse_document`
 pub enum ImportBody {
     Current(SessionDocument),
     Legacy(LegacySessionFile),

@@ -57,6 +57,7 @@ impl ImportPlan {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use stepwise_core::document::FORMAT_VERSION;
     use stepwise_core::{Message, Role, Step, StepBody, StepKind, new_id};

@@ -32,6 +32,7 @@ impl SessionPatch {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
     use stepwise_core::SessionStatus;

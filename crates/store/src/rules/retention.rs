@@ -72,6 +72,7 @@ impl CleanupReport {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::{NewSession, Tenant};
