@@ -97,7 +97,8 @@ pub fn observe(what: Timed, took: Duration) {
     }
 }
 
-/// Claim queries the workers sent (`claim_next` calls), for `stepwise_claim_queries_total`.
+/// Claim queries the workers sent (`claim_next` and `claim_batch` calls, one each), for
+/// `stepwise_claim_queries_total`.
 static CLAIM_QUERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Appends the save and load histograms in Prometheus text format.
@@ -254,6 +255,16 @@ impl<S: Store> Store for Metered<S> {
     ) -> Result<Option<Claim>> {
         CLAIM_QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.claim_next(worker, lease, max_attempts).await
+    }
+
+    async fn claim_batch(
+        &self,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Vec<Claim>> {
+        CLAIM_QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.claim_batch(workers, lease, max_attempts).await
     }
 
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {

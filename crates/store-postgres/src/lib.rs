@@ -364,6 +364,15 @@ impl Store for PgStore {
         queue::claim_next(self, worker, lease, max_attempts).await
     }
 
+    async fn claim_batch(
+        &self,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Vec<Claim>> {
+        queue::claim_batch(self, workers, lease, max_attempts).await
+    }
+
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {
         queue::renew_leases(self, worker, ids, lease).await
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use stepwise_core::Id;
+use stepwise_core::{Execution, Id};
 use stepwise_store::rules::{attempts_exhausted, gave_up_message, lease_until};
 use stepwise_store::{Claim, Result, Tenant};
 
@@ -59,13 +59,60 @@ pub(crate) async fn claim_next(
     lease: Duration,
     max_attempts: u32,
 ) -> Result<Option<Claim>> {
+    let mut claims = claim_batch(
+        store,
+        std::slice::from_ref(&worker.to_string()),
+        lease,
+        max_attempts,
+    )
+    .await?;
+    Ok(claims.pop())
+}
+
+/// [`Store::claim_batch`](stepwise_store::Store::claim_batch): the claims one after
+/// another in one transaction (each sees the ones before it: a session claimed here has
+/// an execution running), one commit.
+pub(crate) async fn claim_batch(
+    store: &PgStore,
+    workers: &[String],
+    lease: Duration,
+    max_attempts: u32,
+) -> Result<Vec<Claim>> {
     let now = store.now();
     let until = lease_until(now, lease).0;
     let mut client = store.client().await?;
     let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+    let mut claimed = Vec::with_capacity(workers.len());
+    for worker in workers {
+        match claim_one(&tx, worker, now.0, until, max_attempts).await? {
+            Some(claim) => claimed.push(claim),
+            None => break,
+        }
+    }
+    tx.commit().await.map_err(map_pg)?;
+    let mut claims = Vec::with_capacity(claimed.len());
+    for (execution, tenant, answer) in claimed {
+        store.remember(&execution);
+        claims.push(Claim {
+            execution,
+            tenant: Tenant::new(tenant)?,
+            resume_answer: answer.and_then(|a| serde_json::from_str(&a).ok()),
+        });
+    }
+    Ok(claims)
+}
+
+/// One claim inside `tx`: the execution, its tenant and the answer it resumes with.
+async fn claim_one(
+    tx: &tokio_postgres::Transaction<'_>,
+    worker: &str,
+    now: i64,
+    until: i64,
+    max_attempts: u32,
+) -> Result<Option<(Execution, String, Option<String>)>> {
     loop {
         let expired = tx
-            .query_typed_opt(NEXT_EXPIRED, args![now.0])
+            .query_typed_opt(NEXT_EXPIRED, args![now])
             .await
             .map_err(map_pg)?;
         let Some(row) = expired else { break };
@@ -75,53 +122,34 @@ pub(crate) async fn claim_next(
         if attempts_exhausted(attempts, max_attempts) {
             let reason = gave_up_message(attempts);
             tracing::warn!(execution = %id, attempts, "failing an execution whose workers kept stopping");
-            tx.execute_typed(FAIL_INTERRUPTED, args![reason, now.0, id])
+            tx.execute_typed(FAIL_INTERRUPTED, args![reason, now, id])
                 .await
                 .map_err(map_pg)?;
             continue;
         }
         let row = tx
-            .query_typed_one(RECLAIM_EXPIRED, args![worker, until, now.0, id])
+            .query_typed_one(RECLAIM_EXPIRED, args![worker, until, now, id])
             .await
             .map_err(map_pg)?;
-        let execution = sql::execution(&row)?;
-        tx.commit().await.map_err(map_pg)?;
-        store.remember(&execution);
-        return Ok(Some(Claim {
-            execution,
-            tenant: Tenant::new(tenant)?,
-            resume_answer: None,
-        }));
+        return Ok(Some((sql::execution(&row)?, tenant, None)));
     }
     let pending = tx
         .query_typed_opt(NEXT_PENDING, args![])
         .await
         .map_err(map_pg)?;
     let Some(row) = pending else {
-        tx.commit().await.map_err(map_pg)?;
         return Ok(None);
     };
     let id: Id = sql::get(&row, "id")?;
     let tenant: String = sql::get(&row, "tenant_id")?;
     let answer: Option<String> = sql::get(&row, "resume_answer")?;
     let row = tx
-        .query_typed_opt(CLAIM_PENDING, args![worker, until, now.0, id])
+        .query_typed_opt(CLAIM_PENDING, args![worker, until, now, id])
         .await
         .map_err(map_pg)?;
-    let Some(row) = row else {
-        // Changed under us (cancelled) after the snapshot was taken: nothing claimed.
-        tx.commit().await.map_err(map_pg)?;
-        return Ok(None);
-    };
-    let execution = sql::execution(&row)?;
-    tx.commit().await.map_err(map_pg)?;
-    let resume_answer = answer.and_then(|a| serde_json::from_str(&a).ok());
-    store.remember(&execution);
-    Ok(Some(Claim {
-        execution,
-        tenant: Tenant::new(tenant)?,
-        resume_answer,
-    }))
+    // `None`: changed under us (cancelled) after the snapshot was taken: nothing claimed.
+    row.map(|row| Ok((sql::execution(&row)?, tenant, answer)))
+        .transpose()
 }
 
 /// Extends this worker's leases; returns the ids it no longer holds.

@@ -135,6 +135,8 @@ pg_conformance! {
     queue_resume
     queue_pause_is_not_an_attempt
     queue_concurrent_claims
+    queue_claim_batch
+    queue_concurrent_claim_batches
     steps
     concurrent_step_writers
     session_cache

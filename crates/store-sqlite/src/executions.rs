@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use stepwise_core::{Execution, Id};
+use stepwise_core::{Execution, Id, Timestamp};
 use stepwise_store::rules::{attempts_exhausted, check_transition, gave_up_message, lease_until};
 use stepwise_store::{Claim, NewExecution, Result, StoreError, Tenant, Transition};
 
@@ -184,39 +184,30 @@ impl SqliteStore {
         let worker = worker.to_string();
         let now = self.now();
         let until = lease_until(now, lease);
+        self.write(move |conn, _| claim_one(conn, &worker, now, until, max_attempts))
+            .await
+    }
+
+    /// [`Store::claim_batch`](stepwise_store::Store::claim_batch): the claims one after
+    /// another in one writer job (one transaction, one commit).
+    pub(crate) async fn queue_claim_batch(
+        &self,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Vec<Claim>> {
+        let workers = workers.to_vec();
+        let now = self.now();
+        let until = lease_until(now, lease);
         self.write(move |conn, _| {
-            // A running execution whose worker stopped renewing its lease.
-            loop {
-                let expired: Option<(Bid, String, i64)> = conn
-                    .prepare_cached(NEXT_EXPIRED_LEASE)
-                    .and_then(|mut s| s.query_row(params![now.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
-                    .map_err(map_sqlite)?;
-                let Some((id, tenant, attempts)) = expired else { break };
-                let attempts = u32::try_from(attempts.max(0)).unwrap_or(u32::MAX);
-                if attempts_exhausted(attempts, max_attempts) {
-                    tracing::warn!(execution = %id.0, attempts, "failing an execution whose workers kept stopping");
-                    conn.prepare_cached(FAIL_INTERRUPTED)
-                        .and_then(|mut s| s.execute(params![gave_up_message(attempts), now.0, id]))
-                        .map_err(map_sqlite)?;
-                    continue;
+            let mut claims = Vec::with_capacity(workers.len());
+            for worker in &workers {
+                match claim_one(conn, worker, now, until, max_attempts)? {
+                    Some(claim) => claims.push(claim),
+                    None => break,
                 }
-                conn.prepare_cached(TAKE_OVER)
-                    .and_then(|mut s| s.execute(params![worker, until.0, now.0, id]))
-                    .map_err(map_sqlite)?;
-                let execution = load_execution(conn, &tenant, id.0)?.ok_or(StoreError::NotFound("execution"))?;
-                return Ok(Some(Claim { execution, tenant: Tenant::new(tenant)?, resume_answer: None }));
             }
-            let pending: Option<(Bid, String, Option<String>)> = conn
-                .prepare_cached(NEXT_PENDING)
-                .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
-                .map_err(map_sqlite)?;
-            let Some((id, tenant, answer)) = pending else { return Ok(None) };
-            conn.prepare_cached(START)
-                .and_then(|mut s| s.execute(params![worker, until.0, now.0, id]))
-                .map_err(map_sqlite)?;
-            let execution = load_execution(conn, &tenant, id.0)?.ok_or(StoreError::NotFound("execution"))?;
-            let resume_answer = answer.and_then(|a| serde_json::from_str(&a).ok());
-            Ok(Some(Claim { execution, tenant: Tenant::new(tenant)?, resume_answer }))
+            Ok(claims)
         })
         .await
     }
@@ -260,4 +251,67 @@ impl SqliteStore {
     pub(crate) async fn queue_pending(&self) -> Result<u64> {
         self.read(|conn, _| count(conn, QUEUE_DEPTH, [])).await
     }
+}
+
+/// One claim inside the caller's transaction: a running execution whose worker stopped
+/// renewing its lease first (failing those interrupted too often), else the oldest pending
+/// execution of a session with nothing running. `None` when there is nothing to run.
+fn claim_one(
+    conn: &Connection,
+    worker: &str,
+    now: Timestamp,
+    until: Timestamp,
+    max_attempts: u32,
+) -> Result<Option<Claim>> {
+    loop {
+        let expired: Option<(Bid, String, i64)> = conn
+            .prepare_cached(NEXT_EXPIRED_LEASE)
+            .and_then(|mut s| {
+                s.query_row(params![now.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
+            .map_err(map_sqlite)?;
+        let Some((id, tenant, attempts)) = expired else {
+            break;
+        };
+        let attempts = u32::try_from(attempts.max(0)).unwrap_or(u32::MAX);
+        if attempts_exhausted(attempts, max_attempts) {
+            tracing::warn!(execution = %id.0, attempts, "failing an execution whose workers kept stopping");
+            conn.prepare_cached(FAIL_INTERRUPTED)
+                .and_then(|mut s| s.execute(params![gave_up_message(attempts), now.0, id]))
+                .map_err(map_sqlite)?;
+            continue;
+        }
+        conn.prepare_cached(TAKE_OVER)
+            .and_then(|mut s| s.execute(params![worker, until.0, now.0, id]))
+            .map_err(map_sqlite)?;
+        let execution =
+            load_execution(conn, &tenant, id.0)?.ok_or(StoreError::NotFound("execution"))?;
+        return Ok(Some(Claim {
+            execution,
+            tenant: Tenant::new(tenant)?,
+            resume_answer: None,
+        }));
+    }
+    let pending: Option<(Bid, String, Option<String>)> = conn
+        .prepare_cached(NEXT_PENDING)
+        .and_then(|mut s| {
+            s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(map_sqlite)?;
+    let Some((id, tenant, answer)) = pending else {
+        return Ok(None);
+    };
+    conn.prepare_cached(START)
+        .and_then(|mut s| s.execute(params![worker, until.0, now.0, id]))
+        .map_err(map_sqlite)?;
+    let execution =
+        load_execution(conn, &tenant, id.0)?.ok_or(StoreError::NotFound("execution"))?;
+    let resume_answer = answer.and_then(|a| serde_json::from_str(&a).ok());
+    Ok(Some(Claim {
+        execution,
+        tenant: Tenant::new(tenant)?,
+        resume_answer,
+    }))
 }

@@ -396,6 +396,15 @@ impl Store for SqliteStore {
         self.queue_claim_next(worker, lease, max_attempts).await
     }
 
+    async fn claim_batch(
+        &self,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Vec<Claim>> {
+        self.queue_claim_batch(workers, lease, max_attempts).await
+    }
+
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {
         self.queue_renew(worker, ids, lease).await
     }

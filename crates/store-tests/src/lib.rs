@@ -85,6 +85,8 @@ macro_rules! __with_cases {
             queue_resume
             queue_pause_is_not_an_attempt
             queue_concurrent_claims
+            queue_claim_batch
+            queue_concurrent_claim_batches
             steps
             concurrent_step_writers
             session_cache

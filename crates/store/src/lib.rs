@@ -146,6 +146,33 @@ pub trait Store: Clone + Send + Sync + 'static {
         lease: Duration,
         max_attempts: u32,
     ) -> impl Future<Output = Result<Option<Claim>>> + Send;
+    /// Claims up to one execution for each of `workers`, as [`Store::claim_next`] would one
+    /// after another, in one transaction where the backend can: the `k`th claim's lease
+    /// owner is `workers[k]`. Fewer claims than workers means nothing else was runnable.
+    /// The default calls `claim_next` per worker; a failure after some claims answers with
+    /// those (the rest are claimed by a later call).
+    fn claim_batch(
+        &self,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
+        async move {
+            let mut claims = Vec::with_capacity(workers.len());
+            for worker in workers {
+                match self.claim_next(worker, lease, max_attempts).await {
+                    Ok(Some(claim)) => claims.push(claim),
+                    Ok(None) => break,
+                    Err(e) if claims.is_empty() => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(worker, error = %e, "claiming work failed after some claims");
+                        break;
+                    }
+                }
+            }
+            Ok(claims)
+        }
+    }
     /// Extends the leases this worker holds on these executions; returns the ids it no
     /// longer holds (cancelled, finished, or taken over).
     fn renew_leases(

@@ -36,7 +36,7 @@ impl<S: Store> Engine<S> {
             .is_ok()
     }
 
-    /// Claims work while there is some and a runner is free, then sleeps until the
+    /// Claims work for every free runner at once while there is some, then sleeps until the
     /// doorbell rings (a message queued here, a run ended here, another node's `NOTIFY`)
     /// or the jittered fallback poll is due (leases of crashed workers, lost notifications).
     /// An idle node so sends one claim query per fallback interval, not one per worker.
@@ -49,41 +49,53 @@ impl<S: Store> Engine<S> {
         }
         tracing::debug!(workers = config.workers.max(1), "workers started");
         loop {
-            let retry_soon;
+            // Every free runner: its name is a claim's lease owner. Wait for the first.
+            let mut free = vec![tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                worker = free_rx.recv() => match worker {
+                    Some(worker) => worker,
+                    None => break,
+                },
+            }];
+            while let Ok(worker) = free_rx.try_recv() {
+                free.push(worker);
+            }
+            // One query claims for all of them (several executions at once).
+            let retry_soon = match self
+                .inner
+                .store
+                .claim_batch(&free, config.lease, config.max_attempts)
+                .await
             {
-                // A free runner first: its name is the claim's lease owner.
-                let worker = tokio::select! {
-                    biased;
-                    _ = shutdown.cancelled() => break,
-                    worker = free_rx.recv() => match worker {
-                        Some(worker) => worker,
-                        None => break,
-                    },
-                };
-                match self
-                    .inner
-                    .store
-                    .claim_next(&worker, config.lease, config.max_attempts)
-                    .await
-                {
-                    Ok(Some(claim)) => {
-                        // More may be pending: look again as soon as a runner is free.
+                Ok(claims) => {
+                    let all_busy = claims.len() == free.len();
+                    let mut free = free.into_iter();
+                    for (claim, worker) in claims.into_iter().zip(free.by_ref()) {
                         let engine = self.clone();
                         let free_tx = free_tx.clone();
                         self.inner.tracker.spawn(async move {
                             engine.run_claim(&worker, claim).await;
                             let _ = free_tx.send(worker);
                         });
+                    }
+                    for worker in free {
+                        let _ = free_tx.send(worker);
+                    }
+                    if all_busy {
+                        // More may be pending: look again as soon as a runner is free.
                         continue;
                     }
-                    Ok(None) => retry_soon = false,
-                    Err(e) => {
-                        tracing::warn!(worker, error = %e, "claiming work failed");
-                        retry_soon = true;
-                    }
+                    false
                 }
-                let _ = free_tx.send(worker);
-            }
+                Err(e) => {
+                    tracing::warn!(workers = free.len(), error = %e, "claiming work failed");
+                    for worker in free {
+                        let _ = free_tx.send(worker);
+                    }
+                    true
+                }
+            };
             // A crashed worker's lease expires at most `lease` after its last heartbeat.
             let wait = if retry_soon {
                 config.poll_interval.min(Duration::from_secs(1))

@@ -576,3 +576,139 @@ pub async fn queue_pause_is_not_an_attempt<H: Harness>(harness: &H) {
     assert_eq!(takeover.execution.attempts, 2);
     assert_eq!(takeover.execution.status, ExecutionStatus::Running);
 }
+
+async fn claim_batch<S: Store>(store: &S, workers: &[&str]) -> Vec<Claim> {
+    let workers: Vec<String> = workers.iter().map(|w| w.to_string()).collect();
+    ok(
+        store.claim_batch(&workers, LEASE, MAX_ATTEMPTS).await,
+        "claim_batch",
+    )
+}
+
+/// One call claims for several workers: an expired lease first, then the oldest pending
+/// execution of each session with nothing running, the `k`th claim held by the `k`th
+/// worker; fewer claims than workers when nothing else can run.
+pub async fn queue_claim_batch<H: Harness>(harness: &H) {
+    let (store, clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let globex = tenant("globex");
+    assert!(
+        claim_batch(&store, &["w1", "w2"]).await.is_empty(),
+        "an empty queue has nothing to claim"
+    );
+    let session_d = create_session(&store, &acme, Some("d")).await;
+    let d1 = create_execution(&store, &acme, Some(session_d.id), ExecutionStatus::Pending).await;
+    assert_eq!(claimed_id(claim(&store, "gone").await, "d1"), d1.id);
+    clock.advance_secs(31); // past the 30 s lease
+
+    let session_a = create_session(&store, &acme, Some("a")).await;
+    let session_b = create_session(&store, &globex, Some("b")).await;
+    let a1 = create_execution(&store, &acme, Some(session_a.id), ExecutionStatus::Pending).await;
+    let b1 = create_execution(
+        &store,
+        &globex,
+        Some(session_b.id),
+        ExecutionStatus::Pending,
+    )
+    .await;
+    let a2 = create_execution(&store, &acme, Some(session_a.id), ExecutionStatus::Pending).await;
+
+    let workers = ["w1", "w2", "w3", "w4"];
+    let claims = claim_batch(&store, &workers).await;
+    let ids: Vec<Id> = claims.iter().map(|c| c.execution.id).collect();
+    assert_eq!(
+        ids,
+        vec![d1.id, a1.id, b1.id],
+        "the expired lease, then one execution per session, oldest first (a2 waits behind a1)"
+    );
+    assert_eq!(
+        claims[0].execution.attempts, 2,
+        "a taken-over lease is a new attempt"
+    );
+    assert_eq!(claims[2].tenant, globex, "each claim names its tenant");
+    for (claim, worker) in claims.iter().zip(workers) {
+        assert_eq!(claim.execution.status, ExecutionStatus::Running);
+        let lost = ok(
+            store
+                .renew_leases(worker, vec![claim.execution.id], LEASE)
+                .await,
+            "renew_leases",
+        );
+        assert!(
+            lost.is_empty(),
+            "{worker} holds the lease of the claim it was given"
+        );
+    }
+    let lost = ok(
+        store.renew_leases("w4", vec![a1.id], LEASE).await,
+        "renew foreign",
+    );
+    assert_eq!(
+        lost,
+        vec![a1.id],
+        "a worker left without a claim holds nothing"
+    );
+    assert!(
+        claim_batch(&store, &["w4", "w5"]).await.is_empty(),
+        "a2 waits while a1 runs"
+    );
+
+    ok(
+        store
+            .transition_execution(&acme, a1.id, Transition::Complete { output: json!(1) })
+            .await,
+        "complete a1",
+    );
+    let claims = claim_batch(&store, &["w4", "w5"]).await;
+    assert_eq!(
+        claims.iter().map(|c| c.execution.id).collect::<Vec<_>>(),
+        vec![a2.id],
+        "FIFO within a session"
+    );
+    assert_eq!(ok(store.queue_depth().await, "queue_depth"), 0);
+}
+
+/// Batches claimed at the same time never share an execution, and together take them all.
+pub async fn queue_concurrent_claim_batches<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let mut expected = HashSet::new();
+    for i in 0..24 {
+        let session = create_session(&store, &acme, Some(&format!("c{i}"))).await;
+        expected.insert(
+            create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending)
+                .await
+                .id,
+        );
+    }
+    let mut claimers = Vec::new();
+    for c in 0..3 {
+        let store = store.clone();
+        claimers.push(tokio::spawn(async move {
+            let workers: Vec<String> = (0..4).map(|w| format!("claimer-{c}-{w}")).collect();
+            let mut mine = Vec::new();
+            loop {
+                let claims = ok(
+                    store.claim_batch(&workers, LEASE, MAX_ATTEMPTS).await,
+                    "claim_batch",
+                );
+                if claims.is_empty() {
+                    break;
+                }
+                mine.extend(claims.into_iter().map(|c| c.execution.id));
+            }
+            mine
+        }));
+    }
+    let mut claimed = Vec::new();
+    for claimer in claimers {
+        claimed.extend(ok(claimer.await, "claimer task"));
+    }
+    let unique: HashSet<Id> = claimed.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        claimed.len(),
+        "no execution was claimed twice"
+    );
+    assert_eq!(unique, expected, "every execution was claimed");
+}
