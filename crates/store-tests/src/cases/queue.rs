@@ -480,19 +480,37 @@ pub async fn queue_resume<H: Harness>(harness: &H) {
     );
 }
 
-/// Workers claiming at the same time never get the same execution.
-pub async fn queue_concurrent_claims<H: Harness>(harness: &H) {
-    let (store, _clock) = manual_store(harness).await;
+/// One pending execution in each of 24 sessions of tenant `acme`: their ids.
+async fn pending_in_24_sessions<S: Store>(store: &S) -> HashSet<Id> {
     let acme = tenant("acme");
-    let mut expected = HashSet::new();
+    let mut pending = HashSet::new();
     for i in 0..24 {
-        let session = create_session(&store, &acme, Some(&format!("c{i}"))).await;
-        expected.insert(
-            create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending)
+        let session = create_session(store, &acme, Some(&format!("c{i}"))).await;
+        pending.insert(
+            create_execution(store, &acme, Some(session.id), ExecutionStatus::Pending)
                 .await
                 .id,
         );
     }
+    pending
+}
+
+/// Every execution of `expected` was claimed, none twice.
+#[track_caller]
+fn assert_claimed_once(claimed: &[Id], expected: &HashSet<Id>) {
+    let unique: HashSet<Id> = claimed.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        claimed.len(),
+        "no execution was claimed twice"
+    );
+    assert_eq!(&unique, expected, "every execution was claimed");
+}
+
+/// Workers claiming at the same time never get the same execution.
+pub async fn queue_concurrent_claims<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let expected = pending_in_24_sessions(&store).await;
     let mut workers = Vec::new();
     for w in 0..6 {
         let store = store.clone();
@@ -512,13 +530,7 @@ pub async fn queue_concurrent_claims<H: Harness>(harness: &H) {
     for worker in workers {
         claimed.extend(ok(worker.await, "worker task"));
     }
-    let unique: HashSet<Id> = claimed.iter().copied().collect();
-    assert_eq!(
-        unique.len(),
-        claimed.len(),
-        "no execution was claimed twice"
-    );
-    assert_eq!(unique, expected, "every execution was claimed");
+    assert_claimed_once(&claimed, &expected);
     assert_eq!(ok(store.queue_depth().await, "queue_depth"), 0);
 }
 
@@ -671,16 +683,7 @@ pub async fn queue_claim_batch<H: Harness>(harness: &H) {
 /// Batches claimed at the same time never share an execution, and together take them all.
 pub async fn queue_concurrent_claim_batches<H: Harness>(harness: &H) {
     let (store, _clock) = manual_store(harness).await;
-    let acme = tenant("acme");
-    let mut expected = HashSet::new();
-    for i in 0..24 {
-        let session = create_session(&store, &acme, Some(&format!("c{i}"))).await;
-        expected.insert(
-            create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending)
-                .await
-                .id,
-        );
-    }
+    let expected = pending_in_24_sessions(&store).await;
     let mut claimers = Vec::new();
     for c in 0..3 {
         let store = store.clone();
@@ -704,11 +707,5 @@ pub async fn queue_concurrent_claim_batches<H: Harness>(harness: &H) {
     for claimer in claimers {
         claimed.extend(ok(claimer.await, "claimer task"));
     }
-    let unique: HashSet<Id> = claimed.iter().copied().collect();
-    assert_eq!(
-        unique.len(),
-        claimed.len(),
-        "no execution was claimed twice"
-    );
-    assert_eq!(unique, expected, "every execution was claimed");
+    assert_claimed_once(&claimed, &expected);
 }
