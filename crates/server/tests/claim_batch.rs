@@ -3,33 +3,18 @@
 //! each execution runs on its own worker at the same time.
 //! (Its own test binary: the claim counter is per process.)
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stepwise_core::ExecutionStatus;
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, EngineConfig};
-use stepwise_server::{Metered, Node, NodeSettings};
+use stepwise_engine::DEMO_AGENT;
+use stepwise_server::Metered;
 use stepwise_store::{NewExecution, NewSession, Store, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 
-async fn metrics(client: &reqwest::Client, base: &str) -> String {
-    client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text")
-}
-
-fn claim_queries(metrics: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix("stepwise_claim_queries_total "))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no stepwise_claim_queries_total in:\n{metrics}"))
-}
+use common::{metric, metrics_text, start_metered};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executions_queued_before_start_are_claimed_together_in_one_query() {
@@ -69,21 +54,15 @@ async fn executions_queued_before_start_are_claimed_together_in_one_query() {
     }
     store.flush().await.expect("flush");
 
-    let mut agents = AgentRegistry::new();
-    // Steps slow enough that all three are still running when the test looks.
-    agents.register(
-        DEMO_AGENT,
-        DemoAgent::with_step_delay(Duration::from_millis(500)),
-    );
-    let settings = NodeSettings {
-        engine: EngineConfig {
-            workers: 4,
-            poll_interval: Duration::from_secs(60),
-            ..EngineConfig::default()
-        },
-        ..NodeSettings::new(agents)
-    };
-    let node = Node::start(settings, store).await.expect("node");
+    // Steps slow enough that all three are still running when the test looks; a fallback
+    // poll far longer than the test.
+    let node = start_metered(
+        store,
+        4,
+        Duration::from_millis(500),
+        Duration::from_secs(60),
+    )
+    .await;
     let base = node.base_url();
     let client = reqwest::Client::new();
 
@@ -120,7 +99,10 @@ async fn executions_queued_before_start_are_claimed_together_in_one_query() {
     // One query claimed all three for three of the four workers; the claimer then found
     // nothing more and sleeps (nothing has ended yet to ring it).
     assert_eq!(
-        claim_queries(&metrics(&client, &base).await),
+        metric(
+            &metrics_text(&client, &base).await,
+            "stepwise_claim_queries_total"
+        ),
         1.0,
         "three queued executions took more than one claim query"
     );

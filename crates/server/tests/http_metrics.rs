@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::TestServer;
 use serde_json::{Value, json};
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, EngineConfig};
-use stepwise_server::{Metered, Node, NodeSettings};
+use stepwise_server::{Metered, Node};
 use stepwise_store_sqlite::SqliteStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,20 +54,13 @@ impl MeteredServer {
     async fn start() -> MeteredServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Metered::new(SqliteStore::open(&dir.path().join("stepwise.db")).expect("open"));
-        let mut agents = AgentRegistry::new();
-        agents.register(
-            DEMO_AGENT,
-            DemoAgent::with_step_delay(Duration::from_millis(5)),
-        );
-        let settings = NodeSettings {
-            engine: EngineConfig {
-                workers: 2,
-                poll_interval: Duration::from_millis(50),
-                ..EngineConfig::default()
-            },
-            ..NodeSettings::new(agents)
-        };
-        let node = Node::start(settings, store).await.expect("node");
+        let node = common::start_metered(
+            store,
+            2,
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        )
+        .await;
         MeteredServer {
             base: node.base_url(),
             client: reqwest::Client::new(),

@@ -3,47 +3,29 @@
 //! claim queries while nothing happens, and a posted message still starts at once.
 //! (Its own test binary: the claim counter is per process.)
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, EngineConfig};
-use stepwise_server::{Metered, Node, NodeSettings};
+use stepwise_server::Metered;
 use stepwise_store_sqlite::SqliteStore;
 
+use common::{metric, metrics_text, start_metered};
+
 async fn claim_queries(client: &reqwest::Client, base: &str) -> f64 {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    text.lines()
-        .find_map(|line| line.strip_prefix("stepwise_claim_queries_total "))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no stepwise_claim_queries_total in:\n{text}"))
+    metric(
+        &metrics_text(client, base).await,
+        "stepwise_claim_queries_total",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_node_sends_no_claim_queries_and_a_message_still_starts_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Metered::new(SqliteStore::open(&dir.path().join("stepwise.db")).expect("open"));
-    let mut agents = AgentRegistry::new();
-    agents.register(
-        DEMO_AGENT,
-        DemoAgent::with_step_delay(Duration::from_millis(1)),
-    );
     // A fallback poll far longer than this test: any claim below was rung for.
-    let settings = NodeSettings {
-        engine: EngineConfig {
-            workers: 8,
-            poll_interval: Duration::from_secs(60),
-            ..EngineConfig::default()
-        },
-        ..NodeSettings::new(agents)
-    };
-    let node = Node::start(settings, store).await.expect("node");
+    let node = start_metered(store, 8, Duration::from_millis(1), Duration::from_secs(60)).await;
     let base = node.base_url();
     let client = reqwest::Client::new();
 

@@ -8,10 +8,53 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde_json::Value;
 use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
-use stepwise_server::{Node, NodeSettings, ServerConfig};
+use stepwise_server::{Metered, Node, NodeSettings, ServerConfig};
 use stepwise_store_sqlite::SqliteStore;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A node over a [`Metered`] SQLite store, as `stepwise serve` runs it (so `/metrics` has the
+/// store's counters): the demo agent taking `step_delay` a step, `workers` workers and the
+/// queue's fallback poll every `poll_interval`.
+pub async fn start_metered(
+    store: Metered<SqliteStore>,
+    workers: usize,
+    step_delay: Duration,
+    poll_interval: Duration,
+) -> Node<Metered<SqliteStore>> {
+    let mut agents = AgentRegistry::new();
+    agents.register(DEMO_AGENT, DemoAgent::with_step_delay(step_delay));
+    let settings = NodeSettings {
+        engine: EngineConfig {
+            workers,
+            poll_interval,
+            ..EngineConfig::default()
+        },
+        ..NodeSettings::new(agents)
+    };
+    Node::start(settings, store).await.expect("node")
+}
+
+/// The `/metrics` text of the node at `base`.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
+/// The value of an unlabelled series in `/metrics` text.
+#[track_caller]
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
 
 pub struct TestServer {
     pub base: String,
