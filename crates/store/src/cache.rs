@@ -159,6 +159,14 @@ impl CachedSteps {
         self.steps.push(row.step);
     }
 
+    /// Sets where the next read continues when the backend said
+    /// ([`StepsAfter::next_position`]); else it stays the highest position held.
+    pub fn continue_at(&mut self, next_position: Option<i64>) {
+        if let Some(next) = next_position {
+            self.position = next;
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.steps.len()
     }

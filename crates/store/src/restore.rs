@@ -87,43 +87,27 @@ async fn cached_steps<S: Store>(
     if read.skipped > 0 {
         return Ok(None);
     }
-    let next_position = read.next_position;
-    let entry = match held {
+    let updated = match held {
         Some(held) if !read.whole => {
             // Cheap when no other restore of this session still holds the entry.
             let mut entry = Arc::try_unwrap(held).unwrap_or_else(|shared| (*shared).clone());
             entry.absorb(read.rows);
-            if entry.len() as u64 == read.total {
+            (entry.len() as u64 == read.total).then(|| {
                 cache.count_hit();
-                if let Some(next) = next_position {
-                    entry.position = next;
-                }
+                entry.continue_at(read.next_position);
                 entry
-            } else {
-                // Rows the position did not reach (committed out of order, or by a node
-                // whose clock is behind): read the whole session again.
-                let Some(entry) = whole(store, cache, tenant, session_id).await? else {
-                    return Ok(None);
-                };
-                entry
-            }
+            })
         }
-        _ => {
-            let StepsAfter { total, rows, .. } = read;
-            if rows.len() as u64 == total {
-                cache.count_miss();
-                let mut entry = CachedSteps::from_rows(rows);
-                if let Some(next) = next_position {
-                    entry.position = next;
-                }
-                entry
-            } else {
-                let Some(entry) = whole(store, cache, tenant, session_id).await? else {
-                    return Ok(None);
-                };
-                entry
-            }
-        }
+        _ => complete_entry(read).inspect(|_| cache.count_miss()),
+    };
+    let entry = match updated {
+        Some(entry) => entry,
+        // Rows the position did not reach (committed out of order, or by a node whose
+        // clock is behind): read the whole session again.
+        None => match whole(store, cache, tenant, session_id).await? {
+            Some(entry) => entry,
+            None => return Ok(None),
+        },
     };
     let steps = entry.steps.clone();
     cache.put(tenant, session_id, Arc::new(entry));
@@ -141,15 +125,20 @@ async fn whole<S: Store>(
     let read = store
         .list_session_steps_after(tenant, session_id, START_POSITION)
         .await?;
-    if read.skipped > 0 || read.rows.len() as u64 != read.total {
+    if read.skipped > 0 {
         return Ok(None);
     }
-    let next_position = read.next_position;
-    let mut entry = CachedSteps::from_rows(read.rows);
-    if let Some(next) = next_position {
-        entry.position = next;
+    Ok(complete_entry(read))
+}
+
+/// A fresh entry from `read`, when it holds every row of the session.
+fn complete_entry(read: StepsAfter) -> Option<CachedSteps> {
+    if read.rows.len() as u64 != read.total {
+        return None;
     }
-    Ok(Some(entry))
+    let mut entry = CachedSteps::from_rows(read.rows);
+    entry.continue_at(read.next_position);
+    Some(entry)
 }
 
 /// The whole session as one document (`format_version`, session, messages, executions,
