@@ -181,11 +181,10 @@ impl SqliteStore {
         lease: Duration,
         max_attempts: u32,
     ) -> Result<Option<Claim>> {
-        let worker = worker.to_string();
-        let now = self.now();
-        let until = lease_until(now, lease);
-        self.write(move |conn, _| claim_one(conn, &worker, now, until, max_attempts))
-            .await
+        let mut claims = self
+            .queue_claim_batch(&[worker.to_string()], lease, max_attempts)
+            .await?;
+        Ok(claims.pop())
     }
 
     /// [`Store::claim_batch`](stepwise_store::Store::claim_batch): the claims one after
