@@ -19,6 +19,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::remote::{client, create_session};
+use super::{percentile_ms, round};
 use crate::chat::sse::EventStream;
 
 #[derive(Args, Debug, Clone)]
@@ -65,13 +66,7 @@ pub async fn run(args: IdleArgs) -> anyhow::Result<()> {
     for _ in 0..args.starts {
         starts.push(start_latency(&client, &base, Duration::from_millis(args.pause_ms)).await?);
     }
-    starts.sort();
-    let ms = |q: f64| -> f64 {
-        match starts.len() {
-            0 => 0.0,
-            n => round(starts[((n as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0),
-        }
-    };
+    let ms = |p: f64| round(percentile_ms(&starts, p), 3);
     let report = json!({
         "benchmark": "idle",
         "url": base,
@@ -80,23 +75,19 @@ pub async fn run(args: IdleArgs) -> anyhow::Result<()> {
         "idle": {
             "seconds": args.seconds,
             "claim_queries": claims,
-            "claim_queries_per_s": round(claims / seconds),
-            "cpu_seconds": round(cpu_seconds),
-            "cpu_percent_of_a_core": round(cpu_seconds / seconds * 100.0),
+            "claim_queries_per_s": round(claims / seconds, 3),
+            "cpu_seconds": round(cpu_seconds, 3),
+            "cpu_percent_of_a_core": round(cpu_seconds / seconds * 100.0, 3),
         },
         "start": {
             "executions": starts.len(),
             "pause_ms": args.pause_ms,
-            "p50_ms": ms(0.5),
-            "max_ms": ms(1.0),
+            "p50_ms": ms(50.0),
+            "max_ms": ms(100.0),
         },
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
-}
-
-fn round(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 /// The server's `stepwise_claim_queries_total`.
