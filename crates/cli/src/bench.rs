@@ -3,7 +3,8 @@
 //!
 //! W1 one session, 1,000 steps; W2 200 sessions × 50 steps round-robin; W2c the same 200
 //! sessions writing concurrently; W3 restore of the W1 session (cold, then warm); W4 bytes on
-//! disk after W1. Plus a raw rusqlite insert loop of the W1 steps as a yardstick.
+//! disk after W1. Plus a raw rusqlite insert loop of the W1 steps as a yardstick, and W3m:
+//! listing as many messages of the W1 session, through the hot-session cache and without.
 
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use crate::db::{self, DatabaseUrl};
 mod fanout;
 mod http;
 mod idle;
+mod messages;
 mod postgres;
 mod remote;
 mod retention;
@@ -722,6 +724,7 @@ async fn run_level(
         progress,
     )
     .await?;
+    messages::add(&store, &tenant, w1.session_id, corpus, args.w1_steps).await?;
     db::close_sqlite(store)
         .await
         .context("closing the store after W2c")?;
@@ -750,6 +753,14 @@ async fn run_level(
     )
     .await?;
     let after_append = restore_w1(&store, &tenant, w1.session_id, next).await?;
+    let mut listings = messages::Listings::run(
+        &store,
+        &tenant,
+        w1.session_id,
+        args.w1_steps,
+        args.warm_loads,
+    )
+    .await?;
     let cache = store.session_cache().map(|c| c.stats()).unwrap_or_default();
     db::close_sqlite(store)
         .await
@@ -762,6 +773,9 @@ async fn run_level(
     for _ in 0..args.warm_loads {
         uncached.push(restore_w1(&store, &tenant, w1.session_id, next).await?);
     }
+    listings
+        .run_uncached(&store, &tenant, w1.session_id, args.warm_loads)
+        .await?;
     db::close_sqlite(store)
         .await
         .context("closing the uncached store after W3")?;
@@ -851,11 +865,14 @@ async fn run_level(
             "session_cache": {
                 "hits": cache.hits,
                 "misses": cache.misses,
+                "message_hits": cache.message_hits,
+                "message_misses": cache.message_misses,
                 "evictions": cache.evictions,
                 "bytes": cache.bytes,
                 "limit_bytes": cache.limit_bytes,
             },
         },
+        "w3m": listings.json(),
         "w4": {
             "bytes": w4_bytes,
             "bytes_per_step": round(bytes_per_step, 1),
@@ -973,6 +990,7 @@ async fn run_level(
         format!("{:.3} ms", percentile_ms(&uncached, 50.0)),
         "".into(),
     ]);
+    rows.extend(listings.rows());
     rows.push(vec![
         "W4".into(),
         "bytes on disk after W1".into(),

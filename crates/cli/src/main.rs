@@ -75,8 +75,8 @@ struct Cli {
         value_name = "MIB"
     )]
     wal_limit_mb: u64,
-    /// Bytes (MiB) of decoded agent memory of recently restored sessions kept in memory
-    /// (least recently used sessions go first; 0 turns the cache off).
+    /// Bytes (MiB) of decoded agent memory and messages of recently read sessions kept in
+    /// memory (least recently used go first; 0 turns the cache off).
     #[arg(
         long,
         global = true,

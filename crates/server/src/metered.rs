@@ -315,6 +315,21 @@ impl<S: Store> Store for Metered<S> {
         Ok(steps)
     }
 
+    async fn list_session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::MessagesAfter> {
+        let started = Instant::now();
+        let messages = self
+            .inner
+            .list_session_messages_after(tenant, session_id, after)
+            .await?;
+        observe(Timed::LoadMessages, started.elapsed());
+        Ok(messages)
+    }
+
     fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
         self.inner.session_cache()
     }

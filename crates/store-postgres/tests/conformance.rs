@@ -140,6 +140,7 @@ pg_conformance! {
     steps
     concurrent_step_writers
     session_cache
+    session_message_cache
     fire_and_forget
     step_mirrored
     snapshots

@@ -1,7 +1,7 @@
-//! The read behind the hot-session cache: a session's step rows past a row id, with the
-//! session's row count, in one read transaction (one snapshot of the WAL).
+//! The reads behind the hot-session cache: a session's step rows, or its messages, past a
+//! row id, with the session's row count, in one read transaction (one snapshot of the WAL).
 //!
-//! The position is the steps table's `rowid`. The one writer thread inserts rows one
+//! The position is the steps (or messages) table's `rowid`. The one writer thread inserts rows one
 //! after another and commits in that order, so every snapshot a reader sees holds a prefix
 //! of the rowids; a new row's rowid is above every row still stored, so above every row of
 //! a session that still exists. The row count read in the same snapshot is the cache's
@@ -11,10 +11,23 @@ use std::sync::atomic::Ordering;
 
 use rusqlite::{TransactionBehavior, params};
 use stepwise_core::{Id, Timestamp};
-use stepwise_store::{PositionedStep, Result, StepOrder, StepsAfter, Tenant};
+use stepwise_store::{
+    MessageOrder, MessagesAfter, PositionedMessage, PositionedStep, Result, StepOrder, StepsAfter,
+    Tenant,
+};
 
 use crate::SqliteStore;
-use crate::rows::bid;
+
+const COUNT_SESSION_STEPS: &str = "SELECT COUNT(*) FROM executions e JOIN steps s ON s.execution_id = e.id \
+     WHERE e.session_id = ?1 AND e.tenant_id = ?2";
+const COUNT_SESSION_MESSAGES: &str =
+    "SELECT COUNT(*) FROM messages WHERE session_id = ?1 AND tenant_id = ?2";
+const MESSAGES_AFTER: &str = concat!(
+    "SELECT ",
+    message_cols!(),
+    ", rowid FROM messages WHERE session_id = ?1 AND tenant_id = ?2 AND rowid > ?3 ORDER BY rowid"
+);
+use crate::rows::{self, bid, message_cols};
 use crate::steps::{STEP_COLS, decode_rows, step_row};
 use crate::writer::map_sqlite;
 
@@ -30,13 +43,7 @@ impl SqliteStore {
         self.read(move |conn, inner| {
             let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
                 .map_err(map_sqlite)?;
-            let total: i64 = tx
-                .prepare_cached(
-                    "SELECT COUNT(*) FROM executions e JOIN steps s ON s.execution_id = e.id \
-                     WHERE e.session_id = ?1 AND e.tenant_id = ?2",
-                )
-                .and_then(|mut s| s.query_row(params![bid(session_id), tenant], |r| r.get(0)))
-                .map_err(map_sqlite)?;
+            let total = count(&tx, COUNT_SESSION_STEPS, session_id, &tenant)?;
             let rows = tx
                 .prepare_cached(&format!(
                     "SELECT {STEP_COLS}, e.created_at, s.rowid FROM executions e JOIN steps s ON s.execution_id = e.id \
@@ -59,7 +66,7 @@ impl SqliteStore {
                 step_rows.push(step);
             }
             let mut read = StepsAfter {
-                total: total.max(0) as u64,
+                total,
                 rows: Vec::with_capacity(step_rows.len()),
                 skipped: 0,
                 whole: false,
@@ -75,7 +82,7 @@ impl SqliteStore {
                             execution_id: step.execution_id,
                             step_number: step.step_number,
                         },
-                        step,
+                        item: step,
                     }),
                     Err((execution, number, e)) => {
                         read.skipped += 1;
@@ -88,4 +95,51 @@ impl SqliteStore {
         })
         .await
     }
+
+    /// See [`stepwise_store::Store::list_session_messages_after`].
+    pub(crate) async fn session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<MessagesAfter> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, _| {
+            let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
+                .map_err(map_sqlite)?;
+            let total = count(&tx, COUNT_SESSION_MESSAGES, session_id, &tenant)?;
+            let rows = tx
+                .prepare_cached(MESSAGES_AFTER)
+                .and_then(|mut s| {
+                    s.query_map(params![bid(session_id), tenant, after], |r| {
+                        let item = rows::message(r)?;
+                        Ok(PositionedMessage {
+                            position: r.get(10)?,
+                            order: MessageOrder::of(&item),
+                            item,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(map_sqlite)?;
+            tx.finish().map_err(map_sqlite)?;
+            Ok(MessagesAfter {
+                total,
+                rows,
+                skipped: 0,
+                whole: false,
+                // Rowids follow commit order (one writer): the highest one read is exact.
+                next_position: None,
+            })
+        })
+        .await
+    }
+}
+
+/// A session's row count by `sql` (session id, tenant).
+fn count(tx: &rusqlite::Transaction<'_>, sql: &str, session_id: Id, tenant: &str) -> Result<u64> {
+    tx.prepare_cached(sql)
+        .and_then(|mut s| s.query_row(params![bid(session_id), tenant], |r| r.get::<_, i64>(0)))
+        .map(|n| n.max(0) as u64)
+        .map_err(map_sqlite)
 }

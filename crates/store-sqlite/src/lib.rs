@@ -447,6 +447,15 @@ impl Store for SqliteStore {
         self.session_steps_after(tenant, session_id, after).await
     }
 
+    async fn list_session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::MessagesAfter> {
+        self.session_messages_after(tenant, session_id, after).await
+    }
+
     fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
         Some(&self.inner.session_cache)
     }

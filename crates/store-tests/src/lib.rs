@@ -90,6 +90,7 @@ macro_rules! __with_cases {
             steps
             concurrent_step_writers
             session_cache
+            session_message_cache
             fire_and_forget
             step_mirrored
             snapshots

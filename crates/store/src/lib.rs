@@ -21,6 +21,7 @@
 
 mod ack;
 pub mod cache;
+mod cached_read;
 pub mod checkpoints;
 mod error;
 mod hub;
@@ -42,8 +43,9 @@ use tokio::sync::broadcast;
 
 pub use ack::{Ack, AckSender};
 pub use cache::{
-    CachedSteps, DEFAULT_SESSION_CACHE_BYTES, PositionedStep, START_POSITION, SessionCache,
-    SessionCacheStats, StepOrder, StepsAfter,
+    Cached, CachedMessages, CachedSteps, DEFAULT_SESSION_CACHE_BYTES, MessageOrder, MessagesAfter,
+    Part, Positioned, PositionedMessage, PositionedStep, RowOrder, RowsAfter, START_POSITION,
+    SessionCache, SessionCacheStats, StepOrder, StepsAfter,
 };
 pub use checkpoints::{
     BlobBody, CheckpointPut, CheckpointQuery, CheckpointRecord, NewBlob, NewCheckpoint, NewWrite,
@@ -53,7 +55,7 @@ pub use error::{Result, StoreError};
 pub use hub::{EventHub, SUBSCRIBER_BUFFER};
 pub use mirror::{StepMirror, message_created};
 pub use rekey::rekey_document;
-pub use restore::{export_session, restore_memory};
+pub use restore::{export_session, list_session_messages, restore_memory};
 pub use types::*;
 
 pub trait Store: Clone + Send + Sync + 'static {
@@ -257,7 +259,26 @@ pub trait Store: Clone + Send + Sync + 'static {
             Ok(cache::whole_session(loaded))
         }
     }
-    /// The hot-session cache [`restore_memory`] uses, if the backend keeps one.
+    /// The session's message rows past `after` (a position from an earlier answer, or
+    /// [`START_POSITION`]), with the number of messages the session has, read together:
+    /// what the [`SessionCache`] asks on each [`list_session_messages`]. The default reads
+    /// all the session's messages (every row counts as new).
+    fn list_session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> impl Future<Output = Result<MessagesAfter>> + Send {
+        let _ = after;
+        async move {
+            let messages = self
+                .list_messages(tenant, session_id, MessageQuery::default())
+                .await?;
+            Ok(cache::whole_messages(messages))
+        }
+    }
+    /// The hot-session cache [`restore_memory`] and [`list_session_messages`] use, if the
+    /// backend keeps one.
     fn session_cache(&self) -> Option<&SessionCache> {
         None
     }

@@ -1,23 +1,22 @@
 //! Operations every backend gets from the trait: restoring a session's agent memory and
 //! exporting a session document.
 
-use std::sync::Arc;
 use stepwise_core::document::FORMAT_VERSION;
 use stepwise_core::summary::build_summary;
 
-use stepwise_core::{Id, Memory, Restored, SessionDocument, Step};
+use stepwise_core::{Id, Memory, Message, Restored, SessionDocument};
 
-use crate::{
-    CachedSteps, MessageQuery, Result, START_POSITION, SessionCache, StepsAfter, Store, Tenant,
-};
+use crate::cached_read::cached_rows;
+use crate::{MessageOrder, MessageQuery, Result, StepOrder, Store, StoreError, Tenant};
 
 /// A session's agent memory. `full` when every stored step decoded; when some could not,
 /// the valid steps still come back with a context summary built from the session's
 /// messages (`summary`), or `empty` when nothing at all could be recovered.
 /// `Ok(None)` when the session does not exist for this tenant.
 ///
-/// With the store's [`SessionCache`] the steps already held are not read again: see
-/// [`crate::cache`] for why the answer is still exactly what the database holds.
+/// With the store's [`SessionCache`](crate::SessionCache) the steps already held are not
+/// read again: see [`crate::cache`] for why the answer is still exactly what the database
+/// holds.
 pub async fn restore_memory<S: Store>(
     store: &S,
     tenant: &Tenant,
@@ -30,11 +29,11 @@ pub async fn restore_memory<S: Store>(
         return Ok(None);
     };
     if let Some(cache) = store.session_cache().filter(|c| c.limit_bytes() > 0)
-        && let Some(steps) = cached_steps(store, cache, tenant, session_id).await?
+        && let Some(entry) = cached_rows::<S, StepOrder>(store, cache, tenant, session_id).await?
     {
         return Ok(Some(Memory {
             restored: Restored::Full,
-            steps,
+            steps: entry.items.clone(),
             summary: None,
         }));
     }
@@ -69,76 +68,45 @@ pub async fn restore_memory<S: Store>(
     }))
 }
 
-/// The session's steps through the cache: the entry held plus the rows appended since, or
-/// a whole read when there is no entry or the entry and the database disagree on how many
-/// rows the session has. `None` when some rows cannot be decoded (the caller then builds
-/// the context summary from an ordinary read; such sessions are not cached).
-async fn cached_steps<S: Store>(
+/// A session's messages as [`Store::list_messages`] answers them (oldest first; after a
+/// message, of some roles, up to a limit), through the store's
+/// [`SessionCache`](crate::SessionCache) when it keeps one: the messages already held are
+/// not read again, and the query is answered in memory. `after` naming a message that is
+/// not in this session is `Invalid` on field `after`, as from the backend.
+pub async fn list_session_messages<S: Store>(
     store: &S,
-    cache: &SessionCache,
     tenant: &Tenant,
     session_id: Id,
-) -> Result<Option<Vec<Step>>> {
-    let held = cache.take(tenant, session_id);
-    let after = held.as_ref().map_or(START_POSITION, |h| h.position);
-    let read = store
-        .list_session_steps_after(tenant, session_id, after)
-        .await?;
-    if read.skipped > 0 {
-        return Ok(None);
+    query: MessageQuery,
+) -> Result<Vec<Message>> {
+    if let Some(cache) = store.session_cache().filter(|c| c.limit_bytes() > 0)
+        && let Some(entry) =
+            cached_rows::<S, MessageOrder>(store, cache, tenant, session_id).await?
+    {
+        return select_messages(&entry.items, &query);
     }
-    let updated = match held {
-        Some(held) if !read.whole => {
-            // Cheap when no other restore of this session still holds the entry.
-            let mut entry = Arc::try_unwrap(held).unwrap_or_else(|shared| (*shared).clone());
-            entry.absorb(read.rows);
-            (entry.len() as u64 == read.total).then(|| {
-                cache.count_hit();
-                entry.continue_at(read.next_position);
-                entry
-            })
-        }
-        _ => complete_entry(read).inspect(|_| cache.count_miss()),
-    };
-    let entry = match updated {
-        Some(entry) => entry,
-        // Rows the position did not reach (committed out of order, or by a node whose
-        // clock is behind): read the whole session again.
-        None => match whole(store, cache, tenant, session_id).await? {
-            Some(entry) => entry,
-            None => return Ok(None),
-        },
-    };
-    let steps = entry.steps.clone();
-    cache.put(tenant, session_id, Arc::new(entry));
-    Ok(Some(steps))
+    store.list_messages(tenant, session_id, query).await
 }
 
-/// A whole read of the session's rows into a fresh entry (a miss).
-async fn whole<S: Store>(
-    store: &S,
-    cache: &SessionCache,
-    tenant: &Tenant,
-    session_id: Id,
-) -> Result<Option<CachedSteps>> {
-    cache.count_miss();
-    let read = store
-        .list_session_steps_after(tenant, session_id, START_POSITION)
-        .await?;
-    if read.skipped > 0 {
-        return Ok(None);
-    }
-    Ok(complete_entry(read))
-}
-
-/// A fresh entry from `read`, when it holds every row of the session.
-fn complete_entry(read: StepsAfter) -> Option<CachedSteps> {
-    if read.rows.len() as u64 != read.total {
-        return None;
-    }
-    let mut entry = CachedSteps::from_rows(read.rows);
-    entry.continue_at(read.next_position);
-    Some(entry)
+/// `query` over a session's messages held in list order.
+fn select_messages(messages: &[Message], query: &MessageQuery) -> Result<Vec<Message>> {
+    let start =
+        match query.after {
+            Some(after) => {
+                messages.iter().position(|m| m.id == after).ok_or_else(|| {
+                    StoreError::invalid("after", "no such message in this session")
+                })? + 1
+            }
+            None => 0,
+        };
+    let roles = query.roles.as_deref().filter(|r| !r.is_empty());
+    let limit = query.limit.map_or(usize::MAX, |l| l as usize);
+    Ok(messages[start..]
+        .iter()
+        .filter(|m| roles.is_none_or(|roles| roles.contains(&m.role)))
+        .take(limit)
+        .cloned()
+        .collect())
 }
 
 /// The whole session as one document (`format_version`, session, messages, executions,

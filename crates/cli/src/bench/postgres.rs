@@ -87,6 +87,7 @@ pub(super) async fn run_steps(
         progress,
     )
     .await?;
+    super::messages::add(&store, &tenant, w1.session_id, corpus, args.w1_steps).await?;
     close(store).await?;
 
     progress.stage(&format!(
@@ -101,6 +102,14 @@ pub(super) async fn run_steps(
     for _ in 0..args.warm_loads {
         warm.push(restore_w1(&store, &tenant, w1.session_id, args.w1_steps).await?);
     }
+    let listings = super::messages::Listings::run(
+        &store,
+        &tenant,
+        w1.session_id,
+        args.w1_steps,
+        args.warm_loads,
+    )
+    .await?;
     close(store).await?;
 
     let w1_steps = u64::from(args.w1_steps);
@@ -168,6 +177,7 @@ pub(super) async fn run_steps(
             "warm_loads": args.warm_loads,
             "cold_open_ms": round(ms(cold_open), 4),
         },
+        "w3m": listings.json(),
         "w4": {
             "bytes": w4_bytes,
             "bytes_per_step": round(w4_bytes as f64 / w1_steps as f64, 1),

@@ -86,26 +86,25 @@ pub async fn list<S: Store>(
         after = Some(last);
     }
     let roles = parse_roles(&query.roles)?;
-    let mut items = state
-        .store()
-        .list_messages(
-            &caller.tenant,
-            id,
-            MessageQuery {
-                after,
-                roles,
-                limit: Some(limit + 1),
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            // A message id that is not in this session: like any unknown id, 404.
-            stepwise_store::StoreError::Invalid {
-                field: Some("after"),
-                message,
-            } => ApiError::new(StatusCode::NOT_FOUND, "not_found", message).with_field("after"),
-            e => ApiError::from(e),
-        })?;
+    let mut items = stepwise_store::list_session_messages(
+        state.store(),
+        &caller.tenant,
+        id,
+        MessageQuery {
+            after,
+            roles,
+            limit: Some(limit + 1),
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        // A message id that is not in this session: like any unknown id, 404.
+        stepwise_store::StoreError::Invalid {
+            field: Some("after"),
+            message,
+        } => ApiError::new(StatusCode::NOT_FOUND, "not_found", message).with_field("after"),
+        e => ApiError::from(e),
+    })?;
     let next_cursor = if items.len() > limit as usize {
         items.truncate(limit as usize);
         items

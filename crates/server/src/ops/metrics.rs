@@ -250,13 +250,23 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
             c.misses,
         );
         gauge(
+            "stepwise_session_cache_message_hits_total",
+            "Message listings answered from the hot-session cache.",
+            c.message_hits,
+        );
+        gauge(
+            "stepwise_session_cache_message_misses_total",
+            "Message listings that read all the session's messages from the database.",
+            c.message_misses,
+        );
+        gauge(
             "stepwise_session_cache_evictions_total",
             "Sessions dropped from the cache to stay within its bound.",
             c.evictions,
         );
         gauge(
             "stepwise_session_cache_bytes",
-            "Decoded agent memory the cache holds (estimated bytes).",
+            "Decoded agent memory and messages the cache holds (estimated bytes).",
             c.bytes,
         );
     }

@@ -19,7 +19,7 @@ mod snapshots;
 mod steps;
 
 pub use api_keys::{api_keys, operations};
-pub use cache::session_cache;
+pub use cache::{session_cache, session_message_cache};
 pub use checkpoints::{
     checkpoint_export_import, checkpoint_isolation, checkpoint_threads, checkpoint_writes,
     checkpoints_list, checkpoints_put_get,
