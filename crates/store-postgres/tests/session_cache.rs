@@ -115,18 +115,13 @@ fn a_node_with_a_warm_cache_sees_steps_another_node_appended() {
     };
     run(async move {
         let databases = TestDatabases::new(admin);
-        let Nodes {
-            a,
-            b,
-            late,
-            acme,
-            session,
-        } = Nodes::start(&databases).await;
+        let nodes = Nodes::start(&databases).await;
+        let (a, b, acme, session) = (&nodes.a, &nodes.b, &nodes.acme, nodes.session.id);
         let execution = a
             .create_execution(
-                &acme,
+                acme,
                 NewExecution {
-                    session_id: Some(session.id),
+                    session_id: Some(session),
                     parent_execution_id: None,
                     user_id: "u".into(),
                     agent_type: "external".into(),
@@ -139,14 +134,14 @@ fn a_node_with_a_warm_cache_sees_steps_another_node_appended() {
             .await
             .unwrap_or_else(|e| panic!("create_execution: {e}"));
         for n in 1..=3 {
-            save(&a, &acme, execution.id, n).await;
+            save(a, acme, execution.id, n).await;
         }
-        assert_eq!(restore(&a, &acme, session.id).await, [1, 2, 3]);
+        assert_eq!(restore(a, acme, session).await, [1, 2, 3]);
         let cache = a.session_cache().unwrap_or_else(|| panic!("no cache"));
         let warm = cache.stats();
 
-        save(&b, &acme, execution.id, 4).await;
-        assert_eq!(restore(&a, &acme, session.id).await, [1, 2, 3, 4]);
+        save(b, acme, execution.id, 4).await;
+        assert_eq!(restore(a, acme, session).await, [1, 2, 3, 4]);
         let after = cache.stats();
         assert_eq!(
             after.hits,
@@ -156,21 +151,13 @@ fn a_node_with_a_warm_cache_sees_steps_another_node_appended() {
         assert_eq!(after.misses, warm.misses);
 
         // The late node's step is older than node A's position: the row count tells.
-        save(&late, &acme, execution.id, 5).await;
-        assert_eq!(restore(&a, &acme, session.id).await, [1, 2, 3, 4, 5]);
-        assert_eq!(restore(&a, &acme, session.id).await, [1, 2, 3, 4, 5]);
+        save(&nodes.late, acme, execution.id, 5).await;
+        assert_eq!(restore(a, acme, session).await, [1, 2, 3, 4, 5]);
+        assert_eq!(restore(a, acme, session).await, [1, 2, 3, 4, 5]);
         // Node B never restored: its first restore reads the whole session.
-        assert_eq!(restore(&b, &acme, session.id).await, [1, 2, 3, 4, 5]);
+        assert_eq!(restore(b, acme, session).await, [1, 2, 3, 4, 5]);
 
-        Nodes {
-            a,
-            b,
-            late,
-            acme,
-            session,
-        }
-        .close()
-        .await;
+        nodes.close().await;
     });
 }
 
