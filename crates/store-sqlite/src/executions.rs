@@ -105,9 +105,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn execution_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
-        let tenant = tenant.as_str().to_string();
-        self.read(move |conn, _| load_execution(conn, &tenant, id))
-            .await
+        self.read_point(|conn| load_execution(conn, tenant.as_str(), id))
     }
 
     pub(crate) async fn execution_list(

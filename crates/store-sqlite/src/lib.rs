@@ -247,6 +247,20 @@ impl SqliteStore {
         .map_err(|e| StoreError::Backend(format!("a read task failed: {e}")))?
     }
 
+    /// A read of one row by its key, run on the calling thread: a point lookup takes a few
+    /// microseconds, less than handing it to a blocking thread and waking the caller again
+    /// (two thread switches per read). WAL readers do not wait for the writer. Reads that
+    /// may touch many rows go through [`SqliteStore::read`].
+    fn read_point<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&Connection) -> Result<T>,
+    {
+        let conn = self.inner.take_reader()?;
+        let result = work(&conn);
+        self.inner.put_reader(conn);
+        result
+    }
+
     async fn write<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,

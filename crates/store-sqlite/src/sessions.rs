@@ -79,9 +79,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn session_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
-        let tenant = tenant.as_str().to_string();
-        self.read(move |conn, _| load_session(conn, &tenant, id))
-            .await
+        self.read_point(|conn| load_session(conn, tenant.as_str(), id))
     }
 
     pub(crate) async fn session_find_by_name(
