@@ -50,13 +50,12 @@ impl SqliteStore {
     }
 
     pub(crate) async fn key_find(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
-        let key_hash = key_hash.to_string();
-        self.read(move |conn, _| {
+        // Every authenticated request asks this: a point lookup on the calling thread.
+        self.read_point(|conn| {
             conn.prepare_cached(FIND_ACTIVE_KEY)
                 .and_then(|mut s| s.query_row(params![key_hash], rows::api_key).optional())
                 .map_err(map_sqlite)
         })
-        .await
     }
 
     pub(crate) async fn key_list(&self) -> Result<Vec<ApiKeyRecord>> {

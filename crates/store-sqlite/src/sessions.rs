@@ -87,13 +87,14 @@ impl SqliteStore {
         tenant: &Tenant,
         name: &str,
     ) -> Result<Option<Session>> {
-        let (tenant, name) = (tenant.as_str().to_string(), name.to_string());
-        self.read(move |conn, _| {
+        self.read_point(|conn| {
             conn.prepare_cached(SELECT_BY_NAME)
-                .and_then(|mut s| s.query_row(params![tenant, name], rows::session).optional())
+                .and_then(|mut s| {
+                    s.query_row(params![tenant.as_str(), name], rows::session)
+                        .optional()
+                })
                 .map_err(map_sqlite)
         })
-        .await
     }
 
     pub(crate) async fn session_list(
