@@ -228,6 +228,21 @@ impl<S: Store> Store for Metered<S> {
         self.inner.create_execution(tenant, new).await
     }
 
+    async fn create_execution_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+    ) -> Result<(Execution, Vec<Message>)> {
+        let started = Instant::now();
+        let created = self
+            .inner
+            .create_execution_with_messages(tenant, new, messages)
+            .await?;
+        observe(Timed::SaveMessage, started.elapsed());
+        Ok(created)
+    }
+
     async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
         self.inner.get_execution(tenant, id).await
     }

@@ -130,6 +130,7 @@ pg_conformance! {
     messages
     executions
     execution_transitions
+    execution_with_messages
     queue_claims
     queue_leases
     queue_resume

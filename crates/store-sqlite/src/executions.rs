@@ -4,10 +4,14 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use stepwise_core::{Execution, Id, Timestamp};
-use stepwise_store::rules::{attempts_exhausted, check_transition, gave_up_message, lease_until};
-use stepwise_store::{Claim, NewExecution, Result, StoreError, Tenant, Transition};
+use stepwise_core::{Execution, Id, Message, Timestamp};
+use stepwise_store::rules::{
+    attempts_exhausted, check_execution_with_messages, check_transition, gave_up_message,
+    lease_until,
+};
+use stepwise_store::{Claim, NewExecution, NewMessage, Result, StoreError, Tenant, Transition};
 
+use crate::messages::insert_message;
 use crate::rows::{self, Bid, bid, execution_cols, json_text, opt_bid};
 use crate::sessions::load_session;
 use crate::writer::map_sqlite;
@@ -27,6 +31,8 @@ const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_i
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)";
 const SESSION_LAST_EXECUTION: &str =
     "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2 WHERE id = ?3";
+const SESSION_LAST_EXECUTION_AND_MESSAGES: &str = "UPDATE sessions SET last_execution_id = ?1, message_count = message_count + ?2, updated_at = ?3 \
+     WHERE id = ?4 AND tenant_id = ?5";
 const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?2, output), error_message = COALESCE(?3, error_message), \
      resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
      attempts = CASE WHEN ?1 = 'paused' THEN 0 ELSE attempts END \
@@ -46,6 +52,28 @@ const RENEW: &str = "UPDATE executions SET lease_expires_at = ?1 WHERE id = ?2 A
 const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), updated_at = ?1 \
      WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
 const QUEUE_DEPTH: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending'";
+
+fn insert_execution(conn: &Connection, e: &Execution) -> Result<()> {
+    conn.prepare_cached(INSERT_EXECUTION)
+        .and_then(|mut s| {
+            s.execute(params![
+                bid(e.id),
+                e.tenant_id,
+                opt_bid(e.session_id),
+                opt_bid(e.parent_execution_id),
+                e.user_id,
+                e.agent_type,
+                json_text(&e.agent_config),
+                e.status.as_str(),
+                json_text(&e.input),
+                json_text(&e.metadata),
+                e.started_at.map(|t| t.0),
+                e.created_at.0
+            ])
+        })
+        .map(|_| ())
+        .map_err(map_sqlite)
+}
 
 pub(crate) fn load_execution(conn: &Connection, tenant: &str, id: Id) -> Result<Option<Execution>> {
     conn.prepare_cached(SELECT_EXECUTION)
@@ -76,30 +104,57 @@ impl SqliteStore {
             {
                 return Err(StoreError::NotFound("parent execution"));
             }
-            conn.prepare_cached(INSERT_EXECUTION)
-                .and_then(|mut s| {
-                    s.execute(params![
-                        bid(e.id),
-                        e.tenant_id,
-                        opt_bid(e.session_id),
-                        opt_bid(e.parent_execution_id),
-                        e.user_id,
-                        e.agent_type,
-                        json_text(&e.agent_config),
-                        e.status.as_str(),
-                        json_text(&e.input),
-                        json_text(&e.metadata),
-                        e.started_at.map(|t| t.0),
-                        now.0
-                    ])
-                })
-                .map_err(map_sqlite)?;
+            insert_execution(conn, e)?;
             if let Some(session_id) = e.session_id {
                 conn.prepare_cached(SESSION_LAST_EXECUTION)
                     .and_then(|mut s| s.execute(params![bid(e.id), now.0, bid(session_id)]))
                     .map_err(map_sqlite)?;
             }
             Ok(execution)
+        })
+        .await
+    }
+
+    /// See [`stepwise_store::Store::create_execution_with_messages`]: one writer job, one
+    /// statement for the session (its last execution and message count, and whether it
+    /// exists for this tenant).
+    pub(crate) async fn execution_create_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+    ) -> Result<(Execution, Vec<Message>)> {
+        let session_id = check_execution_with_messages(&new, &messages)?;
+        let execution = new.into_execution(tenant, self.now())?;
+        // Each message stamped in turn (the clock never repeats a time): they list in order.
+        let messages: Vec<Message> = messages
+            .into_iter()
+            .map(|m| m.for_execution(execution.id).into_message(self.now()))
+            .collect();
+        self.write(move |conn, _| {
+            let touched = conn
+                .prepare_cached(SESSION_LAST_EXECUTION_AND_MESSAGES)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        bid(execution.id),
+                        messages.len() as i64,
+                        messages
+                            .last()
+                            .map_or(execution.created_at, |m| m.created_at)
+                            .0,
+                        bid(session_id),
+                        execution.tenant_id
+                    ])
+                })
+                .map_err(map_sqlite)?;
+            if touched == 0 {
+                return Err(StoreError::NotFound("session"));
+            }
+            insert_execution(conn, &execution)?;
+            for message in &messages {
+                insert_message(conn, &execution.tenant_id, message)?;
+            }
+            Ok((execution, messages))
         })
         .await
     }

@@ -384,6 +384,16 @@ impl Store for SqliteStore {
         self.execution_create(tenant, new).await
     }
 
+    async fn create_execution_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+    ) -> Result<(Execution, Vec<Message>)> {
+        self.execution_create_with_messages(tenant, new, messages)
+            .await
+    }
+
     async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
         self.execution_get(tenant, id).await
     }

@@ -21,6 +21,28 @@ const LIST_MESSAGES: &str = concat!(
     " FROM messages WHERE session_id = ? AND tenant_id = ?"
 );
 
+/// Inserts a stored message row (its session's counter is the caller's to move).
+pub(crate) fn insert_message(conn: &rusqlite::Connection, tenant: &str, m: &Message) -> Result<()> {
+    conn.prepare_cached(INSERT_MESSAGE)
+        .and_then(|mut s| {
+            s.execute(params![
+                bid(m.id),
+                tenant,
+                bid(m.session_id),
+                m.role.as_str(),
+                m.content,
+                opt_bid(m.execution_id),
+                m.related_type,
+                m.related_id,
+                m.context_url,
+                json_text(&m.metadata),
+                m.created_at.0
+            ])
+        })
+        .map(|_| ())
+        .map_err(map_sqlite)
+}
+
 impl SqliteStore {
     pub(crate) async fn message_append(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         let tenant = tenant.as_str().to_string();
@@ -35,23 +57,7 @@ impl SqliteStore {
             if touched == 0 {
                 return Err(StoreError::NotFound("session"));
             }
-            conn.prepare_cached(INSERT_MESSAGE)
-                .and_then(|mut s| {
-                    s.execute(params![
-                        bid(m.id),
-                        tenant,
-                        bid(m.session_id),
-                        m.role.as_str(),
-                        m.content,
-                        opt_bid(m.execution_id),
-                        m.related_type,
-                        m.related_id,
-                        m.context_url,
-                        json_text(&m.metadata),
-                        now.0
-                    ])
-                })
-                .map_err(map_sqlite)?;
+            insert_message(conn, &tenant, m)?;
             Ok(message)
         })
         .await

@@ -80,6 +80,7 @@ macro_rules! __with_cases {
             messages
             executions
             execution_transitions
+            execution_with_messages
             queue_claims
             queue_leases
             queue_resume

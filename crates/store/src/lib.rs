@@ -116,6 +116,47 @@ pub trait Store: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         new: NewExecution,
     ) -> impl Future<Output = Result<Execution>> + Send;
+    /// Creates a top-level execution of a session together with messages for it (each
+    /// message gets the execution's id; they are stamped in order): what a user's message
+    /// does when it queues a new execution. All or nothing where the backend can write it
+    /// at once; the session's last execution and message count move with it. `Invalid`
+    /// without a session, with a parent, or with a message of another session;
+    /// `NotFound` when the session does not exist for this tenant.
+    ///
+    /// The default is the execution, then the messages as separate writes.
+    fn create_execution_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+    ) -> impl Future<Output = Result<(Execution, Vec<Message>)>> + Send {
+        async move {
+            rules::check_execution_with_messages(&new, &messages)?;
+            let execution = self.create_execution(tenant, new).await?;
+            let stored = match <[NewMessage; 2]>::try_from(messages) {
+                // The usual pair (the user's message and a status line) at once: each is
+                // stamped when first polled, so they keep their order.
+                Ok([first, second]) => {
+                    let (first, second) = tokio::join!(
+                        self.append_message(tenant, first.for_execution(execution.id)),
+                        self.append_message(tenant, second.for_execution(execution.id)),
+                    );
+                    vec![first?, second?]
+                }
+                Err(messages) => {
+                    let mut stored = Vec::with_capacity(messages.len());
+                    for message in messages {
+                        stored.push(
+                            self.append_message(tenant, message.for_execution(execution.id))
+                                .await?,
+                        );
+                    }
+                    stored
+                }
+            };
+            Ok((execution, stored))
+        }
+    }
     fn get_execution(
         &self,
         tenant: &Tenant,

@@ -95,7 +95,10 @@ impl<S: Store> Engine<S> {
             {
                 Ok(execution) => {
                     let message = store
-                        .append_message(tenant, user_message(session_id, execution.id, &input))
+                        .append_message(
+                            tenant,
+                            user_message(session_id, &input).for_execution(execution.id),
+                        )
                         .await?;
                     publisher.message_created(tenant, &message).await;
                     self.say_status(tenant, session_id, execution.id, "Execution resumed")
@@ -123,8 +126,12 @@ impl<S: Store> Engine<S> {
             }
         }
 
-        let execution = store
-            .create_execution(
+        // The execution, the user's message and the "queued" line are one write (one
+        // commit); the messages' events follow in the same order.
+        let mut queued_line = NewMessage::new(session_id, Role::Info, "Execution queued");
+        queued_line.metadata = MessageNote::kind("status").to_metadata();
+        let (execution, messages) = store
+            .create_execution_with_messages(
                 tenant,
                 NewExecution {
                     session_id: Some(session_id),
@@ -136,26 +143,16 @@ impl<S: Store> Engine<S> {
                     metadata: Value::Null,
                     status: ExecutionStatus::Pending,
                 },
+                vec![user_message(session_id, &input), queued_line],
             )
             .await?;
-        // The user's message and the "queued" line go to the save queue together (in this
-        // order: each is stamped when first polled), so they share one commit; their events
-        // follow in the same order.
-        let mut queued_line =
-            NewMessage::new(session_id, Role::Info, "Execution queued").for_execution(execution.id);
-        queued_line.metadata = MessageNote::kind("status").to_metadata();
-        let (message, queued) = tokio::join!(
-            store.append_message(tenant, user_message(session_id, execution.id, &input)),
-            store.append_message(tenant, queued_line),
-        );
-        let message = message?;
-        publisher.message_created(tenant, &message).await;
-        match queued {
-            Ok(queued) => publisher.message_created(tenant, &queued).await,
-            Err(e) => {
-                tracing::warn!(session = %session_id, error = %e, "could not store a message")
-            }
+        for stored in &messages {
+            publisher.message_created(tenant, stored).await;
         }
+        let message = messages
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Backend("the user's message was not stored".into()))?;
         publisher
             .emit(
                 tenant,
@@ -195,13 +192,14 @@ impl<S: Store> Engine<S> {
     }
 }
 
-/// The user's message as stored: its text, context fields and metadata as sent.
-fn user_message(session_id: Id, execution_id: Id, input: &MessageInput) -> NewMessage {
+/// The user's message as stored: its text, context fields and metadata as sent (the
+/// execution answering it is set by the caller or the store).
+fn user_message(session_id: Id, input: &MessageInput) -> NewMessage {
     NewMessage {
         session_id,
         role: Role::User,
         content: input.content.clone(),
-        execution_id: Some(execution_id),
+        execution_id: None,
         related_type: input.related_type.clone(),
         related_id: input.related_id.clone(),
         context_url: input.context_url.clone(),

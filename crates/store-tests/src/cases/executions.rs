@@ -1,6 +1,8 @@
 use serde_json::{Value, json};
-use stepwise_core::{Execution, ExecutionStatus, TokenUsage};
-use stepwise_store::{NewExecution, Store, StoreError, Tenant, Transition};
+use stepwise_core::{Execution, ExecutionStatus, Role, TokenUsage};
+use stepwise_store::{
+    MessageQuery, NewExecution, NewMessage, Store, StoreError, Tenant, Transition,
+};
 
 use crate::Harness;
 use crate::assert_err;
@@ -328,4 +330,129 @@ async fn reach<S: Store>(
             .await,
         &format!("drive an execution to {status}"),
     )
+}
+
+/// An execution created with its messages: the messages carry its id, in order, and the
+/// session points at it with its count moved; a session that is not the tenant's, a parent,
+/// or a message of another session writes nothing.
+pub async fn execution_with_messages<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, Some("asked")).await;
+    let other = create_session(&store, &acme, Some("other")).await;
+    let pair = |session_id| {
+        vec![
+            NewMessage::new(session_id, Role::User, "What is 2+3?"),
+            NewMessage::new(session_id, Role::Info, "Execution queued"),
+        ]
+    };
+
+    let (execution, messages) = ok(
+        store
+            .create_execution_with_messages(
+                &acme,
+                new_execution(Some(session.id), ExecutionStatus::Pending),
+                pair(session.id),
+            )
+            .await,
+        "create_execution_with_messages",
+    );
+    assert_eq!(execution.session_id, Some(session.id));
+    assert_eq!(execution.status, ExecutionStatus::Pending);
+    let stored = some(
+        store.get_execution(&acme, execution.id).await,
+        "get_execution",
+    );
+    assert_eq!(stored, execution, "the execution is stored as answered");
+    assert_eq!(messages.len(), 2);
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.execution_id == Some(execution.id) && m.session_id == session.id),
+        "the messages belong to the new execution"
+    );
+    assert!(
+        messages[0].created_at < messages[1].created_at,
+        "stamped in order"
+    );
+    let listed = ok(
+        store
+            .list_messages(&acme, session.id, MessageQuery::default())
+            .await,
+        "list_messages",
+    );
+    assert_eq!(
+        listed, messages,
+        "the messages are stored as answered, in order"
+    );
+    let after = some(store.get_session(&acme, session.id).await, "get_session");
+    assert_eq!(after.last_execution_id, Some(execution.id));
+    assert_eq!(after.message_count, session.message_count + 2);
+
+    // Refused, writing nothing.
+    let globex = tenant("globex");
+    assert_err!(
+        store
+            .create_execution_with_messages(
+                &globex,
+                new_execution(Some(session.id), ExecutionStatus::Pending),
+                pair(session.id),
+            )
+            .await,
+        StoreError::NotFound(_),
+        "another tenant's session"
+    );
+    let mut mixed = pair(session.id);
+    mixed.push(NewMessage::new(other.id, Role::User, "elsewhere"));
+    assert_err!(
+        store
+            .create_execution_with_messages(
+                &acme,
+                new_execution(Some(session.id), ExecutionStatus::Pending),
+                mixed,
+            )
+            .await,
+        StoreError::Invalid { .. },
+        "a message of another session"
+    );
+    let mut child = new_execution(Some(session.id), ExecutionStatus::Running);
+    child.parent_execution_id = Some(execution.id);
+    assert_err!(
+        store
+            .create_execution_with_messages(&acme, child, pair(session.id))
+            .await,
+        StoreError::Invalid { .. },
+        "a subagent"
+    );
+    assert_err!(
+        store
+            .create_execution_with_messages(
+                &acme,
+                new_execution(None, ExecutionStatus::Pending),
+                Vec::new(),
+            )
+            .await,
+        StoreError::Invalid { .. },
+        "no session"
+    );
+    let executions = ok(
+        store.list_executions(&acme, session.id).await,
+        "list_executions",
+    );
+    assert_eq!(executions, vec![execution], "nothing more was created");
+    let listed = ok(
+        store
+            .list_messages(&acme, session.id, MessageQuery::default())
+            .await,
+        "list_messages",
+    );
+    assert_eq!(listed.len(), 2, "nothing more was appended");
+    for s in [session.id, other.id] {
+        let now = some(store.get_session(&acme, s).await, "get_session");
+        assert_eq!(
+            now.message_count,
+            if s == session.id { 2 } else { 0 },
+            "the counts moved only with the stored messages"
+        );
+    }
 }

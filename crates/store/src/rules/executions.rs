@@ -1,8 +1,8 @@
 //! Checks on execution writes that do not depend on how rows are stored.
 
-use stepwise_core::ExecutionStatus;
+use stepwise_core::{ExecutionStatus, Id};
 
-use crate::{Result, StoreError, Transition};
+use crate::{NewExecution, NewMessage, Result, StoreError, Transition};
 
 /// Refuses a transition the execution lifecycle does not allow from `current`.
 pub fn check_transition(current: ExecutionStatus, transition: &Transition) -> Result<()> {
@@ -25,6 +25,31 @@ pub fn check_step_number(step_number: u32) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// What [`Store::create_execution_with_messages`](crate::Store::create_execution_with_messages)
+/// accepts: a top-level execution of a session, with messages of that session. Answers the
+/// session.
+pub fn check_execution_with_messages(new: &NewExecution, messages: &[NewMessage]) -> Result<Id> {
+    let session_id = new.session_id.ok_or_else(|| {
+        StoreError::invalid(
+            "session_id",
+            "an execution created with messages has a session",
+        )
+    })?;
+    if new.parent_execution_id.is_some() {
+        return Err(StoreError::invalid(
+            "parent_execution_id",
+            "an execution created with messages is a top-level one",
+        ));
+    }
+    if messages.iter().any(|m| m.session_id != session_id) {
+        return Err(StoreError::invalid(
+            "session_id",
+            "the messages belong to the execution's session",
+        ));
+    }
+    Ok(session_id)
 }
 
 #[cfg(test)]
