@@ -233,11 +233,12 @@ impl<S: Store> Store for Metered<S> {
         tenant: &Tenant,
         new: NewExecution,
         messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
     ) -> Result<(Execution, Vec<Message>)> {
         let started = Instant::now();
         let created = self
             .inner
-            .create_execution_with_messages(tenant, new, messages)
+            .create_execution_with_messages(tenant, new, messages, events)
             .await?;
         observe(Timed::SaveMessage, started.elapsed());
         Ok(created)

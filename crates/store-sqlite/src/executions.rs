@@ -9,9 +9,11 @@ use stepwise_store::rules::{
     attempts_exhausted, check_execution_with_messages, check_transition, gave_up_message,
     lease_until,
 };
-use stepwise_store::{Claim, NewExecution, NewMessage, Result, StoreError, Tenant, Transition};
+use stepwise_store::{
+    Claim, NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition,
+};
 
-use crate::messages::insert_message;
+use crate::mirrored::insert_announced;
 use crate::rows::{self, Bid, bid, execution_cols, json_text, opt_bid};
 use crate::sessions::load_session;
 use crate::writer::map_sqlite;
@@ -31,8 +33,8 @@ const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_i
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)";
 const SESSION_LAST_EXECUTION: &str =
     "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2 WHERE id = ?3";
-const SESSION_LAST_EXECUTION_AND_MESSAGES: &str = "UPDATE sessions SET last_execution_id = ?1, message_count = message_count + ?2, updated_at = ?3 \
-     WHERE id = ?4 AND tenant_id = ?5";
+const SESSION_LAST_EXECUTION_OF_TENANT: &str =
+    "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2 WHERE id = ?3 AND tenant_id = ?4";
 const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?2, output), error_message = COALESCE(?3, error_message), \
      resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
      attempts = CASE WHEN ?1 = 'paused' THEN 0 ELSE attempts END \
@@ -115,35 +117,40 @@ impl SqliteStore {
         .await
     }
 
-    /// See [`stepwise_store::Store::create_execution_with_messages`]: one writer job, one
-    /// statement for the session (its last execution and message count, and whether it
-    /// exists for this tenant).
+    /// See [`stepwise_store::Store::create_execution_with_messages`]: one writer job, with
+    /// the session's counters moved by one statement for the messages and events.
     pub(crate) async fn execution_create_with_messages(
         &self,
         tenant: &Tenant,
         new: NewExecution,
         messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
     ) -> Result<(Execution, Vec<Message>)> {
-        let session_id = check_execution_with_messages(&new, &messages)?;
+        let session_id = check_execution_with_messages(&new, &messages, &events)?;
         let execution = new.into_execution(tenant, self.now())?;
         // Each message stamped in turn (the clock never repeats a time): they list in order.
         let messages: Vec<Message> = messages
             .into_iter()
             .map(|m| m.for_execution(execution.id).into_message(self.now()))
             .collect();
-        self.write(move |conn, _| {
+        let events: Vec<NewEvent> = events
+            .into_iter()
+            .map(|e| NewEvent {
+                execution_id: Some(execution.id),
+                ..e
+            })
+            .collect();
+        let now = self.now();
+        let tenant = tenant.clone();
+        self.write(move |conn, published| {
             let touched = conn
-                .prepare_cached(SESSION_LAST_EXECUTION_AND_MESSAGES)
+                .prepare_cached(SESSION_LAST_EXECUTION_OF_TENANT)
                 .and_then(|mut s| {
                     s.execute(params![
                         bid(execution.id),
-                        messages.len() as i64,
-                        messages
-                            .last()
-                            .map_or(execution.created_at, |m| m.created_at)
-                            .0,
+                        execution.created_at.0,
                         bid(session_id),
-                        execution.tenant_id
+                        tenant.as_str()
                     ])
                 })
                 .map_err(map_sqlite)?;
@@ -151,9 +158,7 @@ impl SqliteStore {
                 return Err(StoreError::NotFound("session"));
             }
             insert_execution(conn, &execution)?;
-            for message in &messages {
-                insert_message(conn, &execution.tenant_id, message)?;
-            }
+            insert_announced(conn, &tenant, &messages, events, now, published)?;
             Ok((execution, messages))
         })
         .await

@@ -389,8 +389,9 @@ impl Store for SqliteStore {
         tenant: &Tenant,
         new: NewExecution,
         messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
     ) -> Result<(Execution, Vec<Message>)> {
-        self.execution_create_with_messages(tenant, new, messages)
+        self.execution_create_with_messages(tenant, new, messages, events)
             .await
     }
 

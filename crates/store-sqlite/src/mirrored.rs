@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwise_core::codec;
-use stepwise_core::{Event, Timestamp, new_id};
+use stepwise_core::{Event, Message, Timestamp, new_id};
 use stepwise_store::{
-    Ack, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
+    Ack, NewEvent, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
 };
 
 use crate::SqliteStore;
+use crate::messages::insert_message;
 use crate::rows::{bid, json_text, opt_bid};
 use crate::steps::insert_step;
 use crate::writer::{Published, map_sqlite};
@@ -57,19 +58,33 @@ fn insert_mirror(
     now: Timestamp,
     published: &mut Published,
 ) -> Result<()> {
-    let session_id = match (mirror.messages.first(), mirror.events.first()) {
-        (Some(m), _) => m.session_id,
-        (None, Some(e)) => e.session_id,
-        (None, None) => return Ok(()),
-    };
     let messages: Vec<_> = mirror
         .messages
         .into_iter()
         .map(|m| m.into_message(now))
         .collect();
-    let mut events = Vec::with_capacity(messages.len() + mirror.events.len());
+    insert_announced(conn, tenant, &messages, mirror.events, now, published)
+}
+
+/// Inserts stored messages (all of one session, checked by the caller), each followed by
+/// its `message.created` event, then `more` events of the session, moving the session's
+/// counters once; the events are stamped `now` and published after the commit.
+pub(crate) fn insert_announced(
+    conn: &Connection,
+    tenant: &Tenant,
+    messages: &[Message],
+    more: Vec<NewEvent>,
+    now: Timestamp,
+    published: &mut Published,
+) -> Result<()> {
+    let session_id = match (messages.first(), more.first()) {
+        (Some(m), _) => m.session_id,
+        (None, Some(e)) => e.session_id,
+        (None, None) => return Ok(()),
+    };
+    let mut events = Vec::with_capacity(messages.len() + more.len());
     events.extend(messages.iter().map(message_created));
-    events.extend(mirror.events);
+    events.extend(more);
     // One statement moves both counters and tells where the event ids start.
     let last: Option<i64> = conn
         .prepare_cached(
@@ -86,15 +101,8 @@ fn insert_mirror(
         })
         .map_err(map_sqlite)?;
     let last = last.ok_or(StoreError::NotFound("session"))?;
-    for m in &messages {
-        conn.prepare_cached(
-            "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![bid(m.id), tenant.as_str(), bid(m.session_id), m.role.as_str(), m.content, opt_bid(m.execution_id), m.related_type, m.related_id, m.context_url, json_text(&m.metadata), now.0])
-        })
-        .map_err(map_sqlite)?;
+    for m in messages {
+        insert_message(conn, tenant.as_str(), m)?;
     }
     let first = last - events.len() as i64 + 1;
     for (seq, new) in (first..).zip(events) {

@@ -53,7 +53,7 @@ pub use checkpoints::{
 };
 pub use error::{Result, StoreError};
 pub use hub::{EventHub, SUBSCRIBER_BUFFER};
-pub use mirror::{StepMirror, message_created};
+pub use mirror::{NOTE_KEYS, StepMirror, message_created};
 pub use rekey::rekey_document;
 pub use restore::{export_session, list_session_messages, restore_memory};
 pub use types::*;
@@ -117,21 +117,25 @@ pub trait Store: Clone + Send + Sync + 'static {
         new: NewExecution,
     ) -> impl Future<Output = Result<Execution>> + Send;
     /// Creates a top-level execution of a session together with messages for it (each
-    /// message gets the execution's id; they are stamped in order): what a user's message
-    /// does when it queues a new execution. All or nothing where the backend can write it
-    /// at once; the session's last execution and message count move with it. `Invalid`
-    /// without a session, with a parent, or with a message of another session;
+    /// message gets the execution's id; they are stamped in order), each message's
+    /// `message.created` event ([`message_created`]) and then `events` (each gets the
+    /// execution's id): what a user's message does when it queues a new execution. All or
+    /// nothing where the backend can write it at once; the session's last execution and
+    /// counters move with it, and the events are published once committed. `Invalid`
+    /// without a session, with a parent, or with a message or event of another session;
     /// `NotFound` when the session does not exist for this tenant.
     ///
-    /// The default is the execution, then the messages as separate writes.
+    /// The default is the execution, then the messages, then the events queued, as
+    /// separate writes.
     fn create_execution_with_messages(
         &self,
         tenant: &Tenant,
         new: NewExecution,
         messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
     ) -> impl Future<Output = Result<(Execution, Vec<Message>)>> + Send {
         async move {
-            rules::check_execution_with_messages(&new, &messages)?;
+            rules::check_execution_with_messages(&new, &messages, &events)?;
             let execution = self.create_execution(tenant, new).await?;
             let stored = match <[NewMessage; 2]>::try_from(messages) {
                 // The usual pair (the user's message and a status line) at once: each is
@@ -154,6 +158,17 @@ pub trait Store: Clone + Send + Sync + 'static {
                     stored
                 }
             };
+            let announced = stored.iter().map(message_created);
+            let events = events.into_iter().map(|e| NewEvent {
+                execution_id: Some(execution.id),
+                ..e
+            });
+            for event in announced.chain(events).collect::<Vec<_>>() {
+                // Queued, not awaited: events of one session stay in order (FIFO queue).
+                if let Err(e) = self.append_event(tenant, event).await {
+                    tracing::warn!(error = %e, "could not queue an event");
+                }
+            }
             Ok((execution, stored))
         }
     }

@@ -1,8 +1,8 @@
 //! The readable side of a step written with it: the session messages and events that
 //! mirror a step (see [`Store::append_step_mirrored`](crate::Store::append_step_mirrored)).
 
-use serde_json::json;
-use stepwise_core::{EventType, Id, Message};
+use serde_json::{Map, Value, json};
+use stepwise_core::{EventType, Id, Message, Role};
 
 use crate::{NewEvent, NewMessage, Result, Store, StoreError, Tenant};
 
@@ -39,15 +39,31 @@ impl StepMirror {
     }
 }
 
-/// The `message.created` event announcing a stored message.
+/// The keys of a stored message's metadata its `message.created` event repeats, for a
+/// message the engine wrote (not a user's): what the UI draws a step's line from.
+pub const NOTE_KEYS: [&str; 3] = ["step_number", "tool", "kind"];
+
+/// The `message.created` event announcing a stored message: its `role`, and for a message
+/// that is not a user's the [`NOTE_KEYS`] of its metadata.
 pub fn message_created(message: &Message) -> NewEvent {
+    let mut metadata = Map::new();
+    metadata.insert("role".into(), json!(message.role));
+    if message.role != Role::User
+        && let Value::Object(stored) = &message.metadata
+    {
+        for key in NOTE_KEYS {
+            if let Some(value) = stored.get(key) {
+                metadata.insert(key.into(), value.clone());
+            }
+        }
+    }
     NewEvent {
         session_id: message.session_id,
         message_id: Some(message.id),
         execution_id: message.execution_id,
         event_type: EventType::MessageCreated,
         content: message.content.clone(),
-        metadata: json!({"role": message.role}),
+        metadata: Value::Object(metadata),
     }
 }
 

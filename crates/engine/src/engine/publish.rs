@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 use stepwise_core::{EventType, Id, Message, Role};
-use stepwise_store::{NewEvent, NewMessage, Store, Tenant};
+use stepwise_store::{NewEvent, NewMessage, Store, Tenant, message_created};
 
 /// What an engine-written message is about, stored as its `metadata` and repeated in its
 /// `message.created` event beside `role`, so a client reads the step number, the tool and
@@ -19,8 +19,8 @@ pub struct MessageNote {
     pub kind: String,
 }
 
-/// The keys a [`MessageNote`] writes (and the only message metadata copied to events).
-const NOTE_KEYS: [&str; 3] = ["step_number", "tool", "kind"];
+// The keys a [`MessageNote`] writes are the only message metadata copied to events
+// (`stepwise_store::NOTE_KEYS`).
 
 impl MessageNote {
     /// A note of this kind without a step.
@@ -117,31 +117,9 @@ impl<S: Store> Publisher<S> {
     }
 
     /// Queues the `message.created` event of a stored message: its `role`, and the
-    /// [`MessageNote`] keys of an engine-written one.
+    /// [`MessageNote`] keys of an engine-written one ([`message_created`]).
     pub async fn message_created(&self, tenant: &Tenant, message: &Message) {
-        let mut metadata = Map::new();
-        metadata.insert("role".into(), json!(message.role));
-        if message.role != Role::User
-            && let Value::Object(stored) = &message.metadata
-        {
-            for key in NOTE_KEYS {
-                if let Some(value) = stored.get(key) {
-                    metadata.insert(key.into(), value.clone());
-                }
-            }
-        }
-        self.queue(
-            tenant,
-            NewEvent {
-                session_id: message.session_id,
-                message_id: Some(message.id),
-                execution_id: message.execution_id,
-                event_type: EventType::MessageCreated,
-                content: message.content.clone(),
-                metadata: Value::Object(metadata),
-            },
-        )
-        .await;
+        self.queue(tenant, message_created(message)).await;
     }
 
     /// Queues an event of a session (nothing without a session). Publishing never waits

@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Role, Session};
-use stepwise_store::{NewExecution, NewMessage, Result, Store, StoreError, Tenant, Transition};
+use stepwise_store::{
+    NewEvent, NewExecution, NewMessage, Result, Store, StoreError, Tenant, Transition,
+};
 
 use super::{
     AgentChoice, EXTERNAL_AGENT, Engine, MAX_SUBAGENT_DEPTH, MessageInput, MessageNote, Submitted,
@@ -126,10 +128,18 @@ impl<S: Store> Engine<S> {
             }
         }
 
-        // The execution, the user's message and the "queued" line are one write (one
-        // commit); the messages' events follow in the same order.
+        // The execution, the user's message, the "queued" line and their events are one
+        // write (one commit).
         let mut queued_line = NewMessage::new(session_id, Role::Info, "Execution queued");
         queued_line.metadata = MessageNote::kind("status").to_metadata();
+        let queued = NewEvent {
+            session_id,
+            message_id: None,
+            execution_id: None,
+            event_type: EventType::ExecutionQueued,
+            content: "Execution queued".into(),
+            metadata: json!({}),
+        };
         let (execution, messages) = store
             .create_execution_with_messages(
                 tenant,
@@ -144,25 +154,13 @@ impl<S: Store> Engine<S> {
                     status: ExecutionStatus::Pending,
                 },
                 vec![user_message(session_id, &input), queued_line],
+                vec![queued],
             )
             .await?;
-        for stored in &messages {
-            publisher.message_created(tenant, stored).await;
-        }
         let message = messages
             .into_iter()
             .next()
             .ok_or_else(|| StoreError::Backend("the user's message was not stored".into()))?;
-        publisher
-            .emit(
-                tenant,
-                Some(session_id),
-                Some(execution.id),
-                EventType::ExecutionQueued,
-                "Execution queued",
-                json!({}),
-            )
-            .await;
         self.ring();
         Ok(Submitted {
             session_id,

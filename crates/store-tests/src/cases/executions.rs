@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
-use stepwise_core::{Execution, ExecutionStatus, Role, TokenUsage};
+use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Role, TokenUsage};
 use stepwise_store::{
-    MessageQuery, NewExecution, NewMessage, Store, StoreError, Tenant, Transition,
+    MessageQuery, NewEvent, NewExecution, NewMessage, Store, StoreError, Tenant, Transition,
 };
 
 use crate::Harness;
@@ -332,19 +332,32 @@ async fn reach<S: Store>(
     )
 }
 
-/// An execution created with its messages: the messages carry its id, in order, and the
-/// session points at it with its count moved; a session that is not the tenant's, a parent,
-/// or a message of another session writes nothing.
+/// An execution created with its messages and events: the messages carry its id, in order,
+/// each followed by its `message.created` event, then the events with its id; the session
+/// points at it with its count moved; a session that is not the tenant's, a parent, or a
+/// message of another session writes nothing.
 pub async fn execution_with_messages<H: Harness>(harness: &H) {
     let (store, _clock) = manual_store(harness).await;
     let acme = tenant("acme");
     let session = create_session(&store, &acme, Some("asked")).await;
     let other = create_session(&store, &acme, Some("other")).await;
     let pair = |session_id| {
+        let mut line = NewMessage::new(session_id, Role::Info, "Execution queued");
+        line.metadata = json!({"kind": "status", "private": true});
         vec![
             NewMessage::new(session_id, Role::User, "What is 2+3?"),
-            NewMessage::new(session_id, Role::Info, "Execution queued"),
+            line,
         ]
+    };
+    let queued = |session_id| {
+        vec![NewEvent {
+            session_id,
+            message_id: None,
+            execution_id: None,
+            event_type: EventType::ExecutionQueued,
+            content: "Execution queued".into(),
+            metadata: json!({}),
+        }]
     };
 
     let (execution, messages) = ok(
@@ -353,6 +366,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
                 &acme,
                 new_execution(Some(session.id), ExecutionStatus::Pending),
                 pair(session.id),
+                queued(session.id),
             )
             .await,
         "create_execution_with_messages",
@@ -388,6 +402,45 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
     let after = some(store.get_session(&acme, session.id).await, "get_session");
     assert_eq!(after.last_execution_id, Some(execution.id));
     assert_eq!(after.message_count, session.message_count + 2);
+    // Events are queued: wait until all three are stored.
+    let mut events = Vec::new();
+    for _ in 0..200 {
+        events = ok(
+            store.list_events(&acme, session.id, 0, 100).await,
+            "list_events",
+        );
+        if events.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let seen: Vec<(EventType, Option<Id>, Option<Id>)> = events
+        .iter()
+        .map(|e| (e.event_type, e.message_id, e.execution_id))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                EventType::MessageCreated,
+                Some(messages[0].id),
+                Some(execution.id)
+            ),
+            (
+                EventType::MessageCreated,
+                Some(messages[1].id),
+                Some(execution.id)
+            ),
+            (EventType::ExecutionQueued, None, Some(execution.id)),
+        ],
+        "each message's event, then the execution's"
+    );
+    assert_eq!(events[0].metadata, json!({"role": "user"}));
+    assert_eq!(
+        events[1].metadata,
+        json!({"role": "info", "kind": "status"}),
+        "an engine line's event repeats its note keys, nothing else"
+    );
 
     // Refused, writing nothing.
     let globex = tenant("globex");
@@ -397,6 +450,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
                 &globex,
                 new_execution(Some(session.id), ExecutionStatus::Pending),
                 pair(session.id),
+                queued(session.id),
             )
             .await,
         StoreError::NotFound(_),
@@ -410,6 +464,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
                 &acme,
                 new_execution(Some(session.id), ExecutionStatus::Pending),
                 mixed,
+                queued(session.id),
             )
             .await,
         StoreError::Invalid { .. },
@@ -419,7 +474,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
     child.parent_execution_id = Some(execution.id);
     assert_err!(
         store
-            .create_execution_with_messages(&acme, child, pair(session.id))
+            .create_execution_with_messages(&acme, child, pair(session.id), Vec::new())
             .await,
         StoreError::Invalid { .. },
         "a subagent"
@@ -429,6 +484,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
             .create_execution_with_messages(
                 &acme,
                 new_execution(None, ExecutionStatus::Pending),
+                Vec::new(),
                 Vec::new(),
             )
             .await,

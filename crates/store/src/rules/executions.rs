@@ -2,7 +2,7 @@
 
 use stepwise_core::{ExecutionStatus, Id};
 
-use crate::{NewExecution, NewMessage, Result, StoreError, Transition};
+use crate::{NewEvent, NewExecution, NewMessage, Result, StoreError, Transition};
 
 /// Refuses a transition the execution lifecycle does not allow from `current`.
 pub fn check_transition(current: ExecutionStatus, transition: &Transition) -> Result<()> {
@@ -28,9 +28,13 @@ pub fn check_step_number(step_number: u32) -> Result<()> {
 }
 
 /// What [`Store::create_execution_with_messages`](crate::Store::create_execution_with_messages)
-/// accepts: a top-level execution of a session, with messages of that session. Answers the
-/// session.
-pub fn check_execution_with_messages(new: &NewExecution, messages: &[NewMessage]) -> Result<Id> {
+/// accepts: a top-level execution of a session, with messages and events of that session.
+/// Answers the session.
+pub fn check_execution_with_messages(
+    new: &NewExecution,
+    messages: &[NewMessage],
+    events: &[NewEvent],
+) -> Result<Id> {
     let session_id = new.session_id.ok_or_else(|| {
         StoreError::invalid(
             "session_id",
@@ -43,10 +47,12 @@ pub fn check_execution_with_messages(new: &NewExecution, messages: &[NewMessage]
             "an execution created with messages is a top-level one",
         ));
     }
-    if messages.iter().any(|m| m.session_id != session_id) {
+    if messages.iter().any(|m| m.session_id != session_id)
+        || events.iter().any(|e| e.session_id != session_id)
+    {
         return Err(StoreError::invalid(
             "session_id",
-            "the messages belong to the execution's session",
+            "the messages and events belong to the execution's session",
         ));
     }
     Ok(session_id)
