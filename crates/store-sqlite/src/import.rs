@@ -6,14 +6,13 @@ use stepwise_core::{Session, SessionDocument};
 use stepwise_store::rules::{ImportPlan, name_taken};
 use stepwise_store::{Result, Tenant};
 
+use crate::messages::insert_message;
 use crate::rows::{bid, json_text, opt_bid};
 use crate::writer::map_sqlite;
 use crate::{SqliteStore, is_unique_violation};
 
 const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, \
      step_count, tokens_input, tokens_output, tokens_total, error_message, attempts, started_at, completed_at, created_at, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)";
@@ -78,23 +77,7 @@ fn write(
             }
         })?;
     for m in &doc.messages {
-        conn.prepare_cached(INSERT_MESSAGE)
-            .and_then(|mut st| {
-                st.execute(params![
-                    bid(m.id),
-                    tenant,
-                    bid(m.session_id),
-                    m.role.as_str(),
-                    m.content,
-                    opt_bid(m.execution_id),
-                    m.related_type,
-                    m.related_id,
-                    m.context_url,
-                    json_text(&m.metadata),
-                    m.created_at.0
-                ])
-            })
-            .map_err(map_sqlite)?;
+        insert_message(conn, tenant, m)?;
     }
     for e in &doc.executions {
         conn.prepare_cached(INSERT_EXECUTION)
