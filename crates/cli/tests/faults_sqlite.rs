@@ -39,7 +39,14 @@ fn wal_path(db: &Path) -> std::path::PathBuf {
 // --- durability ------------------------------------------------------------------------
 
 /// Runs a server under `strace`, posts one step, and answers whether the writer thread
-/// that wrote the step's WAL frames synced the WAL before the HTTP answer for it went out.
+/// synced the WAL between the request and the HTTP answer for it, after writing frames.
+///
+/// The window starts at the read of the request: the writer writes each batch's frames and,
+/// with `full`, syncs them before it takes the next batch, so the step's commit (in the
+/// window, answered only once durable) or an earlier batch in the window is followed by a
+/// sync before the answer. With `process` nothing syncs the WAL there. (Queued writes that
+/// commit after the step, such as its events, may write frames before the answer goes out
+/// and sync after it: the window's last frames are not always the step's.)
 fn synced_before_answer(durability: &str) -> Option<bool> {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("stepwise.db");
@@ -56,7 +63,7 @@ fn synced_before_answer(durability: &str) -> Option<bool> {
             "-s",
             "64",
             "-e",
-            "trace=fsync,fdatasync,pwrite64,write,writev,sendto,sendmsg",
+            "trace=fsync,fdatasync,pwrite64,write,writev,sendto,sendmsg,read,recvfrom",
             "-o",
             &trace_arg,
         ],
@@ -98,11 +105,17 @@ fn synced_before_answer(durability: &str) -> Option<bool> {
                 .position(|l| l.contains(&format!("\\\"id\\\":\\\"{step_id}")))
         })
         .unwrap_or_else(|| panic!("the answer for step {step_id} is not in the trace"));
-    // The last WAL write before it, and the thread that made it.
-    let wal_write = lines[..answer]
+    // The read of the request, before the answer.
+    let request = lines[..answer]
         .iter()
-        .rposition(|l| l.contains("pwrite64(") && l.contains("-wal>"))
-        .expect("a WAL write before the answer");
+        .rposition(|l| l.contains(&format!("POST /v1/executions/{execution}/steps")))
+        .unwrap_or_else(|| panic!("the request for the step is not in the trace"));
+    // The first WAL write after it, and the thread that made it (the writer).
+    let wal_write = request
+        + lines[request..answer]
+            .iter()
+            .position(|l| l.contains("pwrite64(") && l.contains("-wal>"))
+            .expect("a WAL write between the request and the answer");
     let tid = lines[wal_write].split_whitespace().next().unwrap_or("");
     let synced = lines[wal_write..answer].iter().any(|l| {
         l.split_whitespace().next() == Some(tid)
