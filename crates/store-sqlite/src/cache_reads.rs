@@ -16,7 +16,7 @@ use stepwise_store::{
     Tenant,
 };
 
-use crate::SqliteStore;
+use crate::{SqliteStore, count};
 
 const COUNT_SESSION_STEPS: &str = "SELECT COUNT(*) FROM executions e JOIN steps s ON s.execution_id = e.id \
      WHERE e.session_id = ?1 AND e.tenant_id = ?2";
@@ -43,7 +43,7 @@ impl SqliteStore {
         self.read(move |conn, inner| {
             let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
                 .map_err(map_sqlite)?;
-            let total = count(&tx, COUNT_SESSION_STEPS, session_id, &tenant)?;
+            let total = count(&tx, COUNT_SESSION_STEPS, params![bid(session_id), tenant])?;
             let rows = tx
                 .prepare_cached(&format!(
                     "SELECT {STEP_COLS}, e.created_at, s.rowid FROM executions e JOIN steps s ON s.execution_id = e.id \
@@ -107,7 +107,11 @@ impl SqliteStore {
         self.read(move |conn, _| {
             let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
                 .map_err(map_sqlite)?;
-            let total = count(&tx, COUNT_SESSION_MESSAGES, session_id, &tenant)?;
+            let total = count(
+                &tx,
+                COUNT_SESSION_MESSAGES,
+                params![bid(session_id), tenant],
+            )?;
             let rows = tx
                 .prepare_cached(MESSAGES_AFTER)
                 .and_then(|mut s| {
@@ -134,12 +138,4 @@ impl SqliteStore {
         })
         .await
     }
-}
-
-/// A session's row count by `sql` (session id, tenant).
-fn count(tx: &rusqlite::Transaction<'_>, sql: &str, session_id: Id, tenant: &str) -> Result<u64> {
-    tx.prepare_cached(sql)
-        .and_then(|mut s| s.query_row(params![bid(session_id), tenant], |r| r.get::<_, i64>(0)))
-        .map(|n| n.max(0) as u64)
-        .map_err(map_sqlite)
 }
