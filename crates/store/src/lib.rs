@@ -137,27 +137,14 @@ pub trait Store: Clone + Send + Sync + 'static {
         async move {
             rules::check_execution_with_messages(&new, &messages, &events)?;
             let execution = self.create_execution(tenant, new).await?;
-            let stored = match <[NewMessage; 2]>::try_from(messages) {
-                // The usual pair (the user's message and a status line) at once: each is
-                // stamped when first polled, so they keep their order.
-                Ok([first, second]) => {
-                    let (first, second) = tokio::join!(
-                        self.append_message(tenant, first.for_execution(execution.id)),
-                        self.append_message(tenant, second.for_execution(execution.id)),
-                    );
-                    vec![first?, second?]
-                }
-                Err(messages) => {
-                    let mut stored = Vec::with_capacity(messages.len());
-                    for message in messages {
-                        stored.push(
-                            self.append_message(tenant, message.for_execution(execution.id))
-                                .await?,
-                        );
-                    }
-                    stored
-                }
-            };
+            // Appended at once, first polled in order: each is stamped when first polled,
+            // so they keep their order.
+            let stored = futures_util::future::try_join_all(
+                messages
+                    .into_iter()
+                    .map(|m| self.append_message(tenant, m.for_execution(execution.id))),
+            )
+            .await?;
             let announced = stored.iter().map(message_created);
             let events = events.into_iter().map(|e| NewEvent {
                 execution_id: Some(execution.id),
