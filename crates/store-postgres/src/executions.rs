@@ -8,7 +8,7 @@ use stepwise_store::{NewExecution, Result, StoreError, Tenant, Transition};
 use tokio_postgres::GenericClient;
 
 use crate::PgStore;
-use crate::queue::notify_queue;
+use crate::queue::ring;
 use crate::sql::{self, args, execution_cols, json_text, map_pg, pg};
 
 const POINT_SESSION_AT: &str =
@@ -106,10 +106,10 @@ pub(crate) async fn create(
     )
     .await
     .map_err(map_pg)?;
-    if e.parent_execution_id.is_none() && e.status == ExecutionStatus::Pending {
-        notify_queue(&tx).await?;
-    }
     tx.commit().await.map_err(map_pg)?;
+    if e.parent_execution_id.is_none() && e.status == ExecutionStatus::Pending {
+        ring(store);
+    }
     store.remember(&execution);
     Ok(execution)
 }
@@ -184,11 +184,11 @@ pub(crate) async fn transition(
         .await
         .map_err(map_pg)?;
     let execution = sql::execution(&row)?;
+    tx.commit().await.map_err(map_pg)?;
     if execution.parent_execution_id.is_none() && target != ExecutionStatus::Paused {
         // Queued again, or the session's next execution may run now.
-        notify_queue(&tx).await?;
+        ring(store);
     }
-    tx.commit().await.map_err(map_pg)?;
     store.remember(&execution);
     Ok(execution)
 }

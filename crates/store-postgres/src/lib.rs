@@ -117,6 +117,9 @@ struct Inner {
     pool: Pool,
     writer: Writer,
     relay: Arc<Relay>,
+    /// Rung after an execution may have become claimable; `queue::run_ringer` sends the
+    /// coalesced `NOTIFY`.
+    queue_bell: Arc<tokio::sync::Notify>,
     options: PgOptions,
     decode_errors: AtomicU64,
     applied_migrations: Vec<String>,
@@ -173,6 +176,12 @@ impl PgStore {
                 stopped.clone(),
             ));
         }
+        let queue_bell = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(queue::run_ringer(
+            pool.clone(),
+            queue_bell.clone(),
+            stopped.clone(),
+        ));
         tokio::spawn(relay::run_fetcher(
             relay.clone(),
             pool.clone(),
@@ -184,6 +193,7 @@ impl PgStore {
                 pool,
                 writer,
                 relay,
+                queue_bell,
                 session_cache: stepwise_store::SessionCache::new(options.session_cache_bytes),
                 options,
                 decode_errors: AtomicU64::new(0),

@@ -1,6 +1,8 @@
-//! The execution queue on PostgreSQL: claims with `FOR UPDATE SKIP LOCKED` and leases,
-//! lease renewal and release, and the `stepwise_queue` NOTIFY that rings other nodes'
-//! workers (see `relay::QUEUE_CHANNEL`).
+//! The execution queue on PostgreSQL: claims from the runnable heads (one per session,
+//! kept by a trigger: `migrations/V3__queue_heads.sql`) under the session's advisory lock,
+//! tried and never waited for, so a claim costs the same at any queue depth; leases,
+//! lease renewal and release; and the `stepwise_queue` NOTIFY that rings other nodes'
+//! workers (see `relay::QUEUE_CHANNEL`), coalesced to one in flight per node.
 
 use std::time::Duration;
 
@@ -20,13 +22,17 @@ const RECLAIM_EXPIRED: &str = concat!(
     "UPDATE executions SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, updated_at = $3 WHERE id = $4 RETURNING ",
     execution_cols!()
 );
-/// The oldest pending execution of a session with nothing running, first in its session.
-/// A row locked by another claimer is skipped; its younger siblings stay behind it (they
-/// still see it pending), so FIFO per session holds across nodes.
-const NEXT_PENDING: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM executions e WHERE e.status = 'pending' AND e.parent_execution_id IS NULL \
-     AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.session_id = e.session_id AND r.status = 'running') \
-     AND NOT EXISTS (SELECT 1 FROM executions p WHERE p.session_id = e.session_id AND p.status = 'pending' AND (p.created_at, p.id) < (e.created_at, e.id)) \
-     ORDER BY e.created_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED";
+/// The oldest runnable heads (see `migrations/V3__queue_heads.sql`), read without locks:
+/// each is then taken with its session's advisory lock, tried, not waited for.
+const NEXT_HEADS: &str = "SELECT queue_key, execution_id FROM queue_heads WHERE queue_key <> ALL($1) \
+     ORDER BY created_at, execution_id LIMIT $2";
+/// The session's lock, if no other transaction holds it.
+const TRY_LOCK_HEAD: &str = "SELECT pg_try_advisory_xact_lock(queue_head_lock($1)) AS locked";
+/// The session's head as it is now (under its lock), with what the claim answers.
+const HEAD_OF: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM queue_heads h JOIN executions e ON e.id = h.execution_id \
+     WHERE h.queue_key = $1 AND e.status = 'pending'";
+/// How many heads a claim reads past the ones it needs (others may be taken meanwhile).
+const SPARE_HEADS: i64 = 8;
 const CLAIM_PENDING: &str = concat!(
     "UPDATE executions SET status = 'running', lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, \
      resume_answer = NULL, started_at = COALESCE(started_at, $3), updated_at = $3 WHERE id = $4 AND status = 'pending' RETURNING ",
@@ -34,16 +40,44 @@ const CLAIM_PENDING: &str = concat!(
 );
 const RENEW_LEASES: &str = "UPDATE executions SET lease_expires_at = $1 WHERE id = ANY($2) AND lease_owner = $3 AND status = 'running' RETURNING id";
 /// Back to pending (the attempt does not count) and the queue rung, in one statement.
-const RELEASE: &str = "WITH released AS (UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - 1, 0), updated_at = $1 \
-     WHERE id = $2 AND lease_owner = $3 AND status = 'running' RETURNING id) \
-     SELECT pg_notify('stepwise_queue', '') FROM released";
+const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - 1, 0), updated_at = $1 \
+     WHERE id = $2 AND lease_owner = $3 AND status = 'running'";
 const QUEUE_DEPTH: &str = "SELECT COUNT(*) AS n FROM executions WHERE status = 'pending'";
 const NOTIFY_QUEUE: &str = "SELECT pg_notify('stepwise_queue', '')";
 
-/// Rings the other nodes' workers when the transaction commits.
-pub(crate) async fn notify_queue(tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
-    tx.execute_typed(NOTIFY_QUEUE, &[]).await.map_err(map_pg)?;
-    Ok(())
+/// Asks for the other nodes' workers to be rung (after the caller's commit). Rings
+/// coalesce: at most one `NOTIFY` is in flight per node, and every ask made while it is
+/// sent is answered by one more (see [`run_ringer`]). A `NOTIFY` takes a lock on the
+/// whole notification queue at commit; one per enqueue would serialize intake.
+pub(crate) fn ring(store: &PgStore) {
+    store.inner.queue_bell.notify_one();
+}
+
+/// Sends the coalesced `NOTIFY`s of [`ring`] until the store is dropped.
+pub(crate) async fn run_ringer(
+    pool: deadpool_postgres::Pool,
+    bell: std::sync::Arc<tokio::sync::Notify>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => return,
+            _ = bell.notified() => {}
+        }
+        let sent = match pool.get().await {
+            Ok(client) => client
+                .execute_typed(NOTIFY_QUEUE, &[])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = sent {
+            // The other nodes' fallback poll still finds the work.
+            tracing::warn!(error = %e, "could not ring the other nodes' workers");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 /// Waits for this node's doorbell (a local enqueue or another node's NOTIFY).
@@ -82,9 +116,11 @@ pub(crate) async fn claim_batch(
     let until = lease_until(now, lease).0;
     let mut client = store.client().await?;
     let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+    let mut heads = Heads::default();
     let mut claimed = Vec::with_capacity(workers.len());
-    for worker in workers {
-        match claim_one(&tx, worker, now.0, until, max_attempts).await? {
+    for (n, worker) in workers.iter().enumerate() {
+        let wanted = (workers.len() - n) as i64;
+        match claim_one(&tx, &mut heads, wanted, worker, now.0, until, max_attempts).await? {
             Some(claim) => claimed.push(claim),
             None => break,
         }
@@ -102,9 +138,46 @@ pub(crate) async fn claim_batch(
     Ok(claims)
 }
 
+/// The heads one claim transaction has read and not yet tried, and the sessions it has
+/// tried (taken or held by another transaction): not read again.
+#[derive(Default)]
+struct Heads {
+    unread_done: bool,
+    queued: std::collections::VecDeque<Id>,
+    tried: Vec<Id>,
+}
+
+impl Heads {
+    /// The next session to try; reads more heads when the ones read are used up.
+    async fn next(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        wanted: i64,
+    ) -> Result<Option<Id>> {
+        if self.queued.is_empty() && !self.unread_done {
+            let rows = tx
+                .query_typed(NEXT_HEADS, args![self.tried.clone(), wanted + SPARE_HEADS])
+                .await
+                .map_err(map_pg)?;
+            for row in &rows {
+                self.queued.push_back(sql::get::<Id>(row, "queue_key")?);
+            }
+            // Fewer than asked: nothing more to read in this transaction.
+            self.unread_done = (rows.len() as i64) < wanted + SPARE_HEADS;
+        }
+        let next = self.queued.pop_front();
+        if let Some(key) = next {
+            self.tried.push(key);
+        }
+        Ok(next)
+    }
+}
+
 /// One claim inside `tx`: the execution, its tenant and the answer it resumes with.
 async fn claim_one(
     tx: &tokio_postgres::Transaction<'_>,
+    heads: &mut Heads,
+    wanted: i64,
     worker: &str,
     now: i64,
     until: i64,
@@ -133,23 +206,38 @@ async fn claim_one(
             .map_err(map_pg)?;
         return Ok(Some((sql::execution(&row)?, tenant, None)));
     }
-    let pending = tx
-        .query_typed_opt(NEXT_PENDING, args![])
-        .await
-        .map_err(map_pg)?;
-    let Some(row) = pending else {
-        return Ok(None);
-    };
-    let id: Id = sql::get(&row, "id")?;
-    let tenant: String = sql::get(&row, "tenant_id")?;
-    let answer: Option<String> = sql::get(&row, "resume_answer")?;
-    let row = tx
-        .query_typed_opt(CLAIM_PENDING, args![worker, until, now, id])
-        .await
-        .map_err(map_pg)?;
-    // `None`: changed under us (cancelled) after the snapshot was taken: nothing claimed.
-    row.map(|row| Ok((sql::execution(&row)?, tenant, answer)))
-        .transpose()
+    while let Some(key) = heads.next(tx, wanted).await? {
+        let locked: bool = sql::get(
+            &tx.query_typed_one(TRY_LOCK_HEAD, args![key])
+                .await
+                .map_err(map_pg)?,
+            "locked",
+        )?;
+        if !locked {
+            // Another transaction is changing this session (claiming it, queueing to it).
+            continue;
+        }
+        // Under the lock: the head as it is now (another node may have claimed it since
+        // it was read).
+        let Some(row) = tx
+            .query_typed_opt(HEAD_OF, args![key])
+            .await
+            .map_err(map_pg)?
+        else {
+            continue;
+        };
+        let id: Id = sql::get(&row, "id")?;
+        let tenant: String = sql::get(&row, "tenant_id")?;
+        let answer: Option<String> = sql::get(&row, "resume_answer")?;
+        if let Some(row) = tx
+            .query_typed_opt(CLAIM_PENDING, args![worker, until, now, id])
+            .await
+            .map_err(map_pg)?
+        {
+            return Ok(Some((sql::execution(&row)?, tenant, answer)));
+        }
+    }
+    Ok(None)
 }
 
 /// Extends this worker's leases; returns the ids it no longer holds.
@@ -178,10 +266,13 @@ pub(crate) async fn renew_leases(
 pub(crate) async fn release(store: &PgStore, worker: &str, id: Id) -> Result<()> {
     let now = store.now();
     let client = store.client().await?;
-    client
+    let released = client
         .execute_typed(RELEASE, args![now.0, id, worker])
         .await
         .map_err(map_pg)?;
+    if released > 0 {
+        ring(store);
+    }
     Ok(())
 }
 

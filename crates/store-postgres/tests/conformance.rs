@@ -138,6 +138,7 @@ pg_conformance! {
     queue_concurrent_claims
     queue_claim_batch
     queue_concurrent_claim_batches
+    queue_deep
     steps
     concurrent_step_writers
     session_cache

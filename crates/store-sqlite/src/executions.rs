@@ -42,12 +42,11 @@ const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?
 const NEXT_EXPIRED_LEASE: &str = "SELECT id, tenant_id, attempts FROM executions WHERE status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at < ?1 ORDER BY created_at, id LIMIT 1";
 const FAIL_INTERRUPTED: &str = "UPDATE executions SET status = 'failed', error_message = ?1, completed_at = ?2, updated_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?3";
 const TAKE_OVER: &str = "UPDATE executions SET lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, updated_at = ?3 WHERE id = ?4";
-/// The oldest pending top-level execution of a session with nothing running, first in its
-/// session.
-const NEXT_PENDING: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM executions e WHERE e.status = 'pending' AND e.parent_execution_id IS NULL \
-     AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.session_id = e.session_id AND r.status = 'running') \
-     AND NOT EXISTS (SELECT 1 FROM executions p WHERE p.session_id = e.session_id AND p.status = 'pending' AND (p.created_at, p.id) < (e.created_at, e.id)) \
-     ORDER BY e.created_at, e.id LIMIT 1";
+/// The oldest runnable head (see `migrations/V3__queue_heads.sql`): a session's oldest
+/// pending top-level execution while nothing of it runs. One index probe at any depth;
+/// `CROSS JOIN` keeps the heads' order as the outer loop whatever the statistics say.
+const NEXT_PENDING: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM queue_heads h CROSS JOIN executions e \
+     WHERE e.id = h.execution_id ORDER BY h.created_at, h.execution_id LIMIT 1";
 const START: &str = "UPDATE executions SET status = 'running', lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, \
      resume_answer = NULL, started_at = COALESCE(started_at, ?3), updated_at = ?3 WHERE id = ?4";
 const RENEW: &str = "UPDATE executions SET lease_expires_at = ?1 WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";

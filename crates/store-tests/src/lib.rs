@@ -88,6 +88,7 @@ macro_rules! __with_cases {
             queue_concurrent_claims
             queue_claim_batch
             queue_concurrent_claim_batches
+            queue_deep
             steps
             concurrent_step_writers
             session_cache

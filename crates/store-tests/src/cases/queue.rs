@@ -709,3 +709,183 @@ pub async fn queue_concurrent_claim_batches<H: Harness>(harness: &H) {
     }
     assert_claimed_once(&claimed, &expected);
 }
+
+/// A deep queue keeps every rule: executions queued into many sessions (interleaved, a
+/// few cancelled while pending, one session blocked by an external execution running,
+/// executions without a session), drained by concurrent claimers that finish what they
+/// claim, run each session's executions one at a time and in the order they were queued,
+/// and every execution exactly once.
+pub async fn queue_deep<H: Harness>(harness: &H) {
+    use std::sync::{Arc, Mutex};
+
+    const SESSIONS: usize = 12;
+    const PER_SESSION: usize = 40;
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let mut sessions = Vec::with_capacity(SESSIONS);
+    for s in 0..SESSIONS {
+        sessions.push(
+            create_session(&store, &acme, Some(&format!("deep-{s}")))
+                .await
+                .id,
+        );
+    }
+    // Session 0 has an external execution running: nothing of it may be claimed until it
+    // ends.
+    let blocker =
+        create_execution(&store, &acme, Some(sessions[0]), ExecutionStatus::Running).await;
+    // Queued round-robin, so the sessions' executions interleave in time.
+    let mut order: std::collections::HashMap<Id, Vec<Id>> = std::collections::HashMap::new();
+    let mut cancelled = HashSet::new();
+    for n in 0..PER_SESSION {
+        for (s, session) in sessions.iter().enumerate() {
+            let e = create_execution(&store, &acme, Some(*session), ExecutionStatus::Pending).await;
+            // Every seventh one is cancelled while it waits (the head of its session, often).
+            if (n * SESSIONS + s) % 7 == 3 {
+                ok(
+                    store
+                        .transition_execution(&acme, e.id, Transition::Cancel)
+                        .await,
+                    "cancel a pending execution",
+                );
+                cancelled.insert(e.id);
+            } else {
+                order.entry(*session).or_default().push(e.id);
+            }
+        }
+    }
+    let mut sessionless = HashSet::new();
+    for _ in 0..3 {
+        sessionless.insert(
+            create_execution(&store, &acme, None, ExecutionStatus::Pending)
+                .await
+                .id,
+        );
+    }
+    let expected_depth = (SESSIONS * PER_SESSION - cancelled.len() + sessionless.len()) as u64;
+    assert_eq!(
+        ok(store.queue_depth().await, "queue_depth"),
+        expected_depth,
+        "the queue holds every pending execution"
+    );
+
+    // The executions of the blocked session are not claimable while its run goes on.
+    let blocked: HashSet<Id> = order[&sessions[0]].iter().copied().collect();
+    let probers = ["p1", "p2", "p3", "p4"];
+    let probe = claim_batch(&store, &probers).await;
+    assert_eq!(
+        probe.len(),
+        probers.len(),
+        "other sessions have work to claim"
+    );
+    assert!(
+        probe.iter().all(|c| !blocked.contains(&c.execution.id)),
+        "a session with an execution running has nothing claimed"
+    );
+    // Hand the probe's claims back (the kth claim is the kth worker's; a release does not
+    // count as an attempt).
+    for (claim, worker) in probe.iter().zip(probers) {
+        ok(store.release(worker, claim.execution.id).await, "release");
+    }
+    ok(
+        store
+            .transition_execution(
+                &acme,
+                blocker.id,
+                Transition::Complete {
+                    output: json!("done"),
+                },
+            )
+            .await,
+        "complete the external execution",
+    );
+
+    // Concurrent claimers: each claims a batch, checks no session runs twice, finishes.
+    let running: Arc<Mutex<HashSet<Option<Id>>>> = Arc::new(Mutex::new(HashSet::new()));
+    let claimed: Arc<Mutex<Vec<(Option<Id>, Id)>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut claimers = Vec::new();
+    for c in 0..3 {
+        let (store, running, claimed, acme) = (
+            store.clone(),
+            running.clone(),
+            claimed.clone(),
+            acme.clone(),
+        );
+        claimers.push(tokio::spawn(async move {
+            let workers: Vec<String> = (0..4).map(|w| format!("deep-{c}-{w}")).collect();
+            loop {
+                let claims = ok(
+                    store.claim_batch(&workers, LEASE, MAX_ATTEMPTS).await,
+                    "claim_batch",
+                );
+                if claims.is_empty() {
+                    break;
+                }
+                for claim in &claims {
+                    let session = claim.execution.session_id;
+                    if session.is_some() {
+                        let fresh = running
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(session);
+                        assert!(fresh, "two executions of session {session:?} ran at once");
+                    }
+                    claimed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((session, claim.execution.id));
+                }
+                for claim in claims {
+                    // No longer running once the transition starts: the next claim of the
+                    // session can only come after it commits.
+                    running
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&claim.execution.session_id);
+                    ok(
+                        store
+                            .transition_execution(
+                                &acme,
+                                claim.execution.id,
+                                Transition::Complete {
+                                    output: json!("ok"),
+                                },
+                            )
+                            .await,
+                        "complete a claimed execution",
+                    );
+                }
+            }
+        }));
+    }
+    for claimer in claimers {
+        ok(claimer.await, "claimer task");
+    }
+    let claimed = claimed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut per_session: std::collections::HashMap<Id, Vec<Id>> = std::collections::HashMap::new();
+    let mut claimed_sessionless = HashSet::new();
+    for (session, id) in &claimed {
+        match session {
+            Some(s) => per_session.entry(*s).or_default().push(*id),
+            None => {
+                claimed_sessionless.insert(*id);
+            }
+        }
+    }
+    for session in &sessions {
+        assert_eq!(
+            per_session.get(session),
+            order.get(session),
+            "session {session}: every execution claimed once, in the order queued"
+        );
+    }
+    assert_eq!(
+        claimed_sessionless, sessionless,
+        "executions without a session are claimed too"
+    );
+    assert!(
+        claimed.iter().all(|(_, id)| !cancelled.contains(id)),
+        "a cancelled execution is never claimed"
+    );
+    assert_eq!(ok(store.queue_depth().await, "queue_depth"), 0);
+}
