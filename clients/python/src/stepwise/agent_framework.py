@@ -813,20 +813,26 @@ class StepwiseSessionStore(SessionStore):
                     raise
                 self._executions.pop(stepwise_id, None)
 
-    async def get(self, session_id: str) -> AgentSession | None:
-        """The latest stored session of this key, or ``None`` (never stored, or deleted)."""
-        SessionStore.validate_session_id(session_id)
-        stepwise_id = await self._session_id(session_id, create=False)
+    async def _latest_state(self, key: str) -> Mapping[str, Any] | None:
+        """The latest stored state of this key (``None``: none, or a deletion)."""
+        stepwise_id = await self._session_id(key, create=False)
         if stepwise_id is None:
             return None
-        client = self.client
         executions = await self._store_executions(stepwise_id)
         latest = next((e for e in executions if e.get("last_snapshot_id")), None)
         if latest is None:
             return None
-        snapshot = await client.get_snapshot(str(latest["last_snapshot_id"]))
+        snapshot = await self.client.get_snapshot(str(latest["last_snapshot_id"]))
         state = snapshot.get("state")
         if not isinstance(state, Mapping) or state.get("deleted"):
+            return None
+        return state
+
+    async def get(self, session_id: str) -> AgentSession | None:
+        """The latest stored session of this key, or ``None`` (never stored, or deleted)."""
+        SessionStore.validate_session_id(session_id)
+        state = await self._latest_state(session_id)
+        if state is None:
             return None
         payload = state.get("session")
         if not isinstance(payload, Mapping):
@@ -846,7 +852,7 @@ class StepwiseSessionStore(SessionStore):
         """Forgets the stored session of this key (`get` answers ``None``); its history and
         earlier snapshots stay in Stepwise."""
         SessionStore.validate_session_id(session_id)
-        if await self._session_id(session_id, create=False) is None:
-            return
+        if await self._latest_state(session_id) is None:
+            return  # never stored, or already deleted
         await self._save(session_id, {"format": SNAPSHOT_FORMAT, "key": session_id, "deleted": True})
 
