@@ -340,6 +340,9 @@ class StepwiseSessionService(BaseSessionService):
         self._state_executions: dict[str, str] = {}
         # app:/user: state documents: name -> Stepwise session id.
         self._doc_ids: dict[str, str] = {}
+        # Stepwise sessions this service deleted (the server may accept a write to a session
+        # deleted a moment ago from a process that wrote to it just before).
+        self._deleted: set[str] = set()
 
     def __repr__(self) -> str:
         return f"StepwiseSessionService(base_url={self._wire_url()!r})"
@@ -795,6 +798,7 @@ class StepwiseSessionService(BaseSessionService):
         except StepwiseError as e:
             if e.status != 404:
                 raise
+        self._deleted.add(str(found["id"]))
         self._ids.pop((app_name, user_id, session_id), None)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
@@ -826,6 +830,8 @@ class StepwiseSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         located = _Located.parse(session._storage_update_marker) or await self._locate(session)
+        if located.stepwise_id in self._deleted:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
         deltas = _session_util.extract_json_safe_state_delta(
             dict(event.actions.state_delta) if event.actions and event.actions.state_delta else {}
         )
