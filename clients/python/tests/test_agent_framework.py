@@ -592,7 +592,7 @@ def test_doc_examples_run(index: int, server: LocalServer, monkeypatch: pytest.M
     monkeypatch.delenv("STEPWISE_API_KEY", raising=False)
     code = doc_examples()[index].replace('"ticket-7"', f'"{unique("ticket")}"')
     namespace: dict[str, Any] = {"__name__": f"agent_framework_doc_{index}"}
-    exec(compile(code, f"docs/agent_framework.md example {index + 1}", "exec"), namespace)
+    exec(compile(code, f"docs/agent_framework.md example {index + 1}", "exec", dont_inherit=True), namespace)
     out = capsys.readouterr().out.splitlines()
     if index == 0:
         assert out == ["2+3 is 5.", "user What is 2+3?", "assistant ['function_call']", "tool ['function_result']",

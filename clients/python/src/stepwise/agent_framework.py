@@ -806,6 +806,8 @@ class StepwiseSessionStore(SessionStore):
                 self._executions[stepwise_id] = execution_id
             try:
                 await client.save_snapshot(execution_id, state, agent_name="agent_framework.SessionStore")
+                # A snapshot alone does not count as activity for the retention cleaner.
+                await client.update_session(stepwise_id)
                 return
             except StepwiseError as e:
                 # The execution was finished by someone else: open another one, once.

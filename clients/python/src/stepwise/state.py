@@ -354,9 +354,13 @@ class StepwiseState(Generic[M]):
             if e.code in ("not_found", "invalid_state", "conflict"):
                 self._where.pop(key, None)  # gone or finished meanwhile: locate again next time
             raise
-        if item.status is not None and item.status != where.status:
-            updated = self.client.update_session(where.session_id, status=item.status)
-            where.status = str(updated.get("status"))
+        # A snapshot does not count as activity for the retention cleaner: the PATCH (with the
+        # status, or empty) marks the session as used now, so an active one is not abandoned.
+        updated = self.client.update_session(where.session_id, status=item.status)
+        if item.status is None and updated.get("status") == "abandoned":
+            # The cleaner marked it idle, and it is in use again.
+            updated = self.client.update_session(where.session_id, status="active")
+        where.status = str(updated.get("status"))
 
     def _locate(self, key: str, *, create: bool) -> tuple[_Where | None, dict[str, Any] | None]:
         """Finds (or creates) the key's Stepwise session and its state execution; also

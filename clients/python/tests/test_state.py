@@ -1,0 +1,409 @@
+"""stepwise.state against a real server: seed 003's ConversationContext, one scenario a test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from pydantic import BaseModel, Field
+
+from stepwise import AsyncStepwise, Stepwise
+from stepwise.state import StepwiseState, state_session_name
+from stepwise.testing import LocalServer, find_binary, local_server
+
+PYTHON_DIR = Path(__file__).resolve().parents[1]
+
+
+class ConversationState(str, Enum):
+    IDLE = "idle"
+    GATHERING_PURPOSE = "gathering_purpose"
+    GATHERING_DETAILS = "gathering_details"
+    GENERATING = "generating"
+    COMPLETED = "completed"
+    ERROR = "error"
+
+
+class ConversationContext(BaseModel):
+    """Seed 003's context: the FSM state and the LLM's whole message history."""
+
+    session_id: str
+    state: ConversationState = ConversationState.IDLE
+    skill_name: Optional[str] = None
+    skill_purpose: Optional[str] = None
+    message_history: list[dict[str, str]] = Field(default_factory=list)
+
+
+def status_of(ctx: ConversationContext) -> str:
+    """Seed 003's lifecycle: a completed conversation is kept 90 days, others go by idleness."""
+    return "completed" if ctx.state == ConversationState.COMPLETED else "active"
+
+
+class SkillCreationAgent:
+    """A stand-in for seed 003's agent: one FSM step per message, persisted after each."""
+
+    def __init__(self, store: StepwiseState[ConversationContext]) -> None:
+        self.store = store
+
+    def get_session_context(self, session_id: str) -> ConversationContext:
+        return self.store.load(session_id) or ConversationContext(session_id=session_id)
+
+    def handle_message(self, message: str, session_id: str) -> str:
+        ctx = self.get_session_context(session_id)
+        with self.store.saving(session_id, ctx):  # saved after the message, error or not
+            ctx.message_history.append({"role": "user", "content": message})
+            if "explode" in message:
+                ctx.state = ConversationState.GATHERING_DETAILS
+                raise RuntimeError("the LLM call failed")
+            if ctx.state == ConversationState.IDLE:
+                ctx.state, ctx.skill_purpose = ConversationState.GATHERING_PURPOSE, message
+            elif "done" in message:
+                ctx.state = ConversationState.COMPLETED
+            else:
+                ctx.state, ctx.skill_name = ConversationState.GATHERING_DETAILS, message.split()[-1]
+            reply = f"({ctx.state.value}) noted: {message}"
+            ctx.message_history.append({"role": "assistant", "content": reply})
+        return reply
+
+
+def unique(prefix: str = "skill") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def store(server: LocalServer) -> Any:
+    with StepwiseState(ConversationContext, Stepwise(server.url), status=status_of) as s:
+        yield s
+
+
+def fresh(server: LocalServer, **options: Any) -> StepwiseState[ConversationContext]:
+    """Another store on the same server, with an empty cache (a restarted process)."""
+    return StepwiseState(ConversationContext, Stepwise(server.url), status=status_of, **options)
+
+
+def make_key(database: str, tenant: str) -> str:
+    out = subprocess.run(
+        [find_binary(), "keys", "create", "--database", database, "--tenant", tenant, "--user", f"{tenant}-user"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    return out.stdout.strip().splitlines()[-1].strip()
+
+
+# --------------------------------------------------------------------------- save and load
+
+
+def test_save_and_load_keep_the_whole_context(server: LocalServer, store: Any) -> None:
+    sid = unique()
+    ctx = ConversationContext(session_id=sid, state=ConversationState.GATHERING_DETAILS, skill_purpose="Test skill",
+                              message_history=[{"role": "user", "content": "Hello"}] * 3)
+    store.save(sid, ctx)
+    assert store.flush(timeout=60)
+    with fresh(server) as other:
+        loaded = other.load(sid)
+    assert loaded is not None and loaded is not ctx
+    assert loaded == ctx and loaded.state is ConversationState.GATHERING_DETAILS
+    assert store.load(unique()) is None
+
+
+def test_the_latest_save_wins(server: LocalServer, store: Any) -> None:
+    sid = unique()
+    ctx = ConversationContext(session_id=sid)
+    store.save(sid, ctx)
+    ctx.state, ctx.skill_name = ConversationState.GENERATING, "test-skill"
+    store.save(sid, ctx)
+    assert store.flush(timeout=60)
+    with fresh(server) as other:
+        loaded = other.load(sid)
+    assert loaded is not None and loaded.state is ConversationState.GENERATING and loaded.skill_name == "test-skill"
+
+
+def test_saved_after_every_message_and_restored_on_reconnect(server: LocalServer, store: Any, client: Stepwise) -> None:
+    sid = unique()
+    agent = SkillCreationAgent(store)
+    agent.handle_message("Create a skill to format names", sid)
+    agent.handle_message("Use uppercase format", sid)
+    assert store.flush(timeout=60)
+
+    # A restart: a new store (empty cache) restores the full history.
+    with fresh(server) as restarted:
+        ctx = SkillCreationAgent(restarted).get_session_context(sid)
+    assert [m["content"] for m in ctx.message_history] == [
+        "Create a skill to format names", "(gathering_purpose) noted: Create a skill to format names",
+        "Use uppercase format", "(gathering_details) noted: Use uppercase format",
+    ]
+    assert ctx.state is ConversationState.GATHERING_DETAILS and ctx.skill_name == "format"
+    # Kept as snapshots of the Stepwise session of that name (saves that waited together are
+    # sent as one: the latest), the latest being the context.
+    session = client.find_session(state_session_name(sid))
+    assert session is not None and session["status"] == "active"
+    (execution,) = client.list_executions(session["id"])
+    snapshots = list(client.list_snapshots(execution["id"]))
+    assert 1 <= len(snapshots) <= 2
+    assert client.get_snapshot(snapshots[-1]["id"])["state"]["value"] == ctx.model_dump(mode="json")
+
+
+def test_restored_in_a_new_process(server: LocalServer, store: Any) -> None:
+    sid = unique()
+    SkillCreationAgent(store).handle_message("Create a skill", sid)
+    assert store.flush(timeout=60)
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_state import ConversationContext
+from stepwise import Stepwise
+from stepwise.state import StepwiseState
+with StepwiseState(ConversationContext, Stepwise({server.url!r})) as store:
+    print(store.load(sys.argv[1]).model_dump_json())
+"""
+    done = subprocess.run([sys.executable, "-c", code, sid], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = ConversationContext.model_validate_json(done.stdout.strip().splitlines()[-1])
+    assert loaded.state is ConversationState.GATHERING_PURPOSE and len(loaded.message_history) == 2
+
+
+def test_a_save_never_blocks_or_fails_while_the_server_is_down() -> None:
+    with local_server() as srv:
+        with StepwiseState(ConversationContext, Stepwise(srv.url, max_retries=0), status=status_of) as store:
+            sid = unique()
+            agent = SkillCreationAgent(store)
+            agent.handle_message("Create a skill", sid)
+            assert store.flush(timeout=60)
+            srv.kill()
+            # The user still gets answers; the context lives in memory and waits to be sent.
+            reply = agent.handle_message("Make it fast", sid)
+            assert reply == "(gathering_details) noted: Make it fast"
+            assert store.unsent == [sid]
+            assert len(store.load(sid).message_history) == 4  # type: ignore[union-attr]
+            assert not store.flush(timeout=0.2)
+            srv.restart()
+            assert store.flush(timeout=60)  # retried until it went through
+            assert store.unsent == [] and store.last_error is not None
+        with StepwiseState(ConversationContext, Stepwise(srv.url)) as restarted:
+            assert len(restarted.load(sid).message_history) == 4  # type: ignore[union-attr]
+
+
+def test_the_error_path_saves_the_context_too(server: LocalServer, store: Any) -> None:
+    sid = unique()
+    agent = SkillCreationAgent(store)
+    agent.handle_message("Create a skill", sid)
+    with pytest.raises(RuntimeError, match="LLM call failed"):
+        agent.handle_message("now explode", sid)
+    assert store.flush(timeout=60)
+    with fresh(server) as restarted:
+        ctx = restarted.load(sid)
+    assert ctx is not None and ctx.state is ConversationState.GATHERING_DETAILS
+    assert ctx.message_history[-1] == {"role": "user", "content": "now explode"}
+
+
+# --------------------------------------------------------------------------- tenants
+
+
+def test_tenants_never_see_each_other(tmp_path: Path) -> None:
+    database = f"sqlite://{tmp_path / 'tenants.db'}"
+    key_1, key_2 = make_key(database, "tenant-1"), make_key(database, "tenant-2")
+    with local_server(database=database) as srv:
+        with StepwiseState(ConversationContext, base_url=srv.url, api_key=key_1) as one, \
+                StepwiseState(ConversationContext, base_url=srv.url, api_key=key_2) as two:
+            SkillCreationAgent(one).handle_message("Create a skill", "shared-id")
+            assert one.flush(timeout=60)
+            assert two.load("shared-id") is None  # the same id in another tenant: a new session
+            SkillCreationAgent(two).handle_message("Something else", "shared-id")
+            assert two.flush(timeout=60)
+        with StepwiseState(ConversationContext, base_url=srv.url, api_key=key_1) as one:
+            assert one.load("shared-id").skill_purpose == "Create a skill"  # type: ignore[union-attr]
+        with StepwiseState(ConversationContext, base_url=srv.url, api_key=key_2) as two:
+            assert two.load("shared-id").skill_purpose == "Something else"  # type: ignore[union-attr]
+
+
+def test_bad_input_is_refused_at_once(store: Any) -> None:
+    with pytest.raises(ValueError, match="session"):
+        store.save("", ConversationContext(session_id="x"))
+    with pytest.raises(ValueError, match="session"):
+        store.load("  ")
+
+    class Other(BaseModel):
+        x: int = 1
+
+    with pytest.raises(TypeError, match="ConversationContext"):
+        store.save("s", Other())
+    with pytest.raises(ValueError, match="status"):
+        store.save("s", ConversationContext(session_id="s"), status="abandoned")  # only the cleaner sets it
+    with pytest.raises(TypeError, match="BaseModel"):
+        StepwiseState(dict)  # type: ignore[type-var]
+    assert store.unsent == []
+
+
+# --------------------------------------------------------------------------- retention by status
+
+
+def test_retention_keeps_sessions_by_status(tmp_path: Path) -> None:
+    database = f"sqlite://{tmp_path / 'retention.db'}"
+
+    def cleanup(*days: str) -> dict[str, Any]:
+        out = subprocess.run([find_binary(), "cleanup", "--database", database, "--json", *days],
+                             capture_output=True, text=True, check=True, timeout=60)
+        return json.loads(out.stdout)
+
+    with local_server(database=database) as srv:
+        with StepwiseState(ConversationContext, Stepwise(srv.url), status=status_of) as store:
+            agent = SkillCreationAgent(store)
+            agent.handle_message("Create a skill", "done-one")
+            agent.handle_message("all done", "done-one")  # COMPLETED: kept 90 days
+            agent.handle_message("Create a skill", "open-one")  # in progress: active
+            assert store.flush(timeout=60)
+        statuses = {s["name"]: s["status"] for s in srv.client.list_sessions()}
+        assert statuses == {"done-one": "completed", "open-one": "active"}
+        srv.stop()
+
+        # With the default days (90 for completed, 30 idle days for active) nothing goes now.
+        cleanup()
+        # Completed sessions go after `completed_days`; an active one is not touched by it.
+        cleanup("--completed-days", "0", "--abandon-after-days", "1000")
+        srv.restart()
+        with StepwiseState(ConversationContext, Stepwise(srv.url), status=status_of) as store:
+            assert store.load("done-one") is None
+            assert store.load("open-one") is not None
+        srv.stop()
+        # An active session idle for `abandon_after_days` becomes abandoned (deleted 30 days later).
+        cleanup("--abandon-after-days", "0")
+        srv.restart()
+        assert srv.client.find_session("open-one")["status"] == "abandoned"  # type: ignore[index]
+        with StepwiseState(ConversationContext, Stepwise(srv.url)) as store:
+            ctx = store.load("open-one")
+            assert ctx is not None  # the user comes back: restored, and active again
+            SkillCreationAgent(store).handle_message("Use uppercase", "open-one")
+            assert store.flush(timeout=60)
+        assert srv.client.find_session("open-one")["status"] == "active"  # type: ignore[index]
+
+
+# --------------------------------------------------------------------------- the hybrid cache
+
+
+def test_the_cache_answers_first_and_the_server_after_a_restart(server: LocalServer) -> None:
+    with local_server() as srv:
+        with StepwiseState(ConversationContext, Stepwise(srv.url, max_retries=0), cache_size=2) as store:
+            ids = [unique() for _ in range(3)]
+            contexts = [ConversationContext(session_id=i) for i in ids]
+            for i, ctx in zip(ids, contexts):
+                store.save(i, ctx)
+            assert store.flush(timeout=60)
+            assert store.load(ids[2]) is contexts[2]  # the very object, from memory
+            assert store.cached(ids[0]) is None  # the least recently used went first
+            srv.kill()
+            assert store.load(ids[1]) is contexts[1]  # no server needed for a cached session
+            srv.restart()
+            loaded = store.load(ids[0])  # read from the server, then cached
+            assert loaded == contexts[0] and loaded is not contexts[0]
+            assert store.load(ids[0]) is loaded
+            store.forget()
+            assert store.cached(ids[1]) is None and store.load(ids[1]) == contexts[1]
+        with StepwiseState(ConversationContext, Stepwise(srv.url), cache_size=0) as uncached:
+            ctx = ConversationContext(session_id="x")
+            uncached.save(ids[0], ctx)
+            assert uncached.load(ids[0]) is ctx  # a save not sent yet is answered from the queue
+            assert uncached.flush(timeout=60)
+            assert uncached.load(ids[0]) == ctx and uncached.load(ids[0]) is not ctx
+
+
+# --------------------------------------------------------------------------- errors of stored data
+
+
+def test_a_stored_state_that_no_longer_validates_loads_as_none(
+    server: LocalServer, store: Any, client: Stepwise, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid = unique()
+    store.save(sid, ConversationContext(session_id=sid))
+    assert store.flush(timeout=60)
+    session = client.find_session(sid)
+    (execution,) = client.list_executions(session["id"])  # type: ignore[index]
+    client.save_snapshot(execution["id"], {"format": "stepwise.state/1", "value": {"state": "no-such-state"}})
+    with fresh(server) as other, caplog.at_level(logging.WARNING, logger="stepwise.state"):
+        assert other.load(sid) is None
+        assert "is not a valid ConversationContext" in caplog.text
+        other.save(sid, ConversationContext(session_id=sid, skill_name="again"))  # saving again works
+        assert other.flush(timeout=60)
+    with fresh(server) as third:
+        assert third.load(sid).skill_name == "again"  # type: ignore[union-attr]
+
+
+def test_concurrent_saves_last_write_wins(server: LocalServer) -> None:
+    sid = unique()
+    first = ConversationContext(session_id=sid, state=ConversationState.GATHERING_PURPOSE, skill_purpose="First update")
+    second = ConversationContext(session_id=sid, state=ConversationState.GENERATING, skill_purpose="Second update")
+    stores = [fresh(server), fresh(server)]
+    threads = [threading.Thread(target=s.save, args=(sid, c)) for s, c in zip(stores, (first, second))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in stores:
+        assert s.close()
+    with fresh(server) as reader:
+        loaded = reader.load(sid)
+    assert loaded in (first, second)
+
+
+def test_delete_is_a_soft_delete(server: LocalServer, store: Any, client: Stepwise) -> None:
+    sid = unique()
+    store.save(sid, ConversationContext(session_id=sid))
+    assert store.flush(timeout=60)
+    session_id = client.find_session(sid)["id"]  # type: ignore[index]
+    assert store.delete(sid) is True
+    assert store.load(sid) is None
+    assert client.get_session(session_id)["status"] == "deleted"  # removed for good by retention
+    assert store.delete(unique()) is False
+
+
+# --------------------------------------------------------------------------- asyncio and clients
+
+
+def test_async_code_and_an_async_client(server: LocalServer) -> None:
+    sid = unique()
+
+    async def main() -> None:
+        async with AsyncStepwise(server.url) as aclient:
+            store = StepwiseState(ConversationContext, aclient)
+            ctx = await store.aload(sid) or ConversationContext(session_id=sid)
+            ctx.message_history.append({"role": "user", "content": "hi"})
+            store.save(sid, ctx)  # returns at once inside the event loop
+            assert await store.aflush(timeout=60)
+            store.close()
+        with fresh(server) as other:
+            assert (await other.aload(sid)).message_history == [{"role": "user", "content": "hi"}]  # type: ignore[union-attr]
+
+    asyncio.run(main())
+
+
+def test_keys_map_to_stepwise_names() -> None:
+    assert state_session_name("chat-42") == "chat-42"
+    assert re.fullmatch(r"st-tenant-1-chat-[0-9a-f]{16}", state_session_name("tenant 1/chat"))
+
+
+# --------------------------------------------------------------------------- the docs
+
+
+def doc_examples() -> list[str]:
+    text = (PYTHON_DIR / "docs" / "state.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(doc_examples())))
+def test_doc_examples_run(index: int, server: LocalServer, monkeypatch: pytest.MonkeyPatch,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("STEPWISE_URL", server.url)
+    monkeypatch.delenv("STEPWISE_API_KEY", raising=False)
+    code = doc_examples()[index].replace('"chat-42"', f'"{unique("chat")}"')
+    namespace: dict[str, Any] = {"__name__": f"state_doc_{index}"}
+    exec(compile(code, f"docs/state.md example {index + 1}", "exec", dont_inherit=True), namespace)
+    out = capsys.readouterr().out
+    if index == 0:
+        assert out.splitlines()[-2:] == ["gathering 2", "gathering 2"]
