@@ -269,9 +269,10 @@ async def test_a_deleted_session_is_gone_and_its_id_can_be_used_again(service: S
 
 
 async def test_recent_events_and_after_timestamp_read_only_the_tail(
-    service: StepwiseSessionService, monkeypatch: pytest.MonkeyPatch
+    server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = app()
+    service = StepwiseSessionService(base_url=server.url, cache_events=False)
     session = await service.create_session(app_name=name, user_id="u")
     for i in range(120):
         await service.append_event(session, Event(author="user", invocation_id=str(i), timestamp=1000.0 + i))
@@ -302,6 +303,50 @@ async def test_recent_events_and_after_timestamp_read_only_the_tail(
     assert await read(after_timestamp=0.0) == [str(i) for i in range(120)]
     assert await read() == [str(i) for i in range(120)]
     assert limits == [None]
+    await service.close()
+
+
+async def test_a_long_session_read_again_decodes_only_what_is_new(
+    server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = app()
+    reader = StepwiseSessionService(base_url=server.url)
+    writer = StepwiseSessionService(base_url=server.url, cache_events=False)  # another process
+    session = await writer.create_session(app_name=name, user_id="u")
+    for i in range(30):
+        await writer.append_event(session, Event(author="user", invocation_id=str(i), timestamp=2000.0 + i))
+    first = await reader.get_session(app_name=name, user_id="u", session_id=session.id)
+    assert len(first.events) == 30
+    limits: list[Any] = []
+    real_raw = _Wire.raw
+
+    async def spy(self: _Wire, path: str, params: Any = None) -> bytes:
+        limits.append((params or {}).get("limit"))
+        return await real_raw(self, path, params)
+
+    monkeypatch.setattr(_Wire, "raw", spy)
+    assert await reader.get_session(app_name=name, user_id="u", session_id=session.id) == first
+    assert limits == [1]  # the latest event and the version: nothing new
+    limits.clear()
+    for i in range(30, 33):
+        await writer.append_event(session, Event(author="user", invocation_id=str(i), timestamp=2000.0 + i))
+    limits.clear()
+    again = await reader.get_session(app_name=name, user_id="u", session_id=session.id)
+    assert [e.invocation_id for e in again.events] == [str(i) for i in range(33)]
+    assert limits == [1, 4]  # the three new events and the last one held, to check they join
+    recent = await reader.get_session(
+        app_name=name, user_id="u", session_id=session.id,
+        config=GetSessionConfig(num_recent_events=2, after_timestamp=2031.5),
+    )
+    assert [e.invocation_id for e in recent.events] == ["32"]
+    # The reader's own writes go through the same check.
+    await reader.append_event(again, Event(author="user", invocation_id="33", timestamp=2033.0))
+    final = await writer.get_session(app_name=name, user_id="u", session_id=session.id)
+    assert [e.invocation_id for e in (await reader.get_session(app_name=name, user_id="u", session_id=session.id)).events] == [
+        e.invocation_id for e in final.events
+    ] == [str(i) for i in range(34)]
+    await reader.close()
+    await writer.close()
 
 
 # --- tenants, clients -----------------------------------------------------------------------------

@@ -41,6 +41,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 from urllib.parse import quote, urlencode
@@ -232,6 +233,41 @@ class _Tail:
         return self.version - len(self.events) + 1
 
 
+class _EventCache:
+    """Decoded events of sessions read whole, shared by the services of this process: a read
+    asks the server for the latest event and version and decodes only what is new. Bounded
+    by a number of events (least recently used sessions go first)."""
+
+    def __init__(self, max_events: int = 200_000) -> None:
+        self.max_events = max_events
+        self._entries: OrderedDict[tuple[str, str], _Tail] = OrderedDict()
+        self._events = 0
+
+    def get(self, key: tuple[str, str]) -> _Tail | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple[str, str], tail: _Tail) -> None:
+        self.drop(key)
+        if len(tail.events) > self.max_events // 4:
+            return
+        self._entries[key] = tail
+        self._events += len(tail.events)
+        while self._events > self.max_events and self._entries:
+            _, old = self._entries.popitem(last=False)
+            self._events -= len(old.events)
+
+    def drop(self, key: tuple[str, str]) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._events -= len(old.events)
+
+
+_EVENTS = _EventCache()
+
+
 class _Wire:
     """The HTTP calls of one event loop: over one lean keep-alive connection when the server
     is plain ``http://`` reached directly, else through the `AsyncStepwise` client."""
@@ -308,6 +344,11 @@ class StepwiseSessionService(BaseSessionService):
         base_url: the server when no client is given (default ``$STEPWISE_URL``, else
             ``http://127.0.0.1:7777``).
         api_key: its API key when no client is given (default ``$STEPWISE_API_KEY``).
+        cache_events: keep the decoded events of sessions read whole in this process, so a
+            later read of a long session asks the server only for what is new (the version
+            and the latest event are always checked with the server). The events a read
+            returns are then shared with the cache: treat them as read-only, as with ADK's
+            light-copy in-memory sessions.
 
     Nothing is sent before the first call. Without a given client the service keeps one
     `AsyncStepwise` per event loop it is used from; `close()` closes the current loop's.
@@ -319,6 +360,7 @@ class StepwiseSessionService(BaseSessionService):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
+        cache_events: bool = True,
     ) -> None:
         if client is not None and (base_url is not None or api_key is not None):
             raise ValueError("give either client or base_url/api_key, not both")
@@ -343,6 +385,7 @@ class StepwiseSessionService(BaseSessionService):
         # Stepwise sessions this service deleted (the server may accept a write to a session
         # deleted a moment ago from a process that wrote to it just before).
         self._deleted: set[str] = set()
+        self._cache_events = cache_events
 
     def __repr__(self) -> str:
         return f"StepwiseSessionService(base_url={self._wire_url()!r})"
@@ -454,12 +497,61 @@ class StepwiseSessionService(BaseSessionService):
         raw = await self._wire().raw(f"/v1/sessions/{stepwise_id}/items", params)
         return self._decode_page(raw)
 
+    def _cache_key(self, stepwise_id: str) -> tuple[str, str]:
+        return (str(self._wire().client.base_url), stepwise_id)
+
+    async def _cached_whole(self, stepwise_id: str) -> _Tail | None:
+        """Every event of the session from the cache brought up to date with the server, or
+        None when the cache has no copy (or it no longer fits what the server has)."""
+        if not self._cache_events:
+            return None
+        key = self._cache_key(stepwise_id)
+        entry = _EVENTS.get(key)
+        if entry is None:
+            return None
+        probe = await self._read_tail(stepwise_id, 1)
+        held = len(entry.events)
+        if probe.version == entry.version == held:
+            if held == 0 or probe.events[-1].id == entry.events[-1].id:
+                return entry
+        elif probe.version > entry.version == held:
+            # What is new, with the last event the cache holds to check they join up.
+            new = await self._read_tail(stepwise_id, probe.version - held + (1 if held else 0))
+            overlap = new.events[:1] if held else []
+            if len(new.events) == new.version - held + len(overlap) and (
+                not held or overlap[0].id == entry.events[-1].id
+            ):
+                skip = len(overlap)
+                whole = _Tail(
+                    entry.events + new.events[skip:],
+                    entry.state_versions + new.state_versions[skip:],
+                    new.version,
+                )
+                _EVENTS.put(key, whole)
+                return whole
+        _EVENTS.drop(key)
+        return None
+
+    def _remember(self, stepwise_id: str, tail: _Tail) -> None:
+        if self._cache_events and len(tail.events) == tail.version:
+            _EVENTS.put(self._cache_key(stepwise_id), tail)
+
     async def _read_events(self, stepwise_id: str, config: Optional[GetSessionConfig]) -> tuple[_Tail, list[Event]]:
         """The tail that was read (at least the latest event) and the events to return."""
         recent = config.num_recent_events if config else None
         after = config.after_timestamp if config else None
+        whole = await self._cached_whole(stepwise_id)
+        if whole is not None:
+            events = whole.events if recent is None else (whole.events[-recent:] if recent else [])
+            if after is not None:
+                older = next(
+                    (i for i in range(len(events) - 1, -1, -1) if events[i].timestamp < after), None
+                )
+                events = events if older is None else events[older + 1 :]
+            return whole, list(events)
         if after is None:
             tail = await self._read_tail(stepwise_id, None if recent is None else max(recent, 1))
+            self._remember(stepwise_id, tail)
             events = tail.events if recent is None else (tail.events[-recent:] if recent else [])
             return tail, list(events)
         size = _FIRST_PAGE if recent is None else max(min(recent, _FIRST_PAGE), 1)
@@ -476,6 +568,7 @@ class StepwiseSessionService(BaseSessionService):
             if older is not None:
                 return tail, list(candidates[older + 1 :])
             if complete:
+                self._remember(stepwise_id, tail)
                 return tail, list(candidates)
             size *= 2
             if recent is not None:
