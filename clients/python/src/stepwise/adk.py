@@ -314,9 +314,9 @@ class _Wire:
             except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.TimeoutError,
                     ValueError):
                 fast._drop()
-        if answer is None:
-            # A kept-alive connection the server closed, say: the general path retries
-            # (with backoff) and reports a lasting failure as a StepwiseError.
+        if answer is None or answer[0] in (429, 502, 503, 504):
+            # A kept-alive connection the server closed, or a refusal for load: the general
+            # path retries (with backoff) and reports a lasting failure as a StepwiseError.
             return json.dumps(
                 await fast.request("GET", path, params=params, idempotent=True)
             ).encode()
