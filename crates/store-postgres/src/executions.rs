@@ -2,9 +2,12 @@
 //! moved between states under a row lock. Claiming, leases and the queue doorbell are in
 //! `queue`.
 
-use stepwise_core::{Execution, ExecutionStatus, Id};
-use stepwise_store::rules::check_transition;
-use stepwise_store::{NewExecution, Result, StoreError, Tenant, Transition};
+use stepwise_core::{Execution, ExecutionStatus, Id, Message};
+use stepwise_store::rules::{check_execution_with_messages, check_transition};
+use stepwise_store::{
+    NewEvent, NewExecution, NewMessage, Result, Store, StoreError, Tenant, Transition,
+    message_created,
+};
 use tokio_postgres::GenericClient;
 
 use crate::PgStore;
@@ -67,14 +70,62 @@ pub(crate) async fn create(
 ) -> Result<Execution> {
     let now = store.now();
     let execution = new.into_execution(tenant, now)?;
-    let e = &execution;
     let mut client = store.client().await?;
     let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+    insert(&tx, &execution).await?;
+    tx.commit().await.map_err(map_pg)?;
+    created(store, &execution);
+    Ok(execution)
+}
+
+/// [`Store::create_execution_with_messages`](stepwise_store::Store::create_execution_with_messages):
+/// the execution and its messages in one transaction (one commit, not one per row); their
+/// events are queued to the writer after it, in order, as the trait's default does.
+pub(crate) async fn create_with_messages(
+    store: &PgStore,
+    tenant: &Tenant,
+    new: NewExecution,
+    messages: Vec<NewMessage>,
+    events: Vec<NewEvent>,
+) -> Result<(Execution, Vec<Message>)> {
+    check_execution_with_messages(&new, &messages, &events)?;
+    let execution = new.into_execution(tenant, store.now())?;
+    // Each stamped in turn (the clock never repeats a time): they list in order.
+    let messages: Vec<Message> = messages
+        .into_iter()
+        .map(|m| m.for_execution(execution.id).into_message(store.now()))
+        .collect();
+    let mut client = store.client().await?;
+    let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+    insert(&tx, &execution).await?;
+    for message in &messages {
+        crate::messages::insert(&tx, tenant, message).await?;
+    }
+    tx.commit().await.map_err(map_pg)?;
+    drop(client);
+    created(store, &execution);
+    let announced = messages.iter().map(message_created);
+    let events = events.into_iter().map(|e| NewEvent {
+        execution_id: Some(execution.id),
+        ..e
+    });
+    for event in announced.chain(events).collect::<Vec<_>>() {
+        // Queued, not awaited: one session's events stay in order (its writer's queue).
+        if let Err(e) = store.append_event(tenant, event).await {
+            tracing::warn!(error = %e, "could not queue an event");
+        }
+    }
+    Ok((execution, messages))
+}
+
+/// Inserts `e` inside `tx`, pointing its session at it; `NotFound` for a session or
+/// parent the tenant does not have.
+async fn insert(tx: &tokio_postgres::Transaction<'_>, e: &Execution) -> Result<()> {
     if let Some(session_id) = e.session_id {
         let touched = tx
             .execute_typed(
                 POINT_SESSION_AT,
-                args![e.id, now.0, session_id, e.tenant_id],
+                args![e.id, e.created_at.0, session_id, e.tenant_id],
             )
             .await
             .map_err(map_pg)?;
@@ -83,7 +134,7 @@ pub(crate) async fn create(
         }
     }
     if let Some(parent) = e.parent_execution_id
-        && load(&tx, &e.tenant_id, parent, false).await?.is_none()
+        && load(tx, &e.tenant_id, parent, false).await?.is_none()
     {
         return Err(StoreError::NotFound("parent execution"));
     }
@@ -101,17 +152,20 @@ pub(crate) async fn create(
             json_text(&e.input),
             json_text(&e.metadata),
             e.started_at.map(|t| t.0),
-            now.0
+            e.created_at.0
         ],
     )
     .await
     .map_err(map_pg)?;
-    tx.commit().await.map_err(map_pg)?;
+    Ok(())
+}
+
+/// After an execution's commit: rings the queue for a new pending one.
+fn created(store: &PgStore, e: &Execution) {
     if e.parent_execution_id.is_none() && e.status == ExecutionStatus::Pending {
         ring(store);
     }
-    store.remember(&execution);
-    Ok(execution)
+    store.remember(e);
 }
 
 pub(crate) async fn get(store: &PgStore, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {

@@ -344,6 +344,16 @@ impl Store for PgStore {
         executions::create(self, tenant, new).await
     }
 
+    async fn create_execution_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
+    ) -> Result<(Execution, Vec<Message>)> {
+        executions::create_with_messages(self, tenant, new, messages, events).await
+    }
+
     async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
         executions::get(self, tenant, id).await
     }

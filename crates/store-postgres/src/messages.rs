@@ -4,6 +4,8 @@
 use stepwise_core::{Id, Message};
 use stepwise_store::{MessageQuery, NewMessage, Result, StoreError, Tenant};
 
+use tokio_postgres::GenericClient;
+
 use crate::PgStore;
 use crate::sql::{self, Params, args, json_text, map_pg, message_cols};
 
@@ -24,11 +26,15 @@ const LIST_MESSAGES: &str = concat!(
 const OLDEST_FIRST: &str = " ORDER BY created_at, id";
 
 pub(crate) async fn append(store: &PgStore, tenant: &Tenant, new: NewMessage) -> Result<Message> {
-    let now = store.now();
-    let message = new.into_message(now);
-    let m = &message;
-    let client = store.client().await?;
-    let rows = client
+    let message = new.into_message(store.now());
+    insert(&**store.client().await?, tenant, &message).await?;
+    Ok(message)
+}
+
+/// Inserts `m` and bumps its session's count (on `c`, inside the caller's transaction
+/// when it is one); `NotFound` when the tenant has no such session.
+pub(crate) async fn insert(c: &impl GenericClient, tenant: &Tenant, m: &Message) -> Result<()> {
+    let rows = c
         .query_typed(
             APPEND_MESSAGE,
             args![
@@ -42,7 +48,7 @@ pub(crate) async fn append(store: &PgStore, tenant: &Tenant, new: NewMessage) ->
                 m.related_id,
                 m.context_url,
                 json_text(&m.metadata),
-                now.0
+                m.created_at.0
             ],
         )
         .await
@@ -50,7 +56,7 @@ pub(crate) async fn append(store: &PgStore, tenant: &Tenant, new: NewMessage) ->
     if rows.is_empty() {
         return Err(StoreError::NotFound("session"));
     }
-    Ok(message)
+    Ok(())
 }
 
 pub(crate) async fn list(
