@@ -141,26 +141,29 @@ impl SqliteStore {
             .collect();
         let now = self.now();
         let tenant = tenant.clone();
-        self.write(move |conn, published| {
-            let touched = conn
-                .prepare_cached(SESSION_LAST_EXECUTION_OF_TENANT)
-                .and_then(|mut s| {
-                    s.execute(params![
-                        bid(execution.id),
-                        execution.created_at.0,
-                        bid(session_id),
-                        tenant.as_str()
-                    ])
-                })
-                .map_err(map_sqlite)?;
-            if touched == 0 {
-                return Err(StoreError::NotFound("session"));
-            }
-            insert_execution(conn, &execution)?;
-            insert_announced(conn, &tenant, &messages, events, now, published)?;
-            Ok((execution, messages))
-        })
-        .await
+        // New work: it yields to the executions already running (see `writer`).
+        self.inner
+            .writer
+            .write_intake(move |conn, published| {
+                let touched = conn
+                    .prepare_cached(SESSION_LAST_EXECUTION_OF_TENANT)
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            bid(execution.id),
+                            execution.created_at.0,
+                            bid(session_id),
+                            tenant.as_str()
+                        ])
+                    })
+                    .map_err(map_sqlite)?;
+                if touched == 0 {
+                    return Err(StoreError::NotFound("session"));
+                }
+                insert_execution(conn, &execution)?;
+                insert_announced(conn, &tenant, &messages, events, now, published)?;
+                Ok((execution, messages))
+            })
+            .await
     }
 
     pub(crate) async fn execution_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {

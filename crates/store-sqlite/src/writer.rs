@@ -3,6 +3,13 @@
 //! inside a savepoint so one failing job rolls back alone, commits once (group commit),
 //! and only then answers the callers and publishes the committed events.
 //!
+//! Two lanes: new work (a user's message queueing an execution, a new session) comes over
+//! an intake channel of its own, everything else (claims, steps, finishing executions,
+//! events) over the work channel. A batch takes every queued work job first and intake
+//! jobs only up to a share of them ([`INTAKE_PER_WORK_JOB`]; all of them when no work
+//! waits), so a burst of messages slows its own senders, not the executions already
+//! running: they keep their turn at every commit.
+//!
 //! A step append, most of the writes, needs no savepoint: it checks everything before it
 //! writes ([`Writer::submit_checked`]), so when it fails it has written nothing, unless
 //! the database itself failed. Then the batch stops, rolls back and answers that error to
@@ -55,6 +62,8 @@ type RunJob = Box<dyn FnOnce(&Connection, &mut Published) -> Outcome + Send>;
 /// A queued write.
 pub(crate) struct Job {
     run: RunJob,
+    /// Came over the intake lane.
+    intake: bool,
     /// Runs inside a savepoint of its own (else it has written nothing when it fails,
     /// unless the database failed).
     savepoint: bool,
@@ -71,6 +80,7 @@ fn database_failed(e: &StoreError) -> bool {
 
 pub(crate) struct Writer {
     tx: mpsc::Sender<Job>,
+    intake_tx: mpsc::Sender<Job>,
     capacity: usize,
     pub(crate) save_errors: Arc<AtomicU64>,
     /// False from a write that failed for a full disk until a write succeeds again.
@@ -90,6 +100,7 @@ impl Writer {
         wal: WalPolicy,
     ) -> std::io::Result<(Writer, JoinHandle<()>)> {
         let (tx, rx) = mpsc::channel::<Job>(capacity);
+        let (intake_tx, intake_rx) = mpsc::channel::<Job>(capacity);
         let save_errors = Arc::new(AtomicU64::new(0));
         let writable = Arc::new(AtomicBool::new(true));
         let state = WriterState {
@@ -107,7 +118,12 @@ impl Writer {
             .name("stepwise-sqlite-writer".into())
             .spawn(move || {
                 let mut conn = conn;
-                run(&mut conn, rx, hub, max_batch.max(1), state, &wake);
+                let lanes = Lanes {
+                    work: rx,
+                    intake: intake_rx,
+                    waiter: None,
+                };
+                run(&mut conn, lanes, hub, max_batch.max(1), state, &wake);
                 drop(wake);
                 let _ = checkpointer.join();
                 // Every sender is gone: the queue is drained. Fold the WAL back so the
@@ -117,6 +133,7 @@ impl Writer {
         Ok((
             Writer {
                 tx,
+                intake_tx,
                 capacity,
                 save_errors,
                 writable,
@@ -132,7 +149,7 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
     {
-        self.submit_with(work, true).await
+        self.submit_with(work, true, &self.tx).await
     }
 
     /// [`submit`](Self::submit) for `work` that makes all its checks before its first
@@ -142,17 +159,32 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
     {
-        self.submit_with(work, false).await
+        self.submit_with(work, false, &self.tx).await
     }
 
-    async fn submit_with<T, F>(&self, work: F, savepoint: bool) -> Result<Ack<T>>
+    /// [`write`](Self::write) on the intake lane: new work (a message that queues an
+    /// execution, a new session), which yields to the work already running.
+    pub(crate) async fn write_intake<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
     {
-        let (job, ack) = job(work, savepoint);
-        self.tx
-            .send(job)
+        self.submit_with(work, true, &self.intake_tx).await?.await
+    }
+
+    async fn submit_with<T, F>(
+        &self,
+        work: F,
+        savepoint: bool,
+        lane: &mpsc::Sender<Job>,
+    ) -> Result<Ack<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
+    {
+        let (mut job, ack) = job(work, savepoint);
+        job.intake = std::ptr::eq(lane, &self.intake_tx);
+        lane.send(job)
             .await
             .map_err(|_| StoreError::Unavailable("the store is closed".into()))?;
         Ok(ack)
@@ -170,11 +202,12 @@ impl Writer {
     /// Closes the queue: the thread commits what is queued, then stops.
     pub(crate) fn close(&mut self) {
         let (closed, _) = mpsc::channel(1);
-        drop(std::mem::replace(&mut self.tx, closed));
+        drop(std::mem::replace(&mut self.tx, closed.clone()));
+        drop(std::mem::replace(&mut self.intake_tx, closed));
     }
 
     pub(crate) fn depth(&self) -> u64 {
-        (self.capacity - self.tx.capacity()) as u64
+        (2 * self.capacity - self.tx.capacity() - self.intake_tx.capacity()) as u64
     }
 }
 
@@ -206,7 +239,14 @@ where
             }),
         }
     });
-    (Job { run, savepoint }, ack)
+    (
+        Job {
+            run,
+            savepoint,
+            intake: false,
+        },
+        ack,
+    )
 }
 
 /// What the writer thread keeps between batches.
@@ -218,9 +258,113 @@ struct WriterState {
     next_escalation: Instant,
 }
 
+/// How many intake jobs a batch takes for each work job in it (when work is waiting).
+/// An execution of a built-in agent makes a handful of writes (its claim, its start, its
+/// steps, its end) and a message that queues one makes one: at one intake job per two
+/// work jobs, running executions keep up with what is queued (the mixed run of `stepwise
+/// bench queue` measures it), while a store with no work waiting takes all intake at once.
+const INTAKE_PER_WORK_JOB: f64 = 0.5;
+
+/// The writer's two inputs (see the module's docs).
+struct Lanes {
+    work: mpsc::Receiver<Job>,
+    intake: mpsc::Receiver<Job>,
+    /// Waits on both channels at once when the writer sleeps.
+    waiter: Option<tokio::runtime::Runtime>,
+}
+
+impl Lanes {
+    /// Fills `jobs` for the next batch: every queued work job (up to `max_batch`), then
+    /// intake jobs up to their share.
+    fn fill(&mut self, jobs: &mut VecDeque<Job>, max_batch: usize) {
+        while jobs.len() < max_batch {
+            match self.work.try_recv() {
+                Ok(job) => jobs.push_back(job),
+                Err(_) => break,
+            }
+        }
+        let intake = jobs.iter().filter(|j| j.intake).count();
+        let work = jobs.len() - intake;
+        let share = if work == 0 {
+            max_batch
+        } else {
+            ((work as f64 * INTAKE_PER_WORK_JOB).ceil() as usize).max(1)
+        };
+        let mut taken = intake;
+        while taken < share && jobs.len() < max_batch {
+            match self.intake.try_recv() {
+                Ok(job) => {
+                    jobs.push_back(job);
+                    taken += 1;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// The next job of either lane: taken at once if one is queued within [`LINGER`], else
+    /// after sleeping until one comes. `None` once every sender of both is gone.
+    fn next(&mut self) -> Option<Job> {
+        let started = Instant::now();
+        loop {
+            let work = self.work.try_recv();
+            if let Ok(job) = work {
+                return Some(job);
+            }
+            let intake = self.intake.try_recv();
+            if let Ok(job) = intake {
+                return Some(job);
+            }
+            let closed = matches!(work, Err(mpsc::error::TryRecvError::Disconnected))
+                && matches!(intake, Err(mpsc::error::TryRecvError::Disconnected));
+            if closed {
+                return None;
+            }
+            if started.elapsed() < LINGER {
+                std::thread::yield_now();
+                continue;
+            }
+            return self.sleep();
+        }
+    }
+
+    /// Blocks until either lane has a job (or both are closed).
+    fn sleep(&mut self) -> Option<Job> {
+        if self.waiter.is_none() {
+            match tokio::runtime::Builder::new_current_thread().build() {
+                Ok(runtime) => self.waiter = Some(runtime),
+                Err(e) => {
+                    tracing::error!(error = %e, "the writer cannot wait for jobs; polling instead");
+                    std::thread::sleep(Duration::from_millis(1));
+                    return self.next();
+                }
+            }
+        }
+        let Lanes {
+            work,
+            intake,
+            waiter,
+        } = self;
+        let runtime = waiter.as_ref()?;
+        runtime.block_on(async {
+            tokio::select! {
+                biased;
+                job = work.recv() => match job {
+                    Some(job) => Some(job),
+                    None => intake.recv().await,
+                },
+                job = intake.recv() => match job {
+                    Some(job) => Some(job),
+                    None => work.recv().await,
+                },
+            }
+        })
+    }
+}
+
 fn run(
     conn: &mut Connection,
-    mut rx: mpsc::Receiver<Job>,
+    mut lanes: Lanes,
     hub: EventHub,
     max_batch: usize,
     mut state: WriterState,
@@ -230,17 +374,12 @@ fn run(
     let mut jobs: VecDeque<Job> = VecDeque::with_capacity(max_batch);
     loop {
         if jobs.is_empty() {
-            match next_job(&mut rx) {
+            match lanes.next() {
                 Some(first) => jobs.push_back(first),
                 None => break,
             }
         }
-        while jobs.len() < max_batch {
-            match rx.try_recv() {
-                Ok(job) => jobs.push_back(job),
-                Err(_) => break,
-            }
-        }
+        lanes.fill(&mut jobs, max_batch);
         let mut published = Published::new();
         let changes_before = conn.total_changes();
         let queued = jobs.len();
@@ -282,22 +421,6 @@ fn run(
 /// costs about as much as the save itself. Only right after a batch, so an idle store
 /// spends nothing.
 const LINGER: Duration = Duration::from_micros(50);
-
-/// The next job: taken at once if one is queued within [`LINGER`], else after sleeping
-/// until one comes. `None` once every sender is gone.
-fn next_job(rx: &mut mpsc::Receiver<Job>) -> Option<Job> {
-    let started = Instant::now();
-    loop {
-        match rx.try_recv() {
-            Ok(job) => return Some(job),
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
-            Err(mpsc::error::TryRecvError::Empty) if started.elapsed() < LINGER => {
-                std::thread::yield_now();
-            }
-            Err(mpsc::error::TryRecvError::Empty) => return rx.blocking_recv(),
-        }
-    }
-}
 
 /// How long after an escalated checkpoint that could not finish the writer tries again.
 const ESCALATION_RETRY: Duration = Duration::from_millis(100);
