@@ -25,6 +25,7 @@ mod http;
 mod idle;
 mod messages;
 mod postgres;
+mod queue;
 mod remote;
 mod retention;
 
@@ -63,6 +64,12 @@ pub enum BenchCommand {
     /// process: its claim queries and CPU time over `--seconds` with no traffic, then how
     /// soon a new execution starts after a pause. JSON on stdout.
     Idle(idle::IdleArgs),
+    /// The execution queue at depth: claim latency (p50/p99) and the drain rate of K
+    /// workers (demo agent, one step) with N executions queued over S sessions, for each
+    /// of --depths; then a mixed run (C clients queueing while the workers run) reporting
+    /// both rates. A fresh database per run: temporary SQLite, or with --database
+    /// postgres://... one created beside it and dropped after. JSON on stdout.
+    Queue(queue::QueueArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -100,6 +107,7 @@ pub async fn run(
         BenchCommand::Http(args) => http::run(args).await,
         BenchCommand::Fanout(args) => fanout::run(args).await,
         BenchCommand::Idle(args) => idle::run(args).await,
+        BenchCommand::Queue(args) => queue::run(args, database, levels).await,
     }
 }
 
