@@ -145,6 +145,9 @@ def main() -> None:
     parser.add_argument("--url", help="a running stepwise serve (default: start one)")
     parser.add_argument("--api-key", default=os.environ.get("STEPWISE_API_KEY"))
     parser.add_argument("--stepwise-bin", default=os.environ.get("STEPWISE_BIN"))
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="an extra `stepwise serve` flag for the server this starts (repeat it), "
+                             "e.g. --server-arg=--durability --server-arg=process")
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args()
 
@@ -155,7 +158,7 @@ def main() -> None:
     if url is None:
         if args.stepwise_bin:
             os.environ["STEPWISE_BIN"] = args.stepwise_bin
-        server_cm = local_server(database=f"sqlite://{tmp / 'stepwise.db'}")
+        server_cm = local_server(database=f"sqlite://{tmp / 'stepwise.db'}", args=args.server_arg)
         server = server_cm.__enter__()
         url, binary = server.url, server.binary
 
@@ -197,6 +200,7 @@ def main() -> None:
         "loads": args.loads,
         "rounds": args.rounds,
         "stepwise": url if args.url else binary,
+        "server_args": args.server_arg,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
