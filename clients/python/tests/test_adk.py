@@ -401,6 +401,62 @@ async def test_client_argument_and_the_environment_default(server: LocalServer, 
         StepwiseSessionService(Stepwise(server.url), base_url=server.url)
 
 
+# --- PostgreSQL ---------------------------------------------------------------------------------------
+
+
+def postgres_database(tmp_name: str) -> str:
+    """A fresh database on the PostgreSQL of $STEPWISE_TEST_POSTGRES_URL (default the local one,
+    user postgres); the test is skipped when there is none."""
+    import os
+    import shutil
+    from urllib.parse import urlsplit, urlunsplit
+
+    base = os.environ.get("STEPWISE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed")
+    made = subprocess.run(["psql", base, "-qc", f"CREATE DATABASE {tmp_name}"], capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        pytest.skip(f"no PostgreSQL at {base}: {made.stderr.strip()[:200]}")
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=f"/{tmp_name}"))
+
+
+async def test_the_service_on_postgresql() -> None:
+    name = f"adk_{uuid.uuid4().hex[:12]}"
+    database = postgres_database(name)
+    try:
+        with local_server(database=database) as srv:
+            service = StepwiseSessionService(base_url=srv.url)
+            results = await asyncio.gather(
+                *[service.create_session(app_name="pg", user_id="u", session_id="s", state={"user:k": 1, "n": 0})
+                  for _ in range(3)],
+                return_exceptions=True,
+            )
+            [session] = [r for r in results if isinstance(r, Session)]
+            assert sum(isinstance(r, AlreadyExistsError) for r in results) == 2
+            stale = session.model_copy(deep=True)
+            for i in range(1, 21):
+                await service.append_event(
+                    session, Event(author="user", invocation_id=str(i), timestamp=3000.0 + i,
+                                   actions=EventActions(state_delta={"n": i, "app:seen": i}))
+                )
+            with pytest.raises(StaleSessionError):
+                await service.append_event(stale, Event(author="user"))
+            other = StepwiseSessionService(base_url=srv.url, cache_events=False)
+            got = await other.get_session(app_name="pg", user_id="u", session_id="s")
+            assert got == session
+            assert got.state == {"n": 20, "app:seen": 20, "user:k": 1}
+            tail = await other.get_session(
+                app_name="pg", user_id="u", session_id="s", config=GetSessionConfig(after_timestamp=3018.0)
+            )
+            assert [e.invocation_id for e in tail.events] == ["18", "19", "20"]
+            await service.close()
+            await other.close()
+    finally:
+        subprocess.run(["psql", database.rsplit("/", 1)[0] + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {name}"],
+                       capture_output=True, timeout=60)
+
+
 # --- the docs ---------------------------------------------------------------------------------------
 
 
