@@ -158,6 +158,9 @@ async def test_state_is_shared_by_scope_and_temp_is_never_stored(
     assert "temp:t" not in again.events[0].actions.state_delta
     assert await other.get_user_state(app_name=name, user_id="u1") == {"lang": "fr", "k": "u"}
     assert await other.get_user_state(app_name=name, user_id="nobody") == {}
+    # The state documents are archived: the retention cleaner leaves them alone.
+    docs = list(server.client.list_sessions(related_type="adk-state"))
+    assert docs and all(d["status"] == "archived" for d in docs)
     listed = await other.list_sessions(app_name=name)
     assert {s.id: s.state for s in listed.sessions} == {
         "s1": again.state, "s2": same_user.state, "s3": other_user.state,

@@ -674,6 +674,9 @@ class StepwiseSessionService(BaseSessionService):
                     },
                     idempotent=False,
                 )
+                # Archived: the retention cleaner never removes it (a document only read for
+                # months is not idle data), and writes still go in.
+                await self._wire().call("PATCH", f"/v1/sessions/{found['id']}", body={"status": "archived"})
             except StepwiseError as e:
                 if e.code != "conflict":
                     raise
