@@ -60,6 +60,15 @@ BEGIN
         RETURN NULL;
     END IF;
     IF row.session_id IS NOT NULL THEN
+        IF TG_OP = 'INSERT' AND NEW.status = 'pending' THEN
+            -- Behind an older head (a busy session's next message) nothing changes.
+            PERFORM pg_advisory_xact_lock(queue_head_lock(row.session_id));
+            PERFORM 1 FROM queue_heads h WHERE h.queue_key = row.session_id
+                AND (h.created_at, h.execution_id) < (NEW.created_at, NEW.id);
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
+        END IF;
         PERFORM queue_head_refresh(row.session_id);
     ELSE
         PERFORM pg_advisory_xact_lock(queue_head_lock(row.id));

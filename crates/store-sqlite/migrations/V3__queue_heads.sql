@@ -20,8 +20,13 @@ CREATE INDEX executions_session_running ON executions (session_id) WHERE status 
 
 -- Recomputing a session's head: drop it, then insert the oldest pending top-level
 -- execution when nothing of the session runs.
+-- A new pending execution behind an older head changes nothing (the common case: a busy
+-- session's next message); the head is recomputed only when it may change.
 CREATE TRIGGER queue_heads_insert AFTER INSERT ON executions
 WHEN NEW.session_id IS NOT NULL AND NEW.status IN ('pending', 'running')
+  AND NOT (NEW.status = 'pending' AND EXISTS (
+      SELECT 1 FROM queue_heads h WHERE h.queue_key = NEW.session_id
+        AND (h.created_at, h.execution_id) < (NEW.created_at, NEW.id)))
 BEGIN
     DELETE FROM queue_heads WHERE queue_key = NEW.session_id;
     INSERT INTO queue_heads (queue_key, execution_id, created_at)
