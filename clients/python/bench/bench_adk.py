@@ -175,7 +175,7 @@ def main() -> None:
                     ))
                 else:
                     result = asyncio.run(run_system(
-                        lambda cold: DatabaseSessionService(db_url), args.events, args.loads, f"bench-{r}",
+                        lambda cold, db_url=db_url: DatabaseSessionService(db_url), args.events, args.loads, f"bench-{r}",
                     ))
                 rounds[system].append(result)
                 print(f"round {r + 1} {system}: {json.dumps({k: round(v, 3) for k, v in result.items()})}",

@@ -186,7 +186,7 @@ async def test_async_writers_of_one_conversation_lose_nothing(server: LocalServe
         batches = [
             [ModelRequest(parts=[UserPromptPart(f"w{w}-m{m}")]) for m in range(4)] for w in range(3)
         ]
-        await asyncio.gather(*[w.aappend(batch) for w, batch in zip(writers, batches)])
+        await asyncio.gather(*[w.aappend(batch) for w, batch in zip(writers, batches, strict=True)])
         stored = await StepwiseMessageHistory(name, client).aload()
         assert sorted(prompts(stored)) == sorted(f"w{w}-m{m}" for w in range(3) for m in range(4))
         for w in range(3):  # each writer's messages in its order

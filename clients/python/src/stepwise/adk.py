@@ -160,9 +160,9 @@ def _dump_event(event: Event) -> dict[str, Any]:
 def _mirror(event: Event) -> dict[str, Any]:
     """The keys that make an event readable in Stepwise (see the module docstring)."""
     parts = list(event.content.parts or []) if event.content is not None else []
-    texts = [p.text for p in parts if getattr(p, "text", None) and not getattr(p, "thought", None)]
-    calls = [p.function_call for p in parts if getattr(p, "function_call", None)]
-    responses = [p.function_response for p in parts if getattr(p, "function_response", None)]
+    texts = [p.text for p in parts if p.text and not p.thought]
+    calls = [p.function_call for p in parts if p.function_call is not None]
+    responses = [p.function_response for p in parts if p.function_response is not None]
     if calls:
         call = calls[0]
         return {
@@ -660,7 +660,7 @@ class StepwiseSessionService(BaseSessionService):
         found = await self._find_by_name(name)
         if found is None and create:
             meta = {STATE_METADATA_KEY: {"scope": scope, "app_name": app_name, "user_id": user_id}}
-            title = _title(f"ADK {scope} state", app_name, *( [user_id] if scope == "user" else []))
+            title = _title(f"ADK {scope} state", app_name, *([user_id] if user_id is not None else []))
             try:
                 found = await self._wire().call(
                     "POST",
