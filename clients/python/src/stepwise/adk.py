@@ -40,6 +40,7 @@ import copy
 import hashlib
 import json
 import logging
+import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -227,6 +228,8 @@ class _Tail:
     events: list[Event]
     state_versions: list[Optional[int]]
     version: int
+    # Bytes of JSON the events came in (what the cache counts).
+    size: int = 0
 
     @property
     def first_version(self) -> int:
@@ -236,33 +239,40 @@ class _Tail:
 class _EventCache:
     """Decoded events of sessions read whole, shared by the services of this process: a read
     asks the server for the latest event and version and decodes only what is new. Bounded
-    by a number of events (least recently used sessions go first)."""
+    by the JSON bytes the events came in (least recently used sessions go first)."""
 
-    def __init__(self, max_events: int = 200_000) -> None:
-        self.max_events = max_events
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[str, str], _Tail] = OrderedDict()
-        self._events = 0
+        self._bytes = 0
+        self._lock = threading.Lock()  # services on event loops of several threads
 
     def get(self, key: tuple[str, str]) -> _Tail | None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
 
     def put(self, key: tuple[str, str], tail: _Tail) -> None:
-        self.drop(key)
-        if len(tail.events) > self.max_events // 4:
-            return
-        self._entries[key] = tail
-        self._events += len(tail.events)
-        while self._events > self.max_events and self._entries:
-            _, old = self._entries.popitem(last=False)
-            self._events -= len(old.events)
+        with self._lock:
+            self._drop(key)
+            if tail.size > self.max_bytes // 4:
+                return
+            self._entries[key] = tail
+            self._bytes += tail.size
+            while self._bytes > self.max_bytes and self._entries:
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= old.size
 
     def drop(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
-            self._events -= len(old.events)
+            self._bytes -= old.size
 
 
 _EVENTS = _EventCache()
@@ -476,6 +486,7 @@ class StepwiseSessionService(BaseSessionService):
                 [i.adk_event for i in page.items],
                 [i.state_version for i in page.items],
                 page.version,
+                len(raw),
             )
         except ValidationError:
             # One record that cannot be decoded never hides the others.
@@ -490,7 +501,7 @@ class StepwiseSessionService(BaseSessionService):
                     continue
                 events.append(stored.adk_event)
                 versions.append(stored.state_version)
-            return _Tail(events, versions, int(answer["version"]))
+            return _Tail(events, versions, int(answer["version"]), len(raw))
 
     async def _read_tail(self, stepwise_id: str, limit: Optional[int]) -> _Tail:
         params = {"limit": limit} if limit is not None else None
@@ -526,6 +537,7 @@ class StepwiseSessionService(BaseSessionService):
                     entry.events + new.events[skip:],
                     entry.state_versions + new.state_versions[skip:],
                     new.version,
+                    entry.size + new.size,
                 )
                 _EVENTS.put(key, whole)
                 return whole
