@@ -139,6 +139,7 @@ pg_conformance! {
     queue_claim_batch
     queue_concurrent_claim_batches
     queue_deep
+    queue_model
     steps
     concurrent_step_writers
     session_cache

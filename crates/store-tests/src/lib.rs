@@ -89,6 +89,7 @@ macro_rules! __with_cases {
             queue_claim_batch
             queue_concurrent_claim_batches
             queue_deep
+            queue_model
             steps
             concurrent_step_writers
             session_cache

@@ -33,7 +33,7 @@ pub use messages::messages;
 pub use mirrored::step_mirrored;
 pub use queue::{
     queue_claim_batch, queue_claims, queue_concurrent_claim_batches, queue_concurrent_claims,
-    queue_deep, queue_leases, queue_pause_is_not_an_attempt, queue_resume,
+    queue_deep, queue_leases, queue_model, queue_pause_is_not_an_attempt, queue_resume,
 };
 pub use reopen::restore_after_reopen;
 pub use retention::{retention_cleanup, retention_mark_abandoned};

@@ -889,3 +889,190 @@ pub async fn queue_deep<H: Harness>(harness: &H) {
     );
     assert_eq!(ok(store.queue_depth().await, "queue_depth"), 0);
 }
+
+/// The queue against a model: a seeded random run of what changes the queue (executions
+/// queued, opened running, claimed, released, paused, resumed, completed, failed,
+/// cancelled; in several sessions and without one), and after each step a claim for many
+/// workers must return exactly what the model says is runnable: the oldest pending
+/// top-level execution of each session with nothing running, and every pending one
+/// without a session. The claims are then released (or finished) and the run goes on.
+pub async fn queue_model<H: Harness>(harness: &H) {
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum St {
+        Pending,
+        Running,
+        Paused,
+        Done,
+    }
+    struct Exec {
+        id: Id,
+        session: Option<Id>,
+        status: St,
+    }
+    let (store, clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let mut sessions = Vec::new();
+    for s in 0..4 {
+        sessions.push(
+            create_session(&store, &acme, Some(&format!("model-{s}")))
+                .await
+                .id,
+        );
+    }
+    // In creation order, which is the queue's order (the clock moves between them).
+    let mut model: Vec<Exec> = Vec::new();
+    let mut seed: u64 = 0x5eed_cafe;
+    let mut rand = |n: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 33) as usize) % n
+    };
+    let workers: Vec<String> = (0..32).map(|w| format!("model-{w}")).collect();
+    let worker_refs: Vec<&str> = workers.iter().map(String::as_str).collect();
+    for round in 0..120i64 {
+        // A millisecond a round: ordered, and far inside every lease.
+        clock.set(stepwise_core::Timestamp(T0.0 + (round + 1) * 1_000));
+        let pick = |model: &Vec<Exec>, st: St, r: usize| -> Option<usize> {
+            let of: Vec<usize> = (0..model.len())
+                .filter(|&i| model[i].status == st)
+                .collect();
+            (!of.is_empty()).then(|| of[r % of.len()])
+        };
+        match rand(10) {
+            0..=3 => {
+                let session = if rand(8) == 0 {
+                    None
+                } else {
+                    Some(sessions[rand(sessions.len())])
+                };
+                let e = create_execution(&store, &acme, session, ExecutionStatus::Pending).await;
+                model.push(Exec {
+                    id: e.id,
+                    session,
+                    status: St::Pending,
+                });
+            }
+            4 => {
+                let session = Some(sessions[rand(sessions.len())]);
+                let e = create_execution(&store, &acme, session, ExecutionStatus::Running).await;
+                model.push(Exec {
+                    id: e.id,
+                    session,
+                    status: St::Running,
+                });
+            }
+            5 => {
+                if let Some(i) = pick(&model, St::Running, rand(1000)) {
+                    let t = match rand(3) {
+                        0 => Transition::Complete {
+                            output: json!("ok"),
+                        },
+                        1 => Transition::Fail {
+                            error_message: "failed".into(),
+                        },
+                        _ => Transition::Cancel,
+                    };
+                    ok(
+                        store.transition_execution(&acme, model[i].id, t).await,
+                        "finish a running execution",
+                    );
+                    model[i].status = St::Done;
+                }
+            }
+            6 => {
+                if let Some(i) = pick(&model, St::Pending, rand(1000)) {
+                    ok(
+                        store
+                            .transition_execution(&acme, model[i].id, Transition::Cancel)
+                            .await,
+                        "cancel a pending execution",
+                    );
+                    model[i].status = St::Done;
+                }
+            }
+            7 => {
+                if let Some(i) = pick(&model, St::Running, rand(1000)) {
+                    ok(
+                        store
+                            .transition_execution(
+                                &acme,
+                                model[i].id,
+                                Transition::Pause {
+                                    question: "?".into(),
+                                },
+                            )
+                            .await,
+                        "pause",
+                    );
+                    model[i].status = St::Paused;
+                }
+            }
+            _ => {
+                if let Some(i) = pick(&model, St::Paused, rand(1000)) {
+                    ok(
+                        store
+                            .transition_execution(
+                                &acme,
+                                model[i].id,
+                                Transition::Resume {
+                                    answer: json!("yes"),
+                                },
+                            )
+                            .await,
+                        "resume",
+                    );
+                    model[i].status = St::Pending;
+                }
+            }
+        }
+        // What the model says may run now.
+        let mut runnable = HashSet::new();
+        let busy: HashSet<Id> = model
+            .iter()
+            .filter(|e| e.status == St::Running)
+            .filter_map(|e| e.session)
+            .collect();
+        let mut headed = HashSet::new();
+        for e in model.iter().filter(|e| e.status == St::Pending) {
+            match e.session {
+                None => {
+                    runnable.insert(e.id);
+                }
+                Some(s) if !busy.contains(&s) && headed.insert(s) => {
+                    runnable.insert(e.id);
+                }
+                Some(_) => {}
+            }
+        }
+        let claims = claim_batch(&store, &worker_refs).await;
+        let claimed: HashSet<Id> = claims.iter().map(|c| c.execution.id).collect();
+        assert_eq!(
+            claimed.len(),
+            claims.len(),
+            "round {round}: no execution claimed twice"
+        );
+        if claimed != runnable {
+            let states: Vec<String> = model
+                .iter()
+                .map(|e| format!("{} {:?} {:?}", e.id, e.session, e.status))
+                .collect();
+            panic!(
+                "round {round}: the claim took {claimed:?}, the model says {runnable:?} may run; executions:\n{}",
+                states.join("\n")
+            );
+        }
+        // Hand most back (a release is not an attempt); keep some running.
+        for (claim, worker) in claims.iter().zip(&worker_refs) {
+            let i = model
+                .iter()
+                .position(|e| e.id == claim.execution.id)
+                .unwrap_or_else(|| panic!("round {round}: claimed an unknown execution"));
+            if rand(3) == 0 {
+                model[i].status = St::Running;
+            } else {
+                ok(store.release(worker, claim.execution.id).await, "release");
+            }
+        }
+    }
+}
