@@ -30,6 +30,16 @@ pub struct ServeArgs {
     /// Worker tasks running executions (each runs one at a time).
     #[arg(long, env = "STEPWISE_WORKERS", default_value_t = 8, value_name = "N")]
     pub workers: usize,
+    /// Messages this node queues at once; the others wait their turn, so a burst of
+    /// messages cannot take the cores (and the SQLite writer) from running executions
+    /// (0: automatic, from --workers).
+    #[arg(
+        long,
+        env = "STEPWISE_INTAKE_CONCURRENCY",
+        default_value_t = 0,
+        value_name = "N"
+    )]
+    pub intake_concurrency: usize,
     /// Seconds an execution's claim lasts without a heartbeat (a crashed server's executions
     /// resume after this).
     #[arg(
@@ -158,6 +168,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
             workers: args.workers.max(1),
             lease: Duration::from_secs(args.lease_secs.max(1)),
             max_attempts: args.max_attempts.max(1),
+            intake_concurrency: args.intake_concurrency,
             default_agent: agents.default_agent.clone(),
             ..EngineConfig::default()
         },

@@ -49,6 +49,9 @@ pub struct QueueArgs {
     /// How long the mixed run lasts, in seconds.
     #[arg(long, default_value_t = 10)]
     pub mixed_seconds: u64,
+    /// Messages queued at once by the engine, as `serve --intake-concurrency` (0: its default).
+    #[arg(long, default_value_t = 0)]
+    pub intake_concurrency: usize,
     /// Clients queueing the N executions before a depth is measured.
     #[arg(long, default_value_t = 32)]
     pub fill_clients: usize,
@@ -259,7 +262,7 @@ async fn measure_mixed(
     with_store!(store, s => measure_mixed_on(s, args, progress).await)
 }
 
-fn demo_engine<S: Store>(store: S, workers: usize) -> Engine<S> {
+fn demo_engine<S: Store>(store: S, workers: usize, intake_concurrency: usize) -> Engine<S> {
     let mut agents = AgentRegistry::new();
     agents.register(DEMO_AGENT, DemoAgent::with_step_delay(Duration::ZERO));
     Engine::new(
@@ -267,6 +270,7 @@ fn demo_engine<S: Store>(store: S, workers: usize) -> Engine<S> {
         agents,
         EngineConfig {
             workers,
+            intake_concurrency,
             ..EngineConfig::default()
         },
     )
@@ -310,7 +314,8 @@ async fn measure_depth_on<S: Store>(
     let tenant = Tenant::new("bench-queue")?;
     let sessions = Arc::new(create_sessions(&store, &tenant, args.sessions.min(depth)).await?);
     // An engine without workers queues; the drain below starts another with workers.
-    let intake = demo_engine(store.clone(), args.workers);
+    // (Its intake is not what is measured here: as many at once as there are clients.)
+    let intake = demo_engine(store.clone(), args.workers, args.fill_clients.max(1));
     progress.stage(&format!(
         "depth {depth}: queueing {depth} messages over {} sessions",
         sessions.len()
@@ -376,7 +381,7 @@ async fn measure_depth_on<S: Store>(
         args.workers, args.drain_seconds
     ));
     let before = store.queue_depth().await?;
-    let engine = demo_engine(store.clone(), args.workers);
+    let engine = demo_engine(store.clone(), args.workers, args.intake_concurrency);
     let began = Instant::now();
     engine.spawn_workers();
     // Until the time is up or the queue is empty (a shallow queue may drain sooner); the
@@ -421,7 +426,7 @@ async fn measure_mixed_on<S: Store>(
         "mixed: {} clients queue messages while {} workers run them, for {} s",
         args.intake_clients, args.workers, args.mixed_seconds
     ));
-    let engine = demo_engine(store.clone(), args.workers);
+    let engine = demo_engine(store.clone(), args.workers, args.intake_concurrency);
     engine.spawn_workers();
     let stop = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));

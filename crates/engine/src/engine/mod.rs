@@ -66,6 +66,8 @@ pub struct EngineConfig {
     /// How long one tool call may run before it counts as failed ("timed out"); the agent
     /// sees that error as the call's result and goes on. Subagents are not limited by it.
     pub tool_timeout: Duration,
+    /// Messages this node queues at once (0: the default, see [`intake_permits`]).
+    pub intake_concurrency: usize,
 }
 
 impl Default for EngineConfig {
@@ -77,7 +79,21 @@ impl Default for EngineConfig {
             poll_interval: Duration::from_secs(5),
             default_agent: crate::demo::DEMO_AGENT.to_string(),
             tool_timeout: Duration::from_secs(300),
+            intake_concurrency: 0,
         }
+    }
+}
+
+/// How many messages a node queues at once. Queueing one is a short burst of CPU and one
+/// write; under a flood of messages, every request in flight competes with the running
+/// executions for the same cores (and, on SQLite, the same writer), and a few dozen
+/// clients would take nearly all of them. Holding intake to a few at a time keeps the
+/// workers' share: the others wait their turn without using a core. With the cores free,
+/// a few at a time still queue thousands a second.
+fn intake_permits(config: &EngineConfig) -> usize {
+    match config.intake_concurrency {
+        0 => config.workers.div_ceil(4).clamp(1, 8),
+        n => n,
     }
 }
 
@@ -160,6 +176,8 @@ struct Inner<S: Store> {
     tools: Arc<ToolSet>,
     config: EngineConfig,
     doorbell: Notify,
+    /// Messages being queued at once on this node (see [`intake_permits`]).
+    intake: tokio::sync::Semaphore,
     running: Mutex<HashMap<Id, CancellationToken>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -197,6 +215,7 @@ impl<S: Store> Engine<S> {
                 store,
                 agents,
                 tools: Arc::new(tools),
+                intake: tokio::sync::Semaphore::new(intake_permits(&config)),
                 config,
                 doorbell: Notify::new(),
                 running: Mutex::new(HashMap::new()),

@@ -84,6 +84,8 @@ impl<S: Store> Engine<S> {
         let store = &self.inner.store;
         let publisher = &self.inner.publisher;
         let session_id = session.id;
+        // Closed only when the engine is dropped, which cannot happen while `self` lives.
+        let _turn = self.inner.intake.acquire().await.ok();
 
         if let Some(latest) = self
             .latest_root_execution(tenant, session.last_execution_id)
