@@ -443,6 +443,55 @@ def test_a_restored_session_finds_its_stepwise_session_by_the_recorded_id(server
     run(main())
 
 
+# --------------------------------------------------------------------------- the provider's hooks
+
+
+def test_the_frameworks_hooks_store_and_load_through_the_provider(server: LocalServer) -> None:
+    """What the framework's own provider tests check, on Stepwise: after_run stores the inputs and
+    the response, the next before_run loads them under the provider's source id."""
+    from agent_framework import AgentResponse, SessionContext
+
+    session_id = unique()
+
+    async def main() -> None:
+        provider = StepwiseHistoryProvider(client=AsyncStepwise(server.url), source_id="custom-source")
+        session = AgentSession(session_id=session_id)
+        state = session.state.setdefault(provider.source_id, {})
+        first = SessionContext(session_id=session_id, input_messages=[Message(role="user", contents=["hello"])])
+        await provider.before_run(agent=None, session=session, context=first, state=state)  # type: ignore[arg-type]
+        assert first.context_messages.get("custom-source", []) == []
+        first._response = AgentResponse(messages=[Message(role="assistant", contents=["hi there"])])
+        await provider.after_run(agent=None, session=session, context=first, state=state)  # type: ignore[arg-type]
+        second = SessionContext(session_id=session_id, input_messages=[Message(role="user", contents=["again"])])
+        await provider.before_run(agent=None, session=session, context=second, state=state)  # type: ignore[arg-type]
+        assert [m.text for m in second.context_messages["custom-source"]] == ["hello", "hi there"]
+        # The session's state is JSON and names the Stepwise session (not the messages).
+        assert json.loads(json.dumps(session.to_dict()))["state"]["custom-source"]["stepwise_name"] == session_id
+
+    run(main())
+
+
+def test_skip_excluded_and_the_default_session(server: LocalServer) -> None:
+    async def main() -> None:
+        provider = StepwiseHistoryProvider(client=AsyncStepwise(server.url), skip_excluded=True)
+        key = unique()
+        await provider.save_messages(key, [
+            Message(role="user", contents=["kept"]),
+            Message(role="user", contents=["hidden"], additional_properties={"_excluded": True}),
+        ])
+        assert [m.text for m in await provider.get_messages(key)] == ["kept"]
+        everything = StepwiseHistoryProvider(client=AsyncStepwise(server.url))
+        assert [m.text for m in await everything.get_messages(key)] == ["kept", "hidden"]
+        # No session id: the session named "default", as the framework's file provider does.
+        await everything.save_messages(None, [Message(role="user", contents=[key])])
+        assert (await everything.get_messages(None))[-1].text == key
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            await everything.save_messages(unique(), [Message(role="user", contents=["x"],
+                                                              additional_properties={"v": float("nan")})])
+
+    run(main())
+
+
 # --------------------------------------------------------------------------- the session store
 
 

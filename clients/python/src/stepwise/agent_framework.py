@@ -638,7 +638,15 @@ class StepwiseHistoryProvider(HistoryProvider):
             if not new:
                 return
             items = [item for m in new for item in encode_message(m)]
-            await _finish(self._append(conversation, items))
+            try:
+                await _finish(self._append(conversation, items))
+            except ValueError as exc:
+                if "JSON" not in str(exc):
+                    raise
+                raise ValueError(
+                    "a message of this save holds a NaN or infinite number, which JSON (and so "
+                    "Stepwise) cannot store; nothing was written"
+                ) from exc
             conversation.remember(new)
 
     async def _append(self, conversation: _Conversation, items: list[dict[str, Any]]) -> None:
