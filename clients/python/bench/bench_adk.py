@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -148,10 +149,11 @@ def main() -> None:
     parser.add_argument("--server-arg", action="append", default=[],
                         help="an extra `stepwise serve` flag for the server this starts (repeat it), "
                              "e.g. --server-arg=--durability --server-arg=process")
+    parser.add_argument("--data-dir", help="where both databases go (default: a new temporary directory)")
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-adk-"))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-adk-", dir=args.data_dir))
     server_cm = None
     url = args.url
     binary = None
@@ -183,6 +185,7 @@ def main() -> None:
     finally:
         if server_cm is not None:
             server_cm.__exit__(None, None, None)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     def medians(results: list[dict[str, Any]]) -> dict[str, float]:
         return {k: round(statistics.median(r[k] for r in results), 3) for k in results[0]}
@@ -201,6 +204,7 @@ def main() -> None:
         "rounds": args.rounds,
         "stepwise": url if args.url else binary,
         "server_args": args.server_arg,
+        "data_dir": str(tmp),
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
