@@ -130,6 +130,35 @@ async def test_events_are_stored_exactly_as_adk_dumps_them(service: StepwiseSess
     assert items[0]["adk_event"] == event.model_dump(exclude_none=True, mode="json")
 
 
+async def test_an_event_with_parallel_calls_shows_every_call(service: StepwiseSessionService, server: LocalServer) -> None:
+    name = app()
+    session = await service.create_session(app_name=name, user_id="u")
+    calls = Event(author="helper", timestamp=10.0, content=types.Content(role="model", parts=[
+        types.Part.from_text(text="Checking both."),
+        types.Part.from_function_call(name="get_weather", args={"city": "Paris"}),
+        types.Part.from_function_call(name="get_weather", args={"city": "Oslo"}),
+    ]))
+    answers = Event(author="helper", timestamp=11.0, content=types.Content(role="user", parts=[
+        types.Part.from_function_response(name="get_weather", response={"forecast": "sunny"}),
+        types.Part.from_function_response(name="get_weather", response={"forecast": "snow"}),
+    ]))
+    await service.append_event(session, calls)
+    await service.append_event(session, answers)
+    other = StepwiseSessionService(base_url=server.url, cache_events=False)
+    assert (await other.get_session(app_name=name, user_id="u", session_id=session.id)).events == [calls, answers]
+    last = await other.get_session(app_name=name, user_id="u", session_id=session.id, config=GetSessionConfig(num_recent_events=1))
+    assert last.events == [answers]
+    since = await other.get_session(app_name=name, user_id="u", session_id=session.id, config=GetSessionConfig(after_timestamp=10.5))
+    assert since.events == [answers]
+    await other.close()
+    stepwise_id = server.client.find_session(session_name(name, "u", session.id))["id"]
+    [conversation] = [e for e in server.client.list_executions(stepwise_id) if e["metadata"].get("conversation") == "items"]
+    first, second = server.client.list_steps(conversation["id"])
+    assert [c["arguments"]["city"] for c in first["tool_calls"]] == ["Paris", "Oslo"]
+    assert first["model_output"] == "Checking both."
+    assert "sunny" in second["observations"] and "snow" in second["observations"]
+
+
 # --- state scopes ---------------------------------------------------------------------------------
 
 

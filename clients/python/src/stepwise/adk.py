@@ -14,12 +14,13 @@ How ADK's model maps onto Stepwise (the full story is in ``docs/adk.md``):
   ``adk-<32 hex digits of SHA-256 of (app, user, session id)>`` (``-2``, ``-3``, ... for a
   session created again after a delete), which makes two concurrent creates of one id
   a single session.
-- Events are the session's conversation items (``/v1/sessions/{id}/items``), one item (one
-  append-only step) per event: ``item["adk_event"]`` is ``event.model_dump(mode="json",
-  exclude_none=True)`` exactly as ADK's own database service stores it, timestamps
-  included. The item's other keys make the event readable in Stepwise: user text becomes a
-  user message, agent text an assistant message, function calls the step's ``tool_calls``
-  and function responses its ``observations``.
+- Events are the session's conversation items (``/v1/sessions/{id}/items``), one
+  append-only step per event: its first item's ``adk_event`` is ``event.model_dump(
+  mode="json", exclude_none=True)`` exactly as ADK's own database service stores it,
+  timestamps included. The item's other keys make the event readable in Stepwise: user text
+  becomes a user message, agent text an assistant message, function calls the step's
+  ``tool_calls`` and function responses its ``observations`` (an event with several of them
+  adds one item, marked ``mirror``, for each after the first; reads skip those).
 - A write names the version (item count) the session was read at: a write from a stale
   session object is refused by the server (409) and raised as ADK's ``StaleSessionError``.
 - ``num_recent_events`` is the server's ``?limit=N``; ``after_timestamp`` reads the tail in
@@ -158,36 +159,45 @@ def _dump_event(event: Event) -> dict[str, Any]:
         return safe.model_dump(exclude_none=True, mode="json")
 
 
-def _mirror(event: Event) -> dict[str, Any]:
-    """The keys that make an event readable in Stepwise (see the module docstring)."""
+def _mirrors(event: Event) -> list[dict[str, Any]]:
+    """The keys that make an event readable in Stepwise (see the module docstring): its text
+    as a user or assistant message, then each function call and each function response."""
     parts = list(event.content.parts or []) if event.content is not None else []
+    out: list[dict[str, Any]] = []
     texts = [p.text for p in parts if p.text and not p.thought]
-    calls = [p.function_call for p in parts if p.function_call is not None]
-    responses = [p.function_response for p in parts if p.function_response is not None]
-    if calls:
-        call = calls[0]
-        return {
-            "type": "function_call",
-            "call_id": call.id or "",
-            "name": call.name or "function",
-            "arguments": json.dumps(call.args or {}, ensure_ascii=False, default=str),
-        }
-    if responses:
-        answer = responses[0]
-        return {
-            "type": "function_call_output",
-            "call_id": answer.id or "",
-            "output": _cut(json.dumps(answer.response or {}, ensure_ascii=False, default=str)),
-        }
     if texts:
         role = "user" if event.author == "user" else "assistant"
-        return {"type": "message", "role": role, "content": _cut("\n".join(texts))}
-    return {"type": "adk_event"}
+        out.append({"type": "message", "role": role, "content": _cut("\n".join(texts))})
+    for part in parts:
+        if part.function_call is not None:
+            call = part.function_call
+            out.append({
+                "type": "function_call",
+                "call_id": call.id or "",
+                "name": call.name or "function",
+                "arguments": json.dumps(call.args or {}, ensure_ascii=False, default=str),
+            })
+        elif part.function_response is not None:
+            answer = part.function_response
+            out.append({
+                "type": "function_call_output",
+                "call_id": answer.id or "",
+                "output": _cut(json.dumps(answer.response or {}, ensure_ascii=False, default=str)),
+            })
+    return out
+
+
+def _items_of(event: Event, state_version: Optional[int]) -> list[dict[str, Any]]:
+    """The items of one event (one step): the event with its first readable mirror, then one
+    item for each further mirror (marked ``mirror``: reads skip them)."""
+    mirrors = _mirrors(event) or [{"type": "adk_event"}]
+    first = {**mirrors[0], "adk_event": _dump_event(event), "state_version": state_version}
+    return [first, *({**m, "mirror": True} for m in mirrors[1:])]
 
 
 class _StoredItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    adk_event: Event
+    adk_event: Optional[Event] = None  # None: an item that only mirrors part of an event
     state_version: Optional[int] = None
 
 
@@ -228,8 +238,9 @@ class _Tail:
     events: list[Event]
     state_versions: list[Optional[int]]
     version: int
-    # Bytes of JSON the events came in (what the cache counts).
+    # Bytes of JSON the events came in (what the cache counts), and the items read.
     size: int = 0
+    items: int = 0
 
     @property
     def first_version(self) -> int:
@@ -482,31 +493,46 @@ class StepwiseSessionService(BaseSessionService):
     def _decode_page(raw: bytes) -> _Tail:
         try:
             page = _Page.model_validate_json(raw)
+            kept = [i for i in page.items if i.adk_event is not None]
             return _Tail(
-                [i.adk_event for i in page.items],
-                [i.state_version for i in page.items],
+                [i.adk_event for i in kept if i.adk_event is not None],
+                [i.state_version for i in kept],
                 page.version,
                 len(raw),
+                len(page.items),
             )
         except ValidationError:
             # One record that cannot be decoded never hides the others.
             answer = json.loads(raw)
+            items = answer.get("items") or []
             events: list[Event] = []
             versions: list[Optional[int]] = []
-            for item in answer.get("items") or []:
+            for item in items:
                 try:
                     stored = _StoredItem.model_validate(item)
                 except ValidationError:
                     logger.warning("skipped a Stepwise item that is not an ADK event")
                     continue
-                events.append(stored.adk_event)
-                versions.append(stored.state_version)
-            return _Tail(events, versions, int(answer["version"]), len(raw))
+                if stored.adk_event is not None:
+                    events.append(stored.adk_event)
+                    versions.append(stored.state_version)
+            return _Tail(events, versions, int(answer["version"]), len(raw), len(items))
 
     async def _read_tail(self, stepwise_id: str, limit: Optional[int]) -> _Tail:
-        params = {"limit": limit} if limit is not None else None
-        raw = await self._wire().raw(f"/v1/sessions/{stepwise_id}/items", params)
-        return self._decode_page(raw)
+        """The latest `limit` events (all when None). An event with several calls or
+        responses is several items, so a page short of events is read again, twice as long."""
+        size = limit
+        while True:
+            params = {"limit": size} if size is not None else None
+            raw = await self._wire().raw(f"/v1/sessions/{stepwise_id}/items", params)
+            tail = self._decode_page(raw)
+            if limit is None or len(tail.events) >= limit or size is None or tail.items < size:
+                break
+            size *= 2
+        if limit is not None and len(tail.events) > limit:
+            cut = len(tail.events) - limit
+            tail = _Tail(tail.events[cut:], tail.state_versions[cut:], tail.version, tail.size, tail.items)
+        return tail
 
     def _cache_key(self, stepwise_id: str) -> tuple[str, str]:
         return (str(self._wire().client.base_url), stepwise_id)
@@ -945,12 +971,12 @@ class StepwiseSessionService(BaseSessionService):
         )
         number = located.version + 1
         state_version = number if deltas["session"] else located.state_version
-        item = {**_mirror(event), "adk_event": _dump_event(event), "state_version": state_version}
+        items = _items_of(event, state_version)
         try:
             answer = await self._wire().call(
                 "POST",
                 f"/v1/sessions/{located.stepwise_id}/items",
-                body={"items": [item], "version": located.version, "op_id": uuid.uuid4().hex},
+                body={"items": items, "version": located.version, "op_id": uuid.uuid4().hex},
             )
         except StepwiseError as e:
             if e.status == 409:
