@@ -15,7 +15,10 @@ loopback) and prints one JSON object:
   JSON parsing) and the decoding into ``Message`` objects (p50).
 * ``server``: the binary measured (a debug build is far slower than a release one).
 
-Options: ``--saves N`` (default 500), ``--history N`` (default 1000), ``--loads N`` (default 30).
+Options: ``--saves N`` (default 500), ``--history N`` (default 1000), ``--loads N`` (default 30),
+``--rounds N`` (default 3: the figures are the medians of the rounds' percentiles, on a shared
+machine one round can be an outlier), ``--durability full|process`` (the server's SQLite
+durability: ``full``, its default, syncs each commit to disk before answering).
 """
 
 from __future__ import annotations
@@ -98,15 +101,34 @@ async def measure(url: str, saves: int, history: int, loads: int) -> dict[str, A
     }
 
 
+def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds' results with every number replaced by its median over the rounds."""
+    first = rounds[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if isinstance(value, dict):
+            out[key] = median_of([r[key] for r in rounds])
+        elif isinstance(value, (int, float)):
+            out[key] = round(statistics.median(r[key] for r in rounds), 3)
+        else:
+            out[key] = value
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--saves", type=int, default=500)
     parser.add_argument("--history", type=int, default=1000)
     parser.add_argument("--loads", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--durability", choices=["full", "process"], default="full")
     args = parser.parse_args()
     binary = find_binary()
-    with local_server() as server:
-        result = asyncio.run(measure(server.url, args.saves, args.history, args.loads))
+    with local_server(args=["--durability", args.durability]) as server:
+        rounds = [asyncio.run(measure(server.url, args.saves, args.history, args.loads)) for _ in range(args.rounds)]
+    result = median_of(rounds)
+    result["rounds"] = args.rounds
+    result["durability"] = args.durability
     result["server"] = os.path.realpath(binary)
     result["python"] = sys.version.split()[0]
     print(json.dumps(result, indent=2))
