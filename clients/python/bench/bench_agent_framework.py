@@ -11,6 +11,8 @@ loopback) and prints one JSON object:
 * ``load_history_ms``: ``get_messages(session_id)`` of a history of ``--history`` messages
   (alternating user and assistant text, about 40 characters each) by a provider that has not
   read it before, as the framework does at the start of a run (p50/p90 over ``--loads``).
+* ``load_history_kept_ms``: the same load again by a provider that read it before and keeps it
+  (the version is unchanged: one ``GET .../items?limit=0``), as at every later run or model call.
 * ``load_split_ms``: the same load split into the HTTP exchange (``GET .../items``, with the
   JSON parsing) and the decoding into ``Message`` objects (p50).
 * ``server``: the binary measured (a debug build is far slower than a release one).
@@ -79,6 +81,14 @@ async def measure(url: str, saves: int, history: int, loads: int) -> dict[str, A
             load_times.append(time.perf_counter() - start)
             assert len(got) == history, len(got)
             await reader.aclose()
+        warm = StepwiseHistoryProvider(client=client)
+        await warm.get_messages(long_id)
+        kept_times = []
+        for _ in range(loads):
+            start = time.perf_counter()
+            got = await warm.get_messages(long_id)
+            kept_times.append(time.perf_counter() - start)
+            assert len(got) == history
         stepwise_id = await provider.stepwise_session_id(long_id)
         reader = StepwiseHistoryProvider(client=client)
         path = f"/v1/sessions/{stepwise_id}/items"
@@ -97,6 +107,7 @@ async def measure(url: str, saves: int, history: int, loads: int) -> dict[str, A
     return {
         "save_one_message_ms": percentiles(save_times),
         "load_history_ms": {"messages": history, "items_json_bytes": item_bytes, **percentiles(load_times)},
+        "load_history_kept_ms": percentiles(kept_times),
         "load_split_ms": {"http_and_json": percentiles(http_times)["p50"], "decode": percentiles(decode_times)["p50"]},
     }
 

@@ -443,6 +443,32 @@ def test_a_restored_session_finds_its_stepwise_session_by_the_recorded_id(server
     run(main())
 
 
+def test_a_kept_history_answers_like_a_fresh_read_and_sees_other_writers(server: LocalServer, client: Stepwise) -> None:
+    session_id = unique()
+
+    async def main() -> None:
+        provider = StepwiseHistoryProvider(client=AsyncStepwise(server.url))
+        chat = ScriptedChatClient([call("c1", "add", x=1, y=1), say("2"), say("bye")])  # noqa: F821
+        agent = Agent(chat, tools=[add], context_providers=[provider], require_per_service_call_history_persistence=True)
+        session = agent.create_session(session_id=session_id)
+        await agent.run("1+1?", session=session)
+        await agent.run("thanks", session=session)
+
+        async def fresh_read() -> list[dict[str, Any]]:
+            return [m.to_dict() for m in await StepwiseHistoryProvider(client=AsyncStepwise(server.url))
+                    .get_messages(session_id)]
+
+        kept = [m.to_dict() for m in await provider.get_messages(session_id)]
+        assert kept == await fresh_read() and len(kept) == 6
+        # Another writer appends: the next load sees it.
+        other = StepwiseHistoryProvider(client=AsyncStepwise(server.url))
+        await other.save_messages(session_id, [Message(role="user", contents=["from elsewhere"])])
+        assert [m.to_dict() for m in await provider.get_messages(session_id)] == await fresh_read()
+        assert (await provider.get_messages(session_id))[-1].text == "from elsewhere"
+
+    run(main())
+
+
 # --------------------------------------------------------------------------- the provider's hooks
 
 

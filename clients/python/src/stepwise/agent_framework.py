@@ -50,6 +50,7 @@ import hashlib
 import json
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +101,8 @@ SNAPSHOT_FORMAT = "agent_framework.AgentSession"
 _MAX_CONFLICTS = 20
 # How many of the latest stored messages a provider remembers (to skip messages sent again).
 _TAIL = 256
+# How many sessions' whole decoded histories a provider keeps (a reload then costs one request).
+_HISTORIES = 32
 _MAX_TITLE_CHARS = 500
 _SUMMARY_REQUESTS = 5
 _SUMMARY_REQUEST_CHARS = 200
@@ -332,6 +335,9 @@ class _Conversation:
     count: int | None = None  # stored messages (None: not read yet)
     tail: list[Message] = field(default_factory=list)
     tail_ids: list[tuple[str, ...]] | None = None
+    # The whole decoded history as of `history_version` (None: not kept, or not all decodable).
+    history: list[Message] | None = None
+    history_version: int | None = None
 
     def remember(self, messages: Sequence[Message]) -> None:
         ids = self.identities()
@@ -486,6 +492,8 @@ class StepwiseHistoryProvider(HistoryProvider):
         self.skip_excluded = skip_excluded
         self._connections = _Connections(client, base_url, api_key)
         self._conversations: dict[str, _Conversation] = {}
+        # The sessions whose whole decoded history is kept, least recently used first.
+        self._histories: OrderedDict[str, None] = OrderedDict()
         self._locks: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Lock] = {}
 
     def __repr__(self) -> str:
@@ -561,7 +569,7 @@ class StepwiseHistoryProvider(HistoryProvider):
     def _path(self, conversation: _Conversation) -> str:
         return f"/v1/sessions/{conversation.stepwise_id}/items"
 
-    async def _read_all(self, conversation: _Conversation) -> _Decoded:
+    async def _read_all(self, key: str, conversation: _Conversation) -> _Decoded:
         answer = await self._connections.call("GET", self._path(conversation))
         items = answer.get("items") if isinstance(answer, Mapping) else None
         decoded = decode_items(items if isinstance(items, list) else [])
@@ -569,7 +577,33 @@ class StepwiseHistoryProvider(HistoryProvider):
         conversation.count = len(decoded.messages)
         conversation.tail = decoded.messages[-_TAIL:]
         conversation.tail_ids = None
+        if decoded.lost:
+            conversation.history = None
+        else:
+            self._keep(key, conversation, decoded.messages)
         return decoded
+
+    def _keep(self, key: str, conversation: _Conversation, history: list[Message]) -> None:
+        """Keeps the decoded history of the session (for the `_HISTORIES` latest sessions)."""
+        conversation.history = list(history)
+        conversation.history_version = conversation.version
+        self._histories[key] = None
+        self._histories.move_to_end(key)
+        while len(self._histories) > _HISTORIES:
+            old, _ = self._histories.popitem(last=False)
+            dropped = self._conversations.get(old)
+            if dropped is not None:
+                dropped.history = None
+
+    async def _load(self, key: str, conversation: _Conversation) -> _Decoded:
+        """The session's history: the kept one when the conversation's version is unchanged
+        (one request for the version alone), else read and decoded whole."""
+        if conversation.history is not None and conversation.history_version is not None:
+            answer = await self._connections.call("GET", self._path(conversation), params={"limit": 0})
+            if int(answer["version"]) == conversation.history_version:
+                self._histories.move_to_end(key)
+                return _Decoded(messages=list(conversation.history))
+        return await self._read_all(key, conversation)
 
     async def _summary(self, conversation: _Conversation, decoded: _Decoded) -> str:
         """The session's context summary: the server's when it has one, else one built the
@@ -598,7 +632,7 @@ class StepwiseHistoryProvider(HistoryProvider):
             if conversation is None:
                 return []
             self._record(key, conversation, state)
-            decoded = await self._read_all(conversation)
+            decoded = await self._load(key, conversation)
             messages = decoded.messages
             if self.skip_excluded:
                 messages = [m for m in messages if not m.additional_properties.get("_excluded", False)]
@@ -629,7 +663,7 @@ class StepwiseHistoryProvider(HistoryProvider):
             assert conversation is not None
             self._record(key, conversation, state)
             if conversation.count is None:
-                await self._read_all(conversation)
+                await self._read_all(key, conversation)
             incoming = [tuple(get_message_identity(m)) for m in messages]
             start = _new_messages(
                 conversation.identities(), conversation.count or 0, incoming, [str(m.role) for m in conversation.tail]
@@ -639,7 +673,7 @@ class StepwiseHistoryProvider(HistoryProvider):
                 return
             items = [item for m in new for item in encode_message(m)]
             try:
-                await _finish(self._append(conversation, items))
+                wrote_at = await _finish(self._append(conversation, items))
             except ValueError as exc:
                 if "JSON" not in str(exc):
                     raise
@@ -647,9 +681,22 @@ class StepwiseHistoryProvider(HistoryProvider):
                     "a message of this save holds a NaN or infinite number, which JSON (and so "
                     "Stepwise) cannot store; nothing was written"
                 ) from exc
+            # What is stored, as stored (the framework may change the given messages later).
+            new = decode_items(items).messages
             conversation.remember(new)
+            if (
+                conversation.history is not None
+                and wrote_at is not None
+                and conversation.history_version == wrote_at
+                and conversation.version == wrote_at + 1
+            ):
+                self._keep(key, conversation, [*conversation.history, *new])
+            else:
+                conversation.history = None
 
-    async def _append(self, conversation: _Conversation, items: list[dict[str, Any]]) -> None:
+    async def _append(self, conversation: _Conversation, items: list[dict[str, Any]]) -> int | None:
+        """Writes `items` as one step; returns the version it was written after (``None`` when
+        an earlier attempt of the same write is found stored)."""
         op_id = _content_op_id(items)
         path = self._path(conversation)
         for _ in range(_MAX_CONFLICTS):
@@ -657,7 +704,7 @@ class StepwiseHistoryProvider(HistoryProvider):
                 answer = await self._connections.call("GET", path, params={"limit": len(items)})
                 conversation.version = int(answer["version"])
                 if answer.get("items") == items and conversation.version > 0:
-                    return  # an earlier attempt of this very write landed
+                    return None  # an earlier attempt of this very write landed
             body = {"items": items, "version": conversation.version, "op_id": op_id}
             try:
                 answer = await self._connections.call("POST", path, json_body=body)
@@ -667,7 +714,7 @@ class StepwiseHistoryProvider(HistoryProvider):
                 conversation.version = None
                 continue
             conversation.version = int(answer["version"])
-            return
+            return int(body["version"])
         raise StepwiseError(
             "conflict",
             f"other writers kept changing Stepwise session {conversation.stepwise_id}; gave up after "
