@@ -511,9 +511,14 @@ def test_skip_excluded_and_the_default_session(server: LocalServer) -> None:
         # No session id: the session named "default", as the framework's file provider does.
         await everything.save_messages(None, [Message(role="user", contents=[key])])
         assert (await everything.get_messages(None))[-1].text == key
-        with pytest.raises(ValueError, match="NaN or infinite"):
-            await everything.save_messages(unique(), [Message(role="user", contents=["x"],
-                                                              additional_properties={"v": float("nan")})])
+        # NaN and infinity (which JSON has not) come back as they were, like the framework's file provider.
+        odd = unique()
+        await everything.save_messages(odd, [Message(role="user", contents=["x"], additional_properties={
+            "v": [float("nan"), float("inf"), -float("inf"), 1.5], "s": {"$stepwise_float": "text"}})])
+        (back,) = await StepwiseHistoryProvider(client=AsyncStepwise(server.url)).get_messages(odd)
+        v = back.additional_properties["v"]
+        assert v[0] != v[0] and v[1:] == [float("inf"), -float("inf"), 1.5]
+        assert back.additional_properties["s"] == {"$stepwise_float": "text"}
 
     run(main())
 

@@ -49,6 +49,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -90,6 +91,9 @@ METADATA_KEY = "agent_framework_session_id"
 # Item keys: the message exactly, and the marker of an item that only mirrors a tool part.
 MESSAGE_KEY = "agent_framework"
 MIRROR_KEY = "agent_framework_part"
+# Marks an item whose message holds NaN or infinite floats, written as {"$stepwise_float": ...}.
+FLOATS_KEY = "agent_framework_floats"
+_FLOAT_TAG = "$stepwise_float"
 # Keys of the provider's state in AgentSession.state[source_id].
 STATE_SESSION_ID = "stepwise_session_id"
 STATE_NAME = "stepwise_name"
@@ -228,6 +232,34 @@ class _Decoded:
     message_count: int = 0
 
 
+def _tag_floats(item: dict[str, Any]) -> dict[str, Any]:
+    """The item with every NaN or infinite float of its message written as
+    ``{"$stepwise_float": "nan" | "inf" | "-inf"}`` (and the item marked so)."""
+
+    def tag(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return {_FLOAT_TAG: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+        if isinstance(value, dict):
+            return {k: tag(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [tag(v) for v in value]
+        return value
+
+    tagged = tag(item)
+    tagged[FLOATS_KEY] = True
+    return tagged
+
+
+def _untag_floats(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and _FLOAT_TAG in value and value[_FLOAT_TAG] in ("nan", "inf", "-inf"):
+            return float(value[_FLOAT_TAG])
+        return {k: _untag_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untag_floats(v) for v in value]
+    return value
+
+
 _MESSAGE_KEYS = frozenset({"type", "role", "contents", "author_name", "message_id", "additional_properties"})
 _TEXT_KEYS = frozenset({"type", "text", "additional_properties"})
 
@@ -281,6 +313,8 @@ def decode_items(items: Sequence[Any]) -> _Decoded:
         if role == "user" and isinstance(content, str) and content.strip():
             out.user_requests.append(content)
         payload = item.get(MESSAGE_KEY)
+        if item.get(FLOATS_KEY):
+            payload = _untag_floats(payload)
         try:
             if isinstance(payload, Mapping):
                 message = _text_message(payload) or Message.from_dict(dict(payload))
@@ -677,10 +711,9 @@ class StepwiseHistoryProvider(HistoryProvider):
             except ValueError as exc:
                 if "JSON" not in str(exc):
                     raise
-                raise ValueError(
-                    "a message of this save holds a NaN or infinite number, which JSON (and so "
-                    "Stepwise) cannot store; nothing was written"
-                ) from exc
+                # NaN or infinity somewhere (JSON has neither): stored tagged, restored on read.
+                items = [_tag_floats(item) for item in items]
+                wrote_at = await _finish(self._append(conversation, items))
             # What is stored, as stored (the framework may change the given messages later).
             new = decode_items(items).messages
             conversation.remember(new)
