@@ -46,6 +46,7 @@ are append-only, so earlier states stay inspectable).
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import logging
@@ -297,6 +298,19 @@ def decode_items(items: Sequence[Any]) -> _Decoded:
     """The messages of stored items, oldest first; what cannot be decoded is counted in
     ``lost`` (never raised). Plain ``{"role", "content"}`` items of other writers are read as
     text messages."""
+    # Building thousands of objects triggers the cyclic GC's full passes, which cost more than
+    # the decoding itself on a large heap; nothing here makes cycles, so it waits until the end.
+    paused = len(items) > 64 and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _decode(items)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _decode(items: Sequence[Any]) -> _Decoded:
     out = _Decoded()
     for item in items:
         if not isinstance(item, Mapping):
@@ -604,9 +618,18 @@ class StepwiseHistoryProvider(HistoryProvider):
         return f"/v1/sessions/{conversation.stepwise_id}/items"
 
     async def _read_all(self, key: str, conversation: _Conversation) -> _Decoded:
-        answer = await self._connections.call("GET", self._path(conversation))
-        items = answer.get("items") if isinstance(answer, Mapping) else None
-        decoded = decode_items(items if isinstance(items, list) else [])
+        # The answer's JSON and its messages are thousands of objects: the cyclic GC waits
+        # until they are built (see decode_items).
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            answer = await self._connections.call("GET", self._path(conversation))
+            items = answer.get("items") if isinstance(answer, Mapping) else None
+            decoded = decode_items(items if isinstance(items, list) else [])
+        finally:
+            if paused:
+                gc.enable()
         conversation.version = int(answer["version"])
         conversation.count = len(decoded.messages)
         conversation.tail = decoded.messages[-_TAIL:]
