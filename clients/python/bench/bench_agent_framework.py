@@ -8,6 +8,9 @@ loopback) and prints one JSON object:
 * ``save_one_message_ms``: ``save_messages(session_id, [message])`` of one short message, one
   call after the other on one session (p50/p90/p99 over ``--saves`` calls, in milliseconds);
   each is one append-only ``POST .../items`` answered by the server.
+* ``bare_post_ms``: the same write sent bare, alternating with the saves (one ``POST .../items``
+  of one message's item to another session over the same connection, no version, no provider):
+  what the server and the connection cost alone.
 * ``load_history_ms``: ``get_messages(session_id)`` of a history of ``--history`` messages
   (alternating user and assistant text, about 40 characters each) by a provider that has not
   read it before, as the framework does at the start of a run (p50/p90 over ``--loads``).
@@ -59,12 +62,20 @@ async def measure(url: str, saves: int, history: int, loads: int) -> dict[str, A
         provider = StepwiseHistoryProvider(client=client)
         session_id = f"bench-save-{uuid.uuid4().hex[:8]}"
         await provider.save_messages(session_id, [Message(role="user", contents=["warm up"])])
-        save_times = []
+        # Each save alternates with the same write sent bare to another session (one POST
+        # .../items of one message's item over the same connection, no version, no provider), so
+        # both meet the same machine.
+        raw_id = await provider.stepwise_session_id(f"bench-bare-{uuid.uuid4().hex[:8]}")
+        save_times, post_times = [], []
         for i in range(saves):
             message = Message(role="user" if i % 2 else "assistant", contents=[f"message {i}: a short line of text"])
             start = time.perf_counter()
             await provider.save_messages(session_id, [message])
             save_times.append(time.perf_counter() - start)
+            items = encode_message(Message(role="user", contents=[f"bare {i}: a short line of text"]))
+            start = time.perf_counter()
+            await provider._connections.call("POST", f"/v1/sessions/{raw_id}/items", json_body={"items": items})
+            post_times.append(time.perf_counter() - start)
 
         long_id = f"bench-load-{uuid.uuid4().hex[:8]}"
         messages = [
@@ -106,6 +117,7 @@ async def measure(url: str, saves: int, history: int, loads: int) -> dict[str, A
         await reader.aclose()
     return {
         "save_one_message_ms": percentiles(save_times),
+        "bare_post_ms": percentiles(post_times),
         "load_history_ms": {"messages": history, "items_json_bytes": item_bytes, **percentiles(load_times)},
         "load_history_kept_ms": percentiles(kept_times),
         "load_split_ms": {"http_and_json": percentiles(http_times)["p50"], "decode": percentiles(decode_times)["p50"]},
