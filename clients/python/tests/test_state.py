@@ -352,15 +352,25 @@ def test_concurrent_saves_last_write_wins(server: LocalServer) -> None:
     assert loaded in (first, second)
 
 
-def test_delete_is_a_soft_delete(server: LocalServer, store: Any, client: Stepwise) -> None:
-    sid = unique()
-    store.save(sid, ConversationContext(session_id=sid))
-    assert store.flush(timeout=60)
-    session_id = client.find_session(sid)["id"]  # type: ignore[index]
-    assert store.delete(sid) is True
-    assert store.load(sid) is None
-    assert client.get_session(session_id)["status"] == "deleted"  # removed for good by retention
-    assert store.delete(unique()) is False
+def test_delete_is_a_soft_delete_and_keys_list_by_status(tmp_path: Path) -> None:
+    with local_server(database=f"sqlite://{tmp_path / 'keys.db'}") as srv:
+        with StepwiseState(ConversationContext, Stepwise(srv.url), status=status_of) as store:
+            agent = SkillCreationAgent(store)
+            for key in ("test-0", "test-1", "test 2"):
+                agent.handle_message("Create a skill", key)
+            agent.handle_message("all done", "test-1")
+            assert store.flush(timeout=60)
+            srv.client.create_session(name="not-a-state")  # other sessions of the tenant are not listed
+            assert sorted(store.keys()) == ["test 2", "test-0", "test-1"]
+            assert store.keys(status="completed") == ["test-1"]
+
+            session_id = srv.client.find_session("test-0")["id"]  # type: ignore[index]
+            assert store.delete("test-0") is True
+            assert store.load("test-0") is None
+            assert srv.client.get_session(session_id)["status"] == "deleted"  # removed for good by retention
+            assert sorted(store.keys()) == ["test 2", "test-1"]
+            assert store.keys(status="deleted") == ["test-0"]
+            assert store.delete("never-saved") is False
 
 
 # --------------------------------------------------------------------------- asyncio and clients

@@ -443,6 +443,18 @@ class StepwiseState(Generic[M]):
                            key, self.model.__name__, exc)
             return None
 
+    def keys(self, *, status: str | list[str] | None = None) -> list[str]:
+        """The session keys this tenant has states of (any model), newest first: all but the
+        deleted ones, or those of `status` (``"active"``, ``"completed"``, ``"abandoned"``,
+        ``"deleted"``, ...)."""
+        found = []
+        for session in self.client.list_sessions(status=status):
+            metadata = session.get("metadata")
+            key = metadata.get(METADATA_KEY) if isinstance(metadata, dict) else None
+            if isinstance(key, str):
+                found.append(key)
+        return found
+
     def delete(self, session: str) -> bool:
         """Deletes the session in Stepwise (a soft delete: its status becomes ``deleted`` and
         the server removes it for good after its retention) and forgets it here. Saves of it
