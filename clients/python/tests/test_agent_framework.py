@@ -657,6 +657,52 @@ def test_two_tenants_with_the_same_session_id_never_see_each_other(tmp_path: Pat
         run(main(srv.url))
 
 
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def postgres_database(name: str) -> str:
+    """A fresh database on the PostgreSQL of $STEPWISE_TEST_POSTGRES_URL (default the local one,
+    user postgres); the test is skipped when there is none."""
+    import shutil
+    from urllib.parse import urlsplit, urlunsplit
+
+    base = os.environ.get("STEPWISE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed")
+    made = subprocess.run(["psql", base, "-qc", f"CREATE DATABASE {name}"], capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        pytest.skip(f"no PostgreSQL at {base}: {made.stderr.strip()[:200]}")
+    return urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
+
+
+def test_history_and_store_on_postgresql() -> None:
+    name = f"af_{uuid.uuid4().hex[:12]}"
+    database = postgres_database(name)
+
+    async def main(url: str) -> None:
+        chat = ScriptedChatClient([call("c1", "add", x=4, y=5), say("9")])  # noqa: F821
+        provider = StepwiseHistoryProvider(base_url=url)
+        agent = Agent(chat, tools=[add], context_providers=[provider], require_per_service_call_history_persistence=True)
+        session = agent.create_session(session_id="pg-ticket")
+        await agent.run("4+5?", session=session)
+        await StepwiseSessionStore(base_url=url).set("pg-ticket", session)
+        restored = await StepwiseSessionStore(base_url=url).get("pg-ticket")
+        assert restored is not None and restored.to_dict() == session.to_dict()
+        again = StepwiseHistoryProvider(base_url=url)
+        history = [m.to_dict() for m in await again.get_messages("pg-ticket", state=restored.state["stepwise"])]
+        assert brief(history) == [("user", "4+5?"), ("assistant", 'call add({"x": 4, "y": 5})'),
+                                  ("tool", "result 9"), ("assistant", "9")]
+        await again.save_messages("pg-ticket", [Message.from_dict(dict(history[-1]))])  # already stored
+        assert len(await StepwiseHistoryProvider(base_url=url).get_messages("pg-ticket")) == 4
+
+    try:
+        with local_server(database=database) as srv:
+            run(main(srv.url))
+    finally:
+        subprocess.run(["psql", database.rsplit("/", 1)[0] + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {name}"],
+                       capture_output=True, timeout=60)
+
+
 # --------------------------------------------------------------------------- the docs
 
 

@@ -398,6 +398,39 @@ def test_keys_map_to_stepwise_names() -> None:
     assert re.fullmatch(r"st-tenant-1-chat-[0-9a-f]{16}", state_session_name("tenant 1/chat"))
 
 
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def test_save_load_and_tenants_on_postgresql() -> None:
+    import os
+    import shutil
+    from urllib.parse import urlsplit, urlunsplit
+
+    base = os.environ.get("STEPWISE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed")
+    name = f"state_{uuid.uuid4().hex[:12]}"
+    made = subprocess.run(["psql", base, "-qc", f"CREATE DATABASE {name}"], capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        pytest.skip(f"no PostgreSQL at {base}: {made.stderr.strip()[:200]}")
+    database = urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
+    try:
+        key_1, key_2 = make_key(database, "tenant-1"), make_key(database, "tenant-2")
+        with local_server(database=database) as srv:
+            with StepwiseState(ConversationContext, base_url=srv.url, api_key=key_1, status=status_of) as one:
+                agent = SkillCreationAgent(one)
+                agent.handle_message("Create a skill", "pg-chat")
+                agent.handle_message("all done", "pg-chat")
+            with StepwiseState(ConversationContext, base_url=srv.url, api_key=key_1) as one, \
+                    StepwiseState(ConversationContext, base_url=srv.url, api_key=key_2) as two:
+                ctx = one.load("pg-chat")
+                assert ctx is not None and ctx.state is ConversationState.COMPLETED and len(ctx.message_history) == 4
+                assert one.keys(status="completed") == ["pg-chat"]
+                assert two.load("pg-chat") is None and two.keys() == []
+    finally:
+        subprocess.run(["psql", base, "-qc", f"DROP DATABASE IF EXISTS {name}"], capture_output=True, timeout=60)
+
+
 # --------------------------------------------------------------------------- the docs
 
 
