@@ -108,6 +108,8 @@ _MAX_CONFLICTS = 20
 _TAIL = 256
 # How many sessions' whole decoded histories a provider keeps (a reload then costs one request).
 _HISTORIES = 32
+# How many sessions a provider remembers the Stepwise ids and tails of.
+_MAX_KNOWN = 4096
 _MAX_TITLE_CHARS = 500
 _SUMMARY_REQUESTS = 5
 _SUMMARY_REQUEST_CHARS = 200
@@ -539,7 +541,7 @@ class StepwiseHistoryProvider(HistoryProvider):
         self.max_messages = max_messages
         self.skip_excluded = skip_excluded
         self._connections = _Connections(client, base_url, api_key)
-        self._conversations: dict[str, _Conversation] = {}
+        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         # The sessions whose whole decoded history is kept, least recently used first.
         self._histories: OrderedDict[str, None] = OrderedDict()
         self._locks: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Lock] = {}
@@ -570,10 +572,19 @@ class StepwiseHistoryProvider(HistoryProvider):
         loop = asyncio.get_running_loop()
         lock = self._locks.get((loop, key))
         if lock is None:
-            for old in [k for k in self._locks if k[0].is_closed()]:
-                del self._locks[old]
+            if len(self._locks) >= _MAX_KNOWN:
+                for old in [k for k, v in self._locks.items() if k[0].is_closed() or not v.locked()]:
+                    del self._locks[old]
             lock = self._locks[(loop, key)] = asyncio.Lock()
         return lock
+
+    def _remember(self, key: str, conversation: _Conversation) -> _Conversation:
+        self._conversations[key] = conversation
+        self._conversations.move_to_end(key)
+        while len(self._conversations) > _MAX_KNOWN:
+            old, _ = self._conversations.popitem(last=False)
+            self._histories.pop(old, None)
+        return conversation
 
     def _limit(self, state: Mapping[str, Any] | None) -> int | None:
         if self.max_messages is not None:
@@ -594,25 +605,22 @@ class StepwiseHistoryProvider(HistoryProvider):
         known = self._conversations.get(key)
         recorded = state.get(STATE_SESSION_ID) if state is not None else None
         if known is not None and (recorded is None or recorded == known.stepwise_id):
+            self._conversations.move_to_end(key)
             return known
         client = self.client
         if isinstance(recorded, str) and recorded:
             try:
-                await client.get_session(recorded)
-                conversation = _Conversation(recorded)
-                self._conversations[key] = conversation
-                return conversation
+                if (await client.get_session(recorded)).get("status") != "deleted":
+                    return self._remember(key, _Conversation(recorded))
             except StepwiseError as e:
                 if e.code != "not_found":
                     raise
-                logger.warning("the Stepwise session %s recorded for %r is not found; looking it up by name",
-                               recorded, key)
+            logger.warning("the Stepwise session %s recorded for %r is not found (or deleted); "
+                           "looking it up by name", recorded, key)
         found = await _find_or_create(client, key, create=create)
         if found is None:
             return None
-        conversation = _Conversation(str(found["id"]))
-        self._conversations[key] = conversation
-        return conversation
+        return self._remember(key, _Conversation(str(found["id"])))
 
     def _path(self, conversation: _Conversation) -> str:
         return f"/v1/sessions/{conversation.stepwise_id}/items"
@@ -658,7 +666,8 @@ class StepwiseHistoryProvider(HistoryProvider):
         if conversation.history is not None and conversation.history_version is not None:
             answer = await self._connections.call("GET", self._path(conversation), params={"limit": 0})
             if int(answer["version"]) == conversation.history_version:
-                self._histories.move_to_end(key)
+                if key in self._histories:
+                    self._histories.move_to_end(key)
                 return _Decoded(messages=list(conversation.history))
         return await self._read_all(key, conversation)
 
