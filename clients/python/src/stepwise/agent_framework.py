@@ -770,7 +770,8 @@ class StepwiseHistoryProvider(HistoryProvider):
                 conversation.version = int(answer["version"])
                 if answer.get("items") == items and conversation.version > 0:
                     return None  # an earlier attempt of this very write landed
-            body = {"items": items, "version": conversation.version, "op_id": op_id}
+            at: int = conversation.version
+            body = {"items": items, "version": at, "op_id": op_id}
             try:
                 answer = await self._connections.call("POST", path, json_body=body)
             except StepwiseError as e:
@@ -779,7 +780,7 @@ class StepwiseHistoryProvider(HistoryProvider):
                 conversation.version = None
                 continue
             conversation.version = int(answer["version"])
-            return int(body["version"])
+            return at
         raise StepwiseError(
             "conflict",
             f"other writers kept changing Stepwise session {conversation.stepwise_id}; gave up after "
