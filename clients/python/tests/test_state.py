@@ -17,7 +17,7 @@ from typing import Any, Optional
 import pytest
 from pydantic import BaseModel, Field
 
-from stepwise import AsyncStepwise, Stepwise
+from stepwise import AsyncStepwise, Stepwise, StepwiseError
 from stepwise.state import StepwiseState, state_session_name
 from stepwise.testing import LocalServer, find_binary, local_server
 
@@ -184,6 +184,11 @@ def test_a_save_never_blocks_or_fails_while_the_server_is_down() -> None:
             assert store.unsent == [sid]
             assert len(store.load(sid).message_history) == 4  # type: ignore[union-attr]
             assert not store.flush(timeout=0.2)
+            # A session that is not in memory cannot be read: an error, not a fresh context that
+            # would then replace the stored one.
+            with pytest.raises(StepwiseError) as e:
+                store.load(unique())
+            assert e.value.code == "connection_error"
             srv.restart()
             assert store.flush(timeout=60)  # retried until it went through
             assert store.unsent == [] and store.last_error is not None
