@@ -335,6 +335,34 @@ def test_the_same_save_again_is_stored_once(server: LocalServer) -> None:
     run(main())
 
 
+def test_a_save_whose_answer_was_lost_is_not_stored_twice_when_sent_again(server: LocalServer) -> None:
+    session_id = unique()
+
+    async def main() -> None:
+        provider = StepwiseHistoryProvider(client=AsyncStepwise(server.url))
+        await provider.save_messages(session_id, [Message(role="user", contents=["first"])])
+        sent = provider._connections.call
+        lost = []
+
+        async def answer_lost(method: str, path: str, **kwargs: Any) -> Any:
+            answer = await sent(method, path, **kwargs)
+            if method == "POST" and not lost:
+                lost.append(answer)  # the server stored it; the answer never arrives
+                raise StepwiseError("connection_error", "the connection dropped before the answer")
+            return answer
+
+        provider._connections.call = answer_lost  # type: ignore[method-assign]
+        turn = [Message(role="assistant", contents=["second"]), Message(role="user", contents=["third"])]
+        with pytest.raises(StepwiseError):
+            await provider.save_messages(session_id, turn)
+        await provider.save_messages(session_id, turn)  # the caller sends it again
+        assert lost
+        fresh = StepwiseHistoryProvider(client=AsyncStepwise(server.url))
+        assert [m.text for m in await fresh.get_messages(session_id)] == ["first", "second", "third"]
+
+    run(main())
+
+
 def test_two_writers_sending_the_same_save_at_once_store_it_once(server: LocalServer) -> None:
     session_id = unique()
 
