@@ -340,6 +340,23 @@ def test_a_stored_state_that_no_longer_validates_loads_as_none(
         assert third.load(sid).skill_name == "again"  # type: ignore[union-attr]
 
 
+def test_a_model_moved_or_renamed_still_loads_its_state(server: LocalServer) -> None:
+    sid = unique()
+    with fresh(server) as store:
+        SkillCreationAgent(store).handle_message("Create a skill", sid)
+
+    class RenamedContext(ConversationContext):  # another name, another module path
+        pass
+
+    with StepwiseState(RenamedContext, Stepwise(server.url)) as renamed:
+        ctx = renamed.load(sid)
+        assert isinstance(ctx, RenamedContext) and ctx.skill_purpose == "Create a skill"
+        ctx.skill_name = "renamed"
+        renamed.save(sid, ctx)
+    with StepwiseState(RenamedContext, Stepwise(server.url)) as again:
+        assert again.load(sid).skill_name == "renamed"  # type: ignore[union-attr]
+
+
 def test_concurrent_saves_last_write_wins(server: LocalServer) -> None:
     sid = unique()
     first = ConversationContext(session_id=sid, state=ConversationState.GATHERING_PURPOSE, skill_purpose="First update")

@@ -391,12 +391,18 @@ class StepwiseState(Generic[M]):
                 "conflict", f"the Stepwise session named {name!r} belongs to key {owner!r}, not {key!r}", status=409
             )
         where = _Where(str(found["id"]), status=found.get("status"))
-        executions = [
+        stored = [
             e for e in self.client.list_executions(where.session_id)
-            if isinstance(e.get("metadata"), dict) and e["metadata"].get(EXECUTION_MARK) == self._model_name
+            if isinstance(e.get("metadata"), dict) and e["metadata"].get(EXECUTION_MARK)
         ]
+        # This model's own states; when there are none (the class was renamed or moved to
+        # another module), the states any model stored under this key.
+        executions = [e for e in stored if e["metadata"][EXECUTION_MARK] == self._model_name] or stored
         executions.sort(key=lambda e: (str(e.get("created_at") or ""), str(e["id"])), reverse=True)
-        running = [e for e in executions if e.get("status") == "running"]
+        running = [
+            e for e in executions
+            if e.get("status") == "running" and e["metadata"][EXECUTION_MARK] == self._model_name
+        ]
         where.execution_id = str(running[0]["id"]) if running else None
         self._where[key] = where
         return where, next((e for e in executions if e.get("last_snapshot_id")), None)
