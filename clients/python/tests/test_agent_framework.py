@@ -591,6 +591,29 @@ def test_the_session_store_keeps_agent_session_to_dict(server: LocalServer, clie
     run(main())
 
 
+def test_the_store_marks_its_session_used_and_takes_a_sync_client(server: LocalServer, client: Stepwise) -> None:
+    key = unique()
+
+    async def main() -> None:
+        store = StepwiseSessionStore(client=Stepwise(server.url))  # a sync client: its settings are used
+        await store.set(key, AgentSession(session_id="a"))
+        session = client.find_session(key)
+        assert session is not None
+        before = session["updated_at"]
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:  # a later set marks the session used (retention counts from there)
+            await store.set(key, AgentSession(session_id="b"))
+            if client.get_session(session["id"])["updated_at"] > before:
+                break
+            assert asyncio.get_running_loop().time() < deadline
+        provider = StepwiseHistoryProvider(client=Stepwise(server.url))
+        await provider.save_messages(key, [Message(role="user", contents=["via a sync client"])])
+        assert [m.text for m in await provider.get_messages(key)] == ["via a sync client"]
+        await provider.aclose()
+
+    run(main())
+
+
 @pytest.mark.parametrize("key", ["two words", "tenant/user", "session.id", "café", "x" * 300])
 def test_the_session_store_takes_opaque_keys(server: LocalServer, key: str) -> None:
     async def main() -> None:
