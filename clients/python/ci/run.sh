@@ -4,7 +4,7 @@
 #   clients/python/ci/run.sh
 #
 # Makes a virtualenv at $STEPWISE_PY_VENV (default: target/py-venv), installs the client
-# from this checkout with its extras (default "smolagents,openai-agents,langgraph,test"; set
+# from this checkout with its extras (default "smolagents,openai-agents,langgraph,agent-framework,adk,pydantic-ai,state,test"; set
 # STEPWISE_PY_EXTRAS to change) from PyPI, and runs pytest. The server binary is
 # $STEPWISE_BIN (default: target/debug/stepwise, built with `cargo build -p stepwise`
 # when missing). Exits non-zero when anything fails. Extra arguments go to pytest.
@@ -12,7 +12,7 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 venv="${STEPWISE_PY_VENV:-$repo/target/py-venv}"
-extras="${STEPWISE_PY_EXTRAS:-smolagents,openai-agents,langgraph,test}"
+extras="${STEPWISE_PY_EXTRAS:-smolagents,openai-agents,langgraph,agent-framework,adk,pydantic-ai,state,test}"
 python="${PYTHON:-python3}"
 export STEPWISE_BIN="${STEPWISE_BIN:-$repo/target/debug/stepwise}"
 
