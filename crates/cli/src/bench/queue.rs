@@ -130,6 +130,9 @@ pub async fn run(
     Ok(())
 }
 
+/// The pause between queueing and measuring.
+const SETTLE: Duration = Duration::from_secs(2);
+
 fn durability_name(level: Durability) -> &'static str {
     match level {
         Durability::Full => "full",
@@ -348,6 +351,9 @@ async fn measure_depth_on<S: Store>(
     }
     let fill = started.elapsed();
     let queued = store.queue_depth().await?;
+    // Let the fill's writes settle (SQLite checkpoints and truncates an idle WAL after a
+    // second): the figures below are the queue's, not the end of the fill's.
+    tokio::time::sleep(SETTLE).await;
     progress.stage(&format!(
         "depth {depth}: queued in {:.1} s ({:.0}/s); timing {} claims",
         fill.as_secs_f64(),
@@ -387,9 +393,15 @@ async fn measure_depth_on<S: Store>(
     // Until the time is up or the queue is empty (a shallow queue may drain sooner); the
     // workers' running executions (at most K) count as done.
     let deadline = began + Duration::from_secs(args.drain_seconds);
+    // Counting a deep queue costs a scan: look often only when it may end soon.
+    let poll = if before <= 5_000 {
+        Duration::from_millis(50)
+    } else {
+        Duration::from_secs(1)
+    };
     let mut after = before;
     while Instant::now() < deadline && after > 0 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(poll.min(deadline.saturating_duration_since(Instant::now()))).await;
         after = store.queue_depth().await?;
     }
     let drained_for = began.elapsed();

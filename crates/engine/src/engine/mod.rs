@@ -24,7 +24,7 @@ mod worker;
 mod testing;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -84,12 +84,13 @@ impl Default for EngineConfig {
     }
 }
 
-/// How many messages a node queues at once. Queueing one is a short burst of CPU and one
-/// write; under a flood of messages, every request in flight competes with the running
-/// executions for the same cores (and, on SQLite, the same writer), and a few dozen
-/// clients would take nearly all of them. Holding intake to a few at a time keeps the
-/// workers' share: the others wait their turn without using a core. With the cores free,
-/// a few at a time still queue thousands a second.
+/// How many messages a node queues at once while its runs are working. Queueing one is a
+/// short burst of CPU and one write; under a flood of messages every request in flight
+/// competes with the running executions for the same cores (and, on SQLite, the same
+/// writer), and a few dozen clients would take nearly all of them. So while some run of
+/// this node is doing its own work (not waiting for its agent's model), intake goes a few
+/// at a time and the others wait their turn without using a core. While every run waits
+/// for its agent (the usual case with model calls), or none runs, intake is not held.
 fn intake_permits(config: &EngineConfig) -> usize {
     match config.intake_concurrency {
         0 => config.workers.div_ceil(4).clamp(1, 8),
@@ -176,8 +177,12 @@ struct Inner<S: Store> {
     tools: Arc<ToolSet>,
     config: EngineConfig,
     doorbell: Notify,
-    /// Messages being queued at once on this node (see [`intake_permits`]).
+    /// Messages being queued at once on this node while runs are working (see
+    /// [`intake_permits`]).
     intake: tokio::sync::Semaphore,
+    /// Runs of this node, and how many of them are waiting for their agent's decision.
+    runs: AtomicUsize,
+    thinking: AtomicUsize,
     running: Mutex<HashMap<Id, CancellationToken>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -216,6 +221,8 @@ impl<S: Store> Engine<S> {
                 agents,
                 tools: Arc::new(tools),
                 intake: tokio::sync::Semaphore::new(intake_permits(&config)),
+                runs: AtomicUsize::new(0),
+                thinking: AtomicUsize::new(0),
                 config,
                 doorbell: Notify::new(),
                 running: Mutex::new(HashMap::new()),
@@ -262,6 +269,39 @@ impl<S: Store> Engine<S> {
 
     fn running_map(&self) -> std::sync::MutexGuard<'_, HashMap<Id, CancellationToken>> {
         self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a run of this node until dropped.
+    fn working(&self) -> Counted<'_> {
+        Counted::new(&self.inner.runs)
+    }
+
+    /// Counts a run as waiting for its agent's decision until dropped.
+    fn thinking(&self) -> Counted<'_> {
+        Counted::new(&self.inner.thinking)
+    }
+
+    /// Whether some run of this node is doing its own work right now (saving, publishing,
+    /// running tools), not waiting for its agent: then the cores and the store are the
+    /// runs' to share, and intake takes its turn (see [`intake_permits`]).
+    fn runs_working(&self) -> bool {
+        self.inner.runs.load(Ordering::Relaxed) > self.inner.thinking.load(Ordering::Relaxed)
+    }
+}
+
+/// An atomic count held up by one while this lives.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Counted(count)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

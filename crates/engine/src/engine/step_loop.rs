@@ -209,10 +209,14 @@ impl<S: Store> Engine<S> {
         let number = run.ctx.next_step_number();
         self.step_started(tenant, run, number).await;
         let started_at = Timestamp::now();
-        let decided = tokio::select! {
-            biased;
-            _ = ctl.cancel.cancelled() => None,
-            result = AssertUnwindSafe(agent.next_step(&run.ctx)).catch_unwind() => Some(result),
+        let decided = {
+            // While the agent decides (a model call, usually) this run needs no core here.
+            let _thinking = self.thinking();
+            tokio::select! {
+                biased;
+                _ = ctl.cancel.cancelled() => None,
+                result = AssertUnwindSafe(agent.next_step(&run.ctx)).catch_unwind() => Some(result),
+            }
         };
         let started = StepBody {
             started_at: Some(started_at),

@@ -84,8 +84,12 @@ impl<S: Store> Engine<S> {
         let store = &self.inner.store;
         let publisher = &self.inner.publisher;
         let session_id = session.id;
-        // Closed only when the engine is dropped, which cannot happen while `self` lives.
-        let _turn = self.inner.intake.acquire().await.ok();
+        // (The semaphore is closed only when the engine is dropped: never while `self` lives.)
+        let _turn = if self.runs_working() {
+            self.inner.intake.acquire().await.ok()
+        } else {
+            None
+        };
 
         if let Some(latest) = self
             .latest_root_execution(tenant, session.last_execution_id)

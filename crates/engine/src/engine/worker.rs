@@ -123,6 +123,7 @@ impl<S: Store> Engine<S> {
         tracing::info!(execution = %id, attempts = execution.attempts, agent = %execution.agent_type, "running execution");
         let ctl = RunControl::new(worker, 0);
         self.running_map().insert(id, ctl.cancel.clone());
+        let _run = self.working();
         let heartbeat_done = CancellationToken::new();
         let heartbeat_task = tokio::spawn(heartbeat(
             self.inner.store.clone(),
