@@ -1,0 +1,240 @@
+//! The Vercel AI SDK's UI message stream (protocol `v1`, what `useChat` with a
+//! `DefaultChatTransport` reads) over a session: `POST /v1/ai-sdk/chat` posts a turn and
+//! answers it as a stream of parts, `GET /v1/ai-sdk/chat/{chat_id}/stream` replays the running
+//! turn from its start (204 when nothing runs), `POST /v1/ai-sdk/chat/{chat_id}/cancel` cancels
+//! it. One file per endpoint; here the mapping of a turn's [`RunItem`]s to parts
+//! ([`UiStream`]) and the response they share. The mapping table is in docs/api.md.
+
+pub(crate) mod cancel;
+pub(crate) mod chat;
+pub(crate) mod stream;
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use stepwise_core::{Id, StepKind};
+use stepwise_store::Store;
+
+use crate::limits::SubscriberSlot;
+use crate::runs::{RunFollower, RunItem, final_answer, says_text, tool_result};
+
+/// The header that tells the AI SDK which stream protocol the body speaks.
+pub const PROTOCOL_HEADER: &str = "x-vercel-ai-ui-message-stream";
+
+/// The parts of one turn, in the order the AI SDK's `processUIMessageStream` accepts:
+/// every text part opened before its deltas and closed before its step ends, every tool
+/// output after its input, `finish`/`error`/`abort` last.
+pub(crate) struct UiStream {
+    execution_id: Id,
+    /// The assistant message's id (the turn's user message id: the same on a resume).
+    message_id: String,
+    step_open: bool,
+    step: u32,
+    /// The open text part's id (streamed tokens).
+    text_open: Option<String>,
+    /// Tokens were streamed in the current step (its stored text is not sent again).
+    streamed: bool,
+    /// The final answer was sent as text.
+    answered: bool,
+    seq: u32,
+}
+
+impl UiStream {
+    pub(crate) fn new(execution_id: Id, message_id: Id) -> Self {
+        UiStream {
+            execution_id,
+            message_id: message_id.to_string(),
+            step_open: false,
+            step: 0,
+            text_open: None,
+            streamed: false,
+            answered: false,
+            seq: 0,
+        }
+    }
+
+    /// The first part: `start` with the assistant message's id.
+    pub(crate) fn start(&self) -> Value {
+        json!({"type": "start", "messageId": self.message_id,
+               "messageMetadata": {"sessionExecutionId": self.execution_id}})
+    }
+
+    fn next_id(&mut self, what: &str) -> String {
+        self.seq += 1;
+        format!("{}-{}-{what}{}", self.execution_id, self.step, self.seq)
+    }
+
+    fn text(&mut self, out: &mut Vec<Value>, text: &str) {
+        let id = self.next_id("text");
+        out.push(json!({"type": "text-start", "id": id}));
+        out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+        out.push(json!({"type": "text-end", "id": id}));
+    }
+
+    fn open_step(&mut self, out: &mut Vec<Value>) {
+        if !self.step_open {
+            out.push(json!({"type": "start-step"}));
+            self.step_open = true;
+            self.streamed = false;
+        }
+    }
+
+    fn close_text(&mut self, out: &mut Vec<Value>) {
+        if let Some(id) = self.text_open.take() {
+            out.push(json!({"type": "text-end", "id": id}));
+        }
+    }
+
+    fn close_step(&mut self, out: &mut Vec<Value>) {
+        self.close_text(out);
+        if self.step_open {
+            out.push(json!({"type": "finish-step"}));
+            self.step_open = false;
+        }
+    }
+
+    /// The parts for one item of the turn.
+    pub(crate) fn parts(&mut self, item: RunItem) -> Vec<Value> {
+        let mut out = Vec::new();
+        match item {
+            RunItem::StepStarted(n) => {
+                self.close_step(&mut out);
+                self.step = n;
+                self.open_step(&mut out);
+            }
+            RunItem::Delta(text) => {
+                self.open_step(&mut out);
+                let id = match &self.text_open {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = self.next_id("text");
+                        out.push(json!({"type": "text-start", "id": id}));
+                        self.text_open = Some(id.clone());
+                        id
+                    }
+                };
+                self.streamed = true;
+                out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+            }
+            RunItem::Step(step) => {
+                self.step = step.step_number;
+                self.open_step(&mut out);
+                let streamed = self.streamed;
+                self.close_text(&mut out);
+                if !streamed && let Some(text) = says_text(&step) {
+                    self.text(&mut out, text);
+                }
+                if let Some(answer) = final_answer(&step) {
+                    if !streamed && !answer.is_empty() {
+                        self.text(&mut out, &answer);
+                    }
+                    self.answered = true;
+                }
+                if step.kind == StepKind::Action {
+                    for (i, call) in step.tool_calls.iter().enumerate() {
+                        let call_id = if call.id.is_empty() {
+                            format!("{}-{}-call{i}", self.execution_id, step.step_number)
+                        } else {
+                            call.id.clone()
+                        };
+                        out.push(json!({"type": "tool-input-available", "toolCallId": call_id,
+                                        "toolName": call.name, "input": call.arguments}));
+                        match tool_result(&step, i) {
+                            Some(Ok(output)) => out.push(json!({"type": "tool-output-available",
+                                "toolCallId": call_id, "output": output})),
+                            Some(Err(error)) => out.push(json!({"type": "tool-output-error",
+                                "toolCallId": call_id, "errorText": error})),
+                            None => {}
+                        }
+                    }
+                } else if step.kind != StepKind::FinalAnswer {
+                    out.push(json!({"type": "data-stepwise-step", "data": &*step, "transient": true}));
+                }
+                self.close_step(&mut out);
+            }
+            RunItem::Paused { question } => {
+                self.close_step(&mut out);
+                self.text(&mut out, &question);
+                out.push(json!({"type": "data-stepwise-pause", "id": self.execution_id.to_string(),
+                                "data": {"question": question, "executionId": self.execution_id}}));
+                out.push(json!({"type": "finish", "finishReason": "other"}));
+            }
+            RunItem::Completed { answer } => {
+                self.close_step(&mut out);
+                if !self.answered && !answer.is_empty() {
+                    self.text(&mut out, &answer);
+                }
+                out.push(json!({"type": "finish", "finishReason": "stop"}));
+            }
+            RunItem::Failed { error } => {
+                self.close_step(&mut out);
+                out.push(json!({"type": "error", "errorText": error}));
+                out.push(json!({"type": "finish", "finishReason": "error"}));
+            }
+            RunItem::Cancelled => {
+                self.close_step(&mut out);
+                out.push(json!({"type": "abort", "reason": "the execution was cancelled"}));
+            }
+            RunItem::Other(event) => {
+                let kind = event.event_type.as_str().replace('.', "-");
+                out.push(json!({"type": format!("data-stepwise-{kind}"), "data": &*event, "transient": true}));
+            }
+            RunItem::KeepAlive => {}
+        }
+        out
+    }
+}
+
+/// One SSE frame: `data: <part>` and a blank line.
+fn frame(part: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"data: ");
+    if serde_json::to_writer(&mut out, part).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// The streaming answer: `start`, the turn's parts, then `data: [DONE]`.
+pub(crate) fn respond<S: Store>(
+    follower: RunFollower<S>,
+    view: UiStream,
+    slot: SubscriberSlot,
+) -> Response {
+    let first = frame(&view.start());
+    let state = (follower, view, slot, false);
+    let rest = futures_util::stream::unfold(state, |(mut follower, mut view, slot, done)| async move {
+        if done {
+            return None;
+        }
+        let Some(item) = follower.next().await else {
+            return Some((Bytes::from_static(b"data: [DONE]\n\n"), (follower, view, slot, true)));
+        };
+        if matches!(item, RunItem::KeepAlive) {
+            return Some((Bytes::from_static(b":\n\n"), (follower, view, slot, false)));
+        }
+        let mut bytes = Vec::new();
+        for part in view.parts(item) {
+            bytes.extend_from_slice(&frame(&part));
+        }
+        Some((Bytes::from(bytes), (follower, view, slot, false)))
+    });
+    let frames = futures_util::StreamExt::map(
+        futures_util::StreamExt::chain(futures_util::stream::once(async move { first }), rest),
+        Ok::<_, Infallible>,
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static(PROTOCOL_HEADER), "v1"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(frames),
+    )
+        .into_response()
+}

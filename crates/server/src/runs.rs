@@ -1,0 +1,517 @@
+//! One turn of a session as chat front ends see it (the AI SDK and AG-UI streams): the
+//! stored events of the session from the turn's user message (its `message.created`) to the
+//! end of the execution answering it, with the live `message.delta`s of that execution,
+//! turned into [`RunItem`]s: steps with their stored rows, streamed tokens, the outcome.
+//! Each protocol renders the items its own way; both read the same events as
+//! `GET /v1/sessions/{id}/events` (subscribe first, then replay from the store: no gap, no
+//! duplicate), so they work for every agent, built-in or external.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use stepwise_core::{
+    Event, EventType, Execution, ExecutionStatus, Id, Role, Session, Step, StepKind,
+};
+use stepwise_engine::AgentChoice;
+use stepwise_store::{NewSession, Store, Tenant};
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::events::KEEP_ALIVE;
+
+/// Events read from the store at once while catching up or looking for a turn's start.
+const PAGE: u32 = 200;
+
+/// What a front end is told about a turn, in order.
+#[derive(Debug, Clone)]
+pub(crate) enum RunItem {
+    /// `step.started` of step `n`.
+    StepStarted(u32),
+    /// Streamed model tokens (`message.delta`, live only).
+    Delta(String),
+    /// `step.completed`, with the step as stored.
+    Step(Arc<Step>),
+    /// The execution paused: the agent asks the user.
+    Paused { question: String },
+    /// The execution completed with this answer.
+    Completed { answer: String },
+    /// The execution failed.
+    Failed { error: String },
+    /// The execution was cancelled.
+    Cancelled,
+    /// Any other event of the turn (`message.created`, `execution.started`, `tool.called`...).
+    Other(Arc<Event>),
+    /// Nothing happened for a while: a keep-alive comment keeps proxies from closing.
+    KeepAlive,
+}
+
+impl RunItem {
+    /// Whether the turn ends with this item.
+    pub(crate) fn is_end(&self) -> bool {
+        matches!(
+            self,
+            RunItem::Paused { .. }
+                | RunItem::Completed { .. }
+                | RunItem::Failed { .. }
+                | RunItem::Cancelled
+        )
+    }
+}
+
+/// A turn: the user message that started it and the execution answering it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Turn {
+    pub execution_id: Id,
+    /// `None`: an execution opened without a user message (an external agent's): the turn
+    /// is the whole execution.
+    pub message_id: Option<Id>,
+}
+
+/// Where a follower starts reading the session's events.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Start {
+    /// Subscribed before the turn's message was written: every event of the turn arrives
+    /// live (the store is read only after a lag).
+    Live,
+    /// Replay the stored events after this id, then go live.
+    After(i64),
+}
+
+/// Follows one turn of a session: the events of its execution from the turn's user
+/// message on, ending after the execution's outcome.
+pub(crate) struct RunFollower<S: Store> {
+    store: S,
+    tenant: Tenant,
+    session_id: Id,
+    turn: Turn,
+    live: broadcast::Receiver<Arc<Event>>,
+    shutdown: CancellationToken,
+    /// The last stored event handed on (None: none yet, in [`Start::Live`]).
+    last_seen: Option<i64>,
+    replaying: bool,
+    backlog: VecDeque<Arc<Event>>,
+    /// The turn's user message has been seen: events of the execution count from here.
+    started: bool,
+    /// The outcome was handed on: nothing follows.
+    ended: bool,
+    /// Items made from one event, not yet handed on.
+    pending: VecDeque<RunItem>,
+}
+
+impl<S: Store> RunFollower<S> {
+    /// `live` must have been subscribed before anything of the turn could be written (for
+    /// [`Start::Live`]) or before the position `start` names was read.
+    pub(crate) fn new(
+        state: &AppState<S>,
+        tenant: Tenant,
+        session_id: Id,
+        turn: Turn,
+        live: broadcast::Receiver<Arc<Event>>,
+        start: Start,
+    ) -> Self {
+        let (last_seen, replaying) = match start {
+            Start::Live => (None, false),
+            Start::After(after) => (Some(after), true),
+        };
+        RunFollower {
+            store: state.store().clone(),
+            tenant,
+            session_id,
+            turn,
+            live,
+            shutdown: state.shutdown.clone(),
+            last_seen,
+            replaying,
+            backlog: VecDeque::new(),
+            started: turn.message_id.is_none(),
+            ended: false,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// The next item of the turn; `None` after its outcome (or when the server shuts down,
+    /// or the store cannot be read).
+    pub(crate) async fn next(&mut self) -> Option<RunItem> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                if item.is_end() {
+                    self.ended = true;
+                }
+                return Some(item);
+            }
+            if self.ended {
+                return None;
+            }
+            let event = match self.next_event().await? {
+                Some(event) => event,
+                None => return Some(RunItem::KeepAlive),
+            };
+            self.accept(event).await;
+        }
+    }
+
+    /// The next event of the session (stored ones in order, live deltas as they come);
+    /// `Some(None)` after [`KEEP_ALIVE`] without one; `None` ends the stream.
+    async fn next_event(&mut self) -> Option<Option<Arc<Event>>> {
+        loop {
+            if let Some(event) = self.backlog.pop_front() {
+                self.last_seen = Some(event.id);
+                return Some(Some(event));
+            }
+            if self.replaying {
+                let after = self.last_seen.unwrap_or(0);
+                let page = tokio::select! {
+                    _ = self.shutdown.cancelled() => return None,
+                    page = self.store.list_events(&self.tenant, self.session_id, after, PAGE) => page,
+                };
+                match page {
+                    Ok(page) if page.is_empty() => {
+                        self.replaying = false;
+                        self.last_seen = Some(after);
+                    }
+                    Ok(page) => self.backlog.extend(page.into_iter().map(Arc::new)),
+                    Err(e) => {
+                        tracing::warn!(session = %self.session_id, error = %e, "run replay failed; closing the stream");
+                        return None;
+                    }
+                }
+                continue;
+            }
+            let received = tokio::select! {
+                _ = self.shutdown.cancelled() => return None,
+                () = tokio::time::sleep(KEEP_ALIVE) => return Some(None),
+                received = self.live.recv() => received,
+            };
+            match received {
+                Ok(event) if event.id == 0 => return Some(Some(event)),
+                Ok(event) => match self.last_seen {
+                    Some(last) if event.id <= last => continue,
+                    Some(last) if event.id > last + 1 => {
+                        // Committed before the replay's last read and after we
+                        // subscribed: read them from the store.
+                        self.replaying = true;
+                        self.backlog.clear();
+                    }
+                    _ => {
+                        self.last_seen = Some(event.id);
+                        return Some(Some(event));
+                    }
+                },
+                Err(RecvError::Lagged(_)) => {
+                    // Slower than the session's events: catch up from the store (from the
+                    // start when nothing was seen yet; the turn's message marks the start).
+                    self.replaying = true;
+                    self.backlog.clear();
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// Turns one event into the items it means for the turn (none for other turns').
+    async fn accept(&mut self, event: Arc<Event>) {
+        if !self.started {
+            if event.event_type == EventType::MessageCreated
+                && event.message_id.is_some()
+                && event.message_id == self.turn.message_id
+            {
+                self.started = true;
+            }
+            return;
+        }
+        if event.execution_id != Some(self.turn.execution_id) {
+            return;
+        }
+        let item = match event.event_type {
+            EventType::MessageDelta => RunItem::Delta(event.content.clone()),
+            EventType::StepStarted => match step_number(&event) {
+                Some(n) => RunItem::StepStarted(n),
+                None => RunItem::Other(event),
+            },
+            EventType::StepCompleted => match step_number(&event) {
+                Some(n) => match self.step(n).await {
+                    Some(step) => RunItem::Step(step),
+                    None => RunItem::Other(event),
+                },
+                None => RunItem::Other(event),
+            },
+            EventType::ExecutionPaused => RunItem::Paused {
+                question: event
+                    .metadata
+                    .get("question")
+                    .and_then(Value::as_str)
+                    .unwrap_or(&event.content)
+                    .to_string(),
+            },
+            EventType::ExecutionCompleted => RunItem::Completed {
+                answer: event.content.clone(),
+            },
+            EventType::ExecutionFailed => RunItem::Failed {
+                error: event.content.clone(),
+            },
+            EventType::ExecutionCancelled => RunItem::Cancelled,
+            _ => RunItem::Other(event),
+        };
+        self.pending.push_back(item);
+    }
+
+    /// Step `n` of the turn's execution, as stored (read through [`STEPS`]).
+    async fn step(&self, n: u32) -> Option<Arc<Step>> {
+        let execution_id = self.turn.execution_id;
+        if let Some(step) = cached_step(execution_id, n) {
+            return Some(step);
+        }
+        let steps = match self.store.list_steps(&self.tenant, execution_id).await {
+            Ok(loaded) => loaded.items,
+            Err(e) => {
+                tracing::warn!(execution = %execution_id, error = %e, "could not read the steps");
+                return None;
+            }
+        };
+        let steps: Vec<Arc<Step>> = steps.into_iter().map(Arc::new).collect();
+        let found = steps.iter().find(|s| s.step_number == n).cloned();
+        remember_steps(execution_id, steps);
+        found
+    }
+}
+
+fn step_number(event: &Event) -> Option<u32> {
+    event
+        .metadata
+        .get("step_number")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+}
+
+/// How many executions keep their steps in [`STEPS`].
+const RECENT_EXECUTIONS: usize = 16;
+
+/// The steps of recently followed executions: every viewer of a run needs each step once,
+/// so the first to ask reads the execution's steps and the others find them here.
+static STEPS: Mutex<VecDeque<(Id, Vec<Arc<Step>>)>> = Mutex::new(VecDeque::new());
+
+fn cached_step(execution_id: Id, n: u32) -> Option<Arc<Step>> {
+    let list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+    list.iter()
+        .find(|(id, _)| *id == execution_id)?
+        .1
+        .iter()
+        .find(|s| s.step_number == n)
+        .cloned()
+}
+
+fn remember_steps(execution_id: Id, steps: Vec<Arc<Step>>) {
+    let mut list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(id, _)| *id != execution_id);
+    if list.len() >= RECENT_EXECUTIONS {
+        list.pop_front();
+    }
+    list.push_back((execution_id, steps));
+}
+
+/// The session's latest top-level execution (a subagent's parent, not the subagent).
+pub(crate) async fn latest_root_execution<S: Store>(
+    store: &S,
+    tenant: &Tenant,
+    session: &Session,
+) -> ApiResult<Option<Execution>> {
+    let mut next = session.last_execution_id;
+    for _ in 0..16 {
+        let Some(id) = next else { return Ok(None) };
+        let Some(execution) = store.get_execution(tenant, id).await? else {
+            return Ok(None);
+        };
+        match execution.parent_execution_id {
+            Some(parent) => next = Some(parent),
+            None => return Ok(Some(execution)),
+        }
+    }
+    Ok(None)
+}
+
+/// The turn of a pending or running execution and where to replay it from: the last user
+/// message of the execution (its `message.created` event) in the session's events. Reads
+/// the session's events from the first. An execution without a user message (an external
+/// agent's, opened without one) is a turn of its own, replayed from the first event.
+pub(crate) async fn find_turn<S: Store>(
+    store: &S,
+    tenant: &Tenant,
+    session_id: Id,
+    execution_id: Id,
+) -> ApiResult<(Turn, i64)> {
+    let mut after = 0;
+    let mut found = None;
+    loop {
+        let page = store.list_events(tenant, session_id, after, PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = last.id;
+        for event in &page {
+            if event.event_type == EventType::MessageCreated
+                && event.execution_id == Some(execution_id)
+                && event.metadata.get("role").and_then(Value::as_str) == Some(Role::User.as_str())
+                && let Some(message_id) = event.message_id
+            {
+                found = Some((
+                    Turn {
+                        execution_id,
+                        message_id: Some(message_id),
+                    },
+                    event.id - 1,
+                ));
+            }
+        }
+        if page.len() < PAGE as usize {
+            break;
+        }
+    }
+    Ok(found.unwrap_or((
+        Turn {
+            execution_id,
+            message_id: None,
+        },
+        0,
+    )))
+}
+
+/// Whether an execution still runs (a front end's resume has something to follow).
+pub(crate) fn is_live(execution: &Execution) -> bool {
+    matches!(
+        execution.status,
+        ExecutionStatus::Pending | ExecutionStatus::Running
+    )
+}
+
+/// The session a front end names: a session id of the caller's tenant, or a session name;
+/// `None` when neither exists.
+pub(crate) async fn find_session<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    key: &str,
+) -> ApiResult<Option<Session>> {
+    if let Ok(id) = key.parse::<Id>()
+        && let Some(session) = state.store().get_session(&caller.tenant, id).await?
+    {
+        return Ok(Some(session));
+    }
+    if stepwise_core::name::validate_name(key).is_err() {
+        return Ok(None);
+    }
+    Ok(state
+        .store()
+        .find_session_by_name(&caller.tenant, key)
+        .await?)
+}
+
+/// The session a chat turn goes to: the one `key` names, or a new session named `key`.
+pub(crate) async fn session_for_turn<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    key: &str,
+    field: &str,
+) -> ApiResult<Session> {
+    if let Some(session) = find_session(state, caller, key).await? {
+        if session.status == stepwise_core::SessionStatus::Deleted {
+            return Err(ApiError::invalid_state("the session is deleted"));
+        }
+        return Ok(session);
+    }
+    stepwise_core::name::validate_name(key).map_err(|e| {
+        ApiError::invalid(
+            field,
+            format!("{field} is neither a session id nor a valid session name: {e}"),
+        )
+    })?;
+    let new = NewSession {
+        user_id: caller.user_id.clone(),
+        name: Some(key.to_string()),
+        title: None,
+        related_type: None,
+        related_id: None,
+        initial_context_url: None,
+        metadata: Value::Null,
+    };
+    match state.store().create_session(&caller.tenant, new).await {
+        Ok(session) => Ok(session),
+        // Created by a concurrent first turn: use that one.
+        Err(stepwise_store::StoreError::Conflict(_)) => find_session(state, caller, key)
+            .await?
+            .ok_or_else(|| ApiError::conflict("the session was created and deleted meanwhile")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The agent of a turn that names none: the one the session's latest execution ran (so a
+/// chat keeps its agent), when the server can run it; else the server's default.
+pub(crate) async fn session_agent<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: &Session,
+) -> ApiResult<Option<AgentChoice>> {
+    let Some(latest) = latest_root_execution(state.store(), &caller.tenant, session).await? else {
+        return Ok(None);
+    };
+    if !state.engine.can_run(&latest.agent_type) {
+        return Ok(None);
+    }
+    Ok(Some(AgentChoice {
+        agent_type: latest.agent_type,
+        config: latest.agent_config,
+    }))
+}
+
+/// The kinds of steps whose `model_output` is the agent's text to the user.
+pub(crate) fn says_text(step: &Step) -> Option<&str> {
+    match step.kind {
+        StepKind::Action | StepKind::Planning => step
+            .model_output
+            .as_deref()
+            .filter(|t| !t.trim().is_empty()),
+        _ => None,
+    }
+}
+
+/// A final answer step's answer.
+pub(crate) fn final_answer(step: &Step) -> Option<String> {
+    if step.kind != StepKind::FinalAnswer {
+        return None;
+    }
+    match &step.output {
+        Value::String(text) => Some(text.clone()),
+        Value::Null => step.model_output.clone(),
+        other => Some(other.to_string()),
+    }
+}
+
+/// One tool call's result in a step: `Ok(observation)` or `Err(error message)`; `None`
+/// when the call has none (the `user_input` call of a pause).
+pub(crate) fn tool_result(step: &Step, index: usize) -> Option<Result<String, String>> {
+    if let Some(results) = step.output.get("tool_results").and_then(Value::as_array)
+        && let Some(result) = results.get(index)
+    {
+        if let Some(error) = result.get("error").filter(|e| !e.is_null()) {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| error.to_string());
+            return Some(Err(message));
+        }
+        let observation = result
+            .get("observation")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        return Some(Ok(observation.to_string()));
+    }
+    if step.tool_calls.len() > 1 {
+        return None;
+    }
+    if let Some(error) = &step.error {
+        return Some(Err(error.message.clone()));
+    }
+    step.observations.clone().map(Ok)
+}
