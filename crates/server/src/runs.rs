@@ -515,3 +515,71 @@ pub(crate) fn tool_result(step: &Step, index: usize) -> Option<Result<String, St
     }
     step.observations.clone().map(Ok)
 }
+
+/// Streamed tokens shown as they came, not yet matched with the stored step that holds
+/// them. Deltas are live and stored events are committed in batches, so a step's tokens may
+/// arrive before its `step.started`, or even before the previous step's `step.completed`: a
+/// stored text that was streamed is recognised by its content and not sent again.
+#[derive(Debug, Default)]
+pub(crate) struct LiveText {
+    /// The open text part (message) the deltas go to.
+    pub(crate) id: Option<String>,
+    buffer: String,
+}
+
+/// Whether a stored text was already streamed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Streamed {
+    /// No: send it.
+    No,
+    /// Yes, and the open text ends with it: close the text part.
+    Whole,
+    /// Yes, and more tokens (of the next step) follow it: keep the text part open.
+    Prefix,
+}
+
+impl LiveText {
+    /// Adds a delta (to the open text part, which the caller named in `id`).
+    pub(crate) fn push(&mut self, delta: &str) {
+        self.buffer.push_str(delta);
+    }
+
+    /// Whether `text` was streamed; consumes it from the streamed tokens.
+    pub(crate) fn take(&mut self, text: &str) -> Streamed {
+        let text = text.trim();
+        if self.id.is_none() || text.is_empty() {
+            return Streamed::No;
+        }
+        let buffer = self.buffer.trim_start();
+        if buffer.trim_end() == text {
+            self.buffer.clear();
+            return Streamed::Whole;
+        }
+        if let Some(rest) = buffer.strip_prefix(text) {
+            self.buffer = rest.to_string();
+            return Streamed::Prefix;
+        }
+        Streamed::No
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_text_is_recognised_whole_or_as_a_prefix() {
+        let mut live = LiveText::default();
+        assert_eq!(live.take("Hello"), Streamed::No, "nothing streamed");
+        live.id = Some("t".into());
+        live.push("Hel");
+        live.push("lo");
+        assert_eq!(live.take("Goodbye"), Streamed::No);
+        assert_eq!(live.take(" Hello "), Streamed::Whole);
+        live.push("First.");
+        live.push(" Second");
+        assert_eq!(live.take("First."), Streamed::Prefix);
+        assert_eq!(live.take("Second"), Streamed::Whole);
+        assert_eq!(live.take(""), Streamed::No);
+    }
+}

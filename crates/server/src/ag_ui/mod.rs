@@ -21,7 +21,9 @@ use stepwise_store::{MessageQuery, Store, Tenant};
 use crate::error::{ApiError, ApiResult};
 use crate::limits::SubscriberSlot;
 use crate::messages::AgentBody;
-use crate::runs::{RunFollower, RunItem, final_answer, says_text, tool_result};
+use crate::runs::{
+    LiveText, RunFollower, RunItem, Streamed, final_answer, says_text, tool_result,
+};
 
 /// The AG-UI `RunAgentInput` (the fields Stepwise reads; `tools`, `context` and `state` are
 /// accepted and ignored).
@@ -128,8 +130,8 @@ pub(crate) struct AgUiStream {
     session_id: Id,
     step: u32,
     step_open: Option<String>,
-    text_open: Option<String>,
-    streamed: bool,
+    /// Streamed tokens and their open text message.
+    live: LiveText,
     answered: bool,
     /// The `user_input` call of the step that paused.
     asking_call: Option<String>,
@@ -145,8 +147,7 @@ impl AgUiStream {
             session_id,
             step: 0,
             step_open: None,
-            text_open: None,
-            streamed: false,
+            live: LiveText::default(),
             answered: false,
             asking_call: None,
             seq: 0,
@@ -163,14 +164,18 @@ impl AgUiStream {
         format!("{}-{}-{what}{}", self.execution_id, self.step, self.seq)
     }
 
-    fn text(&mut self, out: &mut Vec<Value>, text: &str) -> String {
-        let id = self.next_id("text");
-        out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
-        if !text.is_empty() {
-            out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
+    /// A stored text: sent whole, unless its tokens were streamed.
+    fn text(&mut self, out: &mut Vec<Value>, text: &str) {
+        match self.live.take(text) {
+            Streamed::Whole => self.close_text(out),
+            Streamed::Prefix => {}
+            Streamed::No => {
+                let id = self.next_id("text");
+                out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
+                out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
+                out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
+            }
         }
-        out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
-        id
     }
 
     fn open_step(&mut self, out: &mut Vec<Value>) {
@@ -178,21 +183,25 @@ impl AgUiStream {
             let name = format!("step {}", self.step);
             out.push(json!({"type": "STEP_STARTED", "stepName": name}));
             self.step_open = Some(name);
-            self.streamed = false;
         }
     }
 
     fn close_text(&mut self, out: &mut Vec<Value>) {
-        if let Some(id) = self.text_open.take() {
+        if let Some(id) = self.live.id.take() {
             out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
         }
+        self.live = LiveText::default();
     }
 
     fn close_step(&mut self, out: &mut Vec<Value>) {
-        self.close_text(out);
         if let Some(name) = self.step_open.take() {
             out.push(json!({"type": "STEP_FINISHED", "stepName": name}));
         }
+    }
+
+    fn close_all(&mut self, out: &mut Vec<Value>) {
+        self.close_text(out);
+        self.close_step(out);
     }
 
     fn finished(&self, outcome: Value, result: Option<&str>) -> Value {
@@ -235,17 +244,16 @@ impl AgUiStream {
                 if text.is_empty() {
                     return out;
                 }
-                self.open_step(&mut out);
-                let id = match &self.text_open {
+                let id = match &self.live.id {
                     Some(id) => id.clone(),
                     None => {
                         let id = self.next_id("text");
                         out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
-                        self.text_open = Some(id.clone());
+                        self.live.id = Some(id.clone());
                         id
                     }
                 };
-                self.streamed = true;
+                self.live.push(&text);
                 out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
             }
             RunItem::Step(step) => {
@@ -254,13 +262,11 @@ impl AgUiStream {
                     self.step = step.step_number;
                 }
                 self.open_step(&mut out);
-                let streamed = self.streamed;
-                self.close_text(&mut out);
-                if !streamed && let Some(text) = says_text(&step) {
+                if let Some(text) = says_text(&step) {
                     self.text(&mut out, text);
                 }
                 if let Some(answer) = final_answer(&step) {
-                    if !streamed && !answer.is_empty() {
+                    if !answer.is_empty() {
                         self.text(&mut out, &answer);
                     }
                     self.answered = true;
@@ -293,23 +299,23 @@ impl AgUiStream {
                 self.close_step(&mut out);
             }
             RunItem::Paused { question } => {
-                self.close_step(&mut out);
+                self.close_all(&mut out);
                 self.text(&mut out, &question);
                 out.push(self.finished(self.interrupt(&question), None));
             }
             RunItem::Completed { answer } => {
-                self.close_step(&mut out);
                 if !self.answered && !answer.is_empty() {
                     self.text(&mut out, &answer);
                 }
+                self.close_all(&mut out);
                 out.push(self.finished(json!({"type": "success"}), Some(&answer)));
             }
             RunItem::Failed { error } => {
-                self.close_step(&mut out);
+                self.close_all(&mut out);
                 out.push(json!({"type": "RUN_ERROR", "message": error, "code": "execution_failed"}));
             }
             RunItem::Cancelled => {
-                self.close_step(&mut out);
+                self.close_all(&mut out);
                 out.push(self.finished(json!({"type": "cancelled"}), None));
             }
             RunItem::Other(event) => {

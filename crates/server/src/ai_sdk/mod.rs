@@ -19,24 +19,24 @@ use stepwise_core::{Id, StepKind};
 use stepwise_store::Store;
 
 use crate::limits::SubscriberSlot;
-use crate::runs::{RunFollower, RunItem, final_answer, says_text, tool_result};
+use crate::runs::{
+    LiveText, RunFollower, RunItem, Streamed, final_answer, says_text, tool_result,
+};
 
 /// The header that tells the AI SDK which stream protocol the body speaks.
 pub const PROTOCOL_HEADER: &str = "x-vercel-ai-ui-message-stream";
 
 /// The parts of one turn, in the order the AI SDK's `processUIMessageStream` accepts:
-/// every text part opened before its deltas and closed before its step ends, every tool
-/// output after its input, `finish`/`error`/`abort` last.
+/// every text part opened before its deltas and closed before the end, every tool output
+/// after its input, `finish`/`error`/`abort` last.
 pub(crate) struct UiStream {
     execution_id: Id,
     /// The assistant message's id (the turn's user message id: the same on a resume).
     message_id: String,
     step_open: bool,
     step: u32,
-    /// The open text part's id (streamed tokens).
-    text_open: Option<String>,
-    /// Tokens were streamed in the current step (its stored text is not sent again).
-    streamed: bool,
+    /// Streamed tokens and their open text part.
+    live: LiveText,
     /// The final answer was sent as text.
     answered: bool,
     seq: u32,
@@ -49,8 +49,7 @@ impl UiStream {
             message_id: message_id.to_string(),
             step_open: false,
             step: 0,
-            text_open: None,
-            streamed: false,
+            live: LiveText::default(),
             answered: false,
             seq: 0,
         }
@@ -67,33 +66,45 @@ impl UiStream {
         format!("{}-{}-{what}{}", self.execution_id, self.step, self.seq)
     }
 
+    /// A stored text: sent whole, unless its tokens were streamed.
     fn text(&mut self, out: &mut Vec<Value>, text: &str) {
-        let id = self.next_id("text");
-        out.push(json!({"type": "text-start", "id": id}));
-        out.push(json!({"type": "text-delta", "id": id, "delta": text}));
-        out.push(json!({"type": "text-end", "id": id}));
+        match self.live.take(text) {
+            Streamed::Whole => self.close_text(out),
+            Streamed::Prefix => {}
+            Streamed::No => {
+                let id = self.next_id("text");
+                out.push(json!({"type": "text-start", "id": id}));
+                out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+                out.push(json!({"type": "text-end", "id": id}));
+            }
+        }
     }
 
     fn open_step(&mut self, out: &mut Vec<Value>) {
         if !self.step_open {
             out.push(json!({"type": "start-step"}));
             self.step_open = true;
-            self.streamed = false;
         }
     }
 
     fn close_text(&mut self, out: &mut Vec<Value>) {
-        if let Some(id) = self.text_open.take() {
+        if let Some(id) = self.live.id.take() {
             out.push(json!({"type": "text-end", "id": id}));
         }
+        self.live = LiveText::default();
     }
 
     fn close_step(&mut self, out: &mut Vec<Value>) {
-        self.close_text(out);
         if self.step_open {
             out.push(json!({"type": "finish-step"}));
             self.step_open = false;
         }
+    }
+
+    /// Before the outcome: nothing left open.
+    fn close_all(&mut self, out: &mut Vec<Value>) {
+        self.close_text(out);
+        self.close_step(out);
     }
 
     /// The parts for one item of the turn.
@@ -106,29 +117,32 @@ impl UiStream {
                 self.open_step(&mut out);
             }
             RunItem::Delta(text) => {
-                self.open_step(&mut out);
-                let id = match &self.text_open {
+                if text.is_empty() {
+                    return out;
+                }
+                let id = match &self.live.id {
                     Some(id) => id.clone(),
                     None => {
                         let id = self.next_id("text");
                         out.push(json!({"type": "text-start", "id": id}));
-                        self.text_open = Some(id.clone());
+                        self.live.id = Some(id.clone());
                         id
                     }
                 };
-                self.streamed = true;
+                self.live.push(&text);
                 out.push(json!({"type": "text-delta", "id": id, "delta": text}));
             }
             RunItem::Step(step) => {
-                self.step = step.step_number;
+                if self.step != step.step_number {
+                    self.close_step(&mut out);
+                    self.step = step.step_number;
+                }
                 self.open_step(&mut out);
-                let streamed = self.streamed;
-                self.close_text(&mut out);
-                if !streamed && let Some(text) = says_text(&step) {
+                if let Some(text) = says_text(&step) {
                     self.text(&mut out, text);
                 }
                 if let Some(answer) = final_answer(&step) {
-                    if !streamed && !answer.is_empty() {
+                    if !answer.is_empty() {
                         self.text(&mut out, &answer);
                     }
                     self.answered = true;
@@ -156,26 +170,26 @@ impl UiStream {
                 self.close_step(&mut out);
             }
             RunItem::Paused { question } => {
-                self.close_step(&mut out);
+                self.close_all(&mut out);
                 self.text(&mut out, &question);
                 out.push(json!({"type": "data-stepwise-pause", "id": self.execution_id.to_string(),
                                 "data": {"question": question, "executionId": self.execution_id}}));
                 out.push(json!({"type": "finish", "finishReason": "other"}));
             }
             RunItem::Completed { answer } => {
-                self.close_step(&mut out);
                 if !self.answered && !answer.is_empty() {
                     self.text(&mut out, &answer);
                 }
+                self.close_all(&mut out);
                 out.push(json!({"type": "finish", "finishReason": "stop"}));
             }
             RunItem::Failed { error } => {
-                self.close_step(&mut out);
+                self.close_all(&mut out);
                 out.push(json!({"type": "error", "errorText": error}));
                 out.push(json!({"type": "finish", "finishReason": "error"}));
             }
             RunItem::Cancelled => {
-                self.close_step(&mut out);
+                self.close_all(&mut out);
                 out.push(json!({"type": "abort", "reason": "the execution was cancelled"}));
             }
             RunItem::Other(event) => {
