@@ -204,7 +204,7 @@ impl AgUiStream {
         self.close_step(out);
     }
 
-    fn finished(&self, outcome: Value, result: Option<&str>) -> Value {
+    pub(crate) fn finished(&self, outcome: Value, result: Option<&str>) -> Value {
         let mut event = json!({"type": "RUN_FINISHED", "threadId": self.thread_id,
                                "runId": self.run_id, "outcome": outcome});
         if let Some(result) = result {

@@ -7,7 +7,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use serde_json::Value;
-use stepwise_core::ExecutionStatus;
+use stepwise_core::{ExecutionStatus, SessionStatus};
 use stepwise_store::Store;
 
 use super::{AgUiStream, RunAgentInput, respond};
@@ -16,7 +16,8 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 use crate::messages::MessageFields;
 use crate::runs::{
-    RunFollower, Start, Turn, latest_root_execution, session_agent, session_for_turn,
+    RunFollower, Start, Turn, find_session, latest_root_execution, session_agent,
+    session_for_turn,
 };
 
 #[utoipa::path(post, path = "/v1/ag-ui", tag = "front ends", operation_id = "ag_ui_run",
@@ -50,8 +51,12 @@ pub async fn run<S: Store>(
     ApiJson(input): ApiJson<RunAgentInput>,
 ) -> ApiResult<Response> {
     let agent = input.agent()?;
-    let session = session_for_turn(&state, &caller, &input.thread_id, "threadId").await?;
-    let latest = latest_root_execution(state.store(), &caller.tenant, &session).await?;
+    // Everything is checked before anything is written (the session, a cancel).
+    let existing = find_session(&state, &caller, &input.thread_id).await?;
+    let latest = match &existing {
+        Some(session) => latest_root_execution(state.store(), &caller.tenant, session).await?,
+        None => None,
+    };
     let paused = latest
         .as_ref()
         .filter(|e| e.status == ExecutionStatus::Paused);
@@ -64,22 +69,32 @@ pub async fn run<S: Store>(
             .or_else(|| entries.first())
     });
     let mut content = input.last_user_text();
+    let mut cancel = None;
     if let (Some(paused), Some(entry)) = (paused, entry) {
         if entry.status == "cancelled" {
-            state.engine.cancel(&caller.tenant, paused.id).await?;
-            // The interrupt is dropped: the thread goes on with an ordinary run, if the
-            // input brings a message.
+            // The interrupt is dropped: the paused execution is cancelled, and the thread
+            // goes on with an ordinary run when the input brings a message.
+            cancel = Some(paused.id);
         } else if let Some(payload) = entry.payload.as_ref().filter(|p| !p.is_null()) {
             content = answer_text(payload);
         }
     }
     if content.trim().is_empty() {
+        if let (Some(execution_id), Some(session)) = (cancel, &existing) {
+            state.engine.cancel(&caller.tenant, execution_id).await?;
+            let view = AgUiStream::new(input.thread_id, input.run_id, session.id, execution_id);
+            let events = vec![
+                view.run_started(),
+                view.finished(serde_json::json!({"type": "cancelled"}), None),
+            ];
+            return Ok(respond::<S>(events, None));
+        }
         return Err(ApiError::invalid(
             "messages",
             "the input has no user message with text (nor a resume payload)",
         ));
     }
-    let input_fields = MessageFields {
+    let mut message = MessageFields {
         content,
         related_type: None,
         related_id: None,
@@ -88,8 +103,17 @@ pub async fn run<S: Store>(
         agent,
     }
     .validate(&state.config)?;
-    state.engine.choose_agent(&input_fields)?;
-    let mut message = input_fields;
+    state.engine.choose_agent(&message)?;
+    let session = match existing {
+        Some(session) if session.status == SessionStatus::Deleted => {
+            return Err(ApiError::invalid_state("the session is deleted"));
+        }
+        Some(session) => session,
+        None => session_for_turn(&state, &caller, &input.thread_id, "threadId").await?,
+    };
+    if let Some(execution_id) = cancel {
+        state.engine.cancel(&caller.tenant, execution_id).await?;
+    }
     if message.agent.is_none() {
         message.agent = session_agent(&state, &caller, &session).await?;
     }
