@@ -288,7 +288,8 @@ impl Modify for MiddlewareResponses {
         crate::checkpoints::prune::PruneBody, crate::checkpoints::schema::FullBlob, crate::checkpoints::schema::AppendBlob,
         crate::checkpoints::schema::ResolvedBlob,
         DataFrame, crate::ai_sdk::chat::ChatBody, crate::ai_sdk::chat::UiMessage, crate::ai_sdk::chat::UiPart,
-        crate::ag_ui::RunAgentInput, crate::ag_ui::AgUiMessage, crate::ag_ui::ResumeEntry
+        crate::ag_ui::RunAgentInput, crate::ag_ui::AgUiMessage, crate::ag_ui::ResumeEntry,
+        crate::ag_ui::ResumeStatus
     )),
     modifiers(&BearerAuth, &MiddlewareResponses),
     security(("bearer" = []))

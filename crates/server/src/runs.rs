@@ -386,13 +386,29 @@ pub(crate) fn is_live(execution: &Execution) -> bool {
     )
 }
 
-/// The session a front end names: a session id of the caller's tenant, or a session name;
-/// `None` when neither exists.
+/// A chat or thread id as a front end sends it: a session id or a valid session name, or a
+/// 400 naming `field`.
+pub(crate) fn check_chat_id(key: &str, field: &str) -> ApiResult<()> {
+    if key.parse::<Id>().is_ok() {
+        return Ok(());
+    }
+    stepwise_core::name::validate_name(key).map_err(|e| {
+        ApiError::invalid(
+            field,
+            format!("{field} is neither a session id nor a valid session name: {e}"),
+        )
+    })
+}
+
+/// The session a front end names (checked with [`check_chat_id`]): a session id of the
+/// caller's tenant, or a session name; `None` when neither exists.
 pub(crate) async fn find_session<S: Store>(
     state: &AppState<S>,
     caller: &Caller,
     key: &str,
+    field: &str,
 ) -> ApiResult<Option<Session>> {
+    check_chat_id(key, field)?;
     if let Ok(id) = key.parse::<Id>()
         && let Some(session) = state.store().get_session(&caller.tenant, id).await?
     {
@@ -414,17 +430,14 @@ pub(crate) async fn session_for_turn<S: Store>(
     key: &str,
     field: &str,
 ) -> ApiResult<Session> {
-    if let Some(session) = find_session(state, caller, key).await? {
+    if let Some(session) = find_session(state, caller, key, field).await? {
         if session.status == stepwise_core::SessionStatus::Deleted {
             return Err(ApiError::invalid_state("the session is deleted"));
         }
         return Ok(session);
     }
     stepwise_core::name::validate_name(key).map_err(|e| {
-        ApiError::invalid(
-            field,
-            format!("{field} is neither a session id nor a valid session name: {e}"),
-        )
+        ApiError::invalid(field, format!("{field} is not a valid session name: {e}"))
     })?;
     let new = NewSession {
         user_id: caller.user_id.clone(),
@@ -438,7 +451,7 @@ pub(crate) async fn session_for_turn<S: Store>(
     match state.store().create_session(&caller.tenant, new).await {
         Ok(session) => Ok(session),
         // Created by a concurrent first turn: use that one.
-        Err(stepwise_store::StoreError::Conflict(_)) => find_session(state, caller, key)
+        Err(stepwise_store::StoreError::Conflict(_)) => find_session(state, caller, key, field)
             .await?
             .ok_or_else(|| ApiError::conflict("the session was created and deleted meanwhile")),
         Err(e) => Err(e.into()),

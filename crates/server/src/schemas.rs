@@ -259,32 +259,7 @@ pub fn chat_id() -> Schema {
     name_of(false).build().into()
 }
 
-/// A short text (an id or a keyword a front-end library sends), or `null`.
-pub fn nullable_text_64() -> Schema {
-    text_of(64, true).build().into()
-}
-
-/// Any string of at most 64 characters (a role or a part type a front-end library sends).
-fn keyword(values: &[&str]) -> Schema {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .max_length(Some(64))
-        .examples(values.iter().map(|v| serde_json::json!(v)))
-        .build()
-        .into()
-}
-
-/// A `UIMessage`'s role: `user`, `assistant` or `system`.
-pub fn ui_role() -> Schema {
-    keyword(&["user", "assistant", "system"])
-}
-
-/// A `UIMessage` part's type (`text` is read; others are skipped).
-pub fn part_type() -> Schema {
-    keyword(&["text", "file", "step-start"])
-}
-
-/// A run id or an interrupt id of AG-UI: 1 to 128 characters.
+/// An AG-UI run id: 1 to 128 characters.
 pub fn run_id() -> Schema {
     ObjectBuilder::new()
         .schema_type(Type::String)
@@ -294,16 +269,3 @@ pub fn run_id() -> Schema {
         .into()
 }
 
-/// An AG-UI message's role (`user` is read).
-pub fn ag_ui_role() -> Schema {
-    keyword(&["user", "assistant", "system", "developer", "tool"])
-}
-
-/// An AG-UI resume entry's status.
-pub fn resume_status() -> Schema {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .enum_values(Some(["resolved", "cancelled"]))
-        .build()
-        .into()
-}

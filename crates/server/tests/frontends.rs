@@ -339,6 +339,14 @@ async fn bad_front_end_requests_are_clear_errors() {
     // Nothing was created by a refused turn.
     let (_, sessions) = server.get("/v1/sessions").await;
     assert_eq!(sessions["items"], json!([]));
+    let (status, answer) = server.get("/v1/ai-sdk/chat/a%20b/stream").await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["field"], "chat_id");
+    let (status, answer) = server
+        .post("/v1/ag-ui/connect", json!({"threadId": "..", "runId": "r"}))
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["field"], "threadId");
     let (status, answer) = server.post("/v1/ai-sdk/chat/nobody/cancel", json!({})).await;
     assert_eq!(status, 404, "{answer}");
     let (status, _) = server.post("/v1/sessions", json!({"name": "idle"})).await;

@@ -28,8 +28,9 @@ pub async fn connect<S: Store>(
     caller: Caller,
     ApiJson(input): ApiJson<RunAgentInput>,
 ) -> ApiResult<Response> {
+    input.check()?;
     let store = state.store();
-    let Some(session) = find_session(&state, &caller, &input.thread_id).await? else {
+    let Some(session) = find_session(&state, &caller, &input.thread_id, "threadId").await? else {
         let view = AgUiStream::new(
             input.thread_id,
             input.run_id,

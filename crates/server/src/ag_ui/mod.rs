@@ -42,7 +42,6 @@ pub struct RunAgentInput {
     #[schema(max_items = 10000)]
     pub messages: Vec<AgUiMessage>,
     /// Answers to the interrupts of a paused run: `payload` (text, or JSON) is the user's answer.
-    #[schema(max_items = 100)]
     pub resume: Option<Vec<ResumeEntry>>,
     /// `{agent: {type, config}}` picks the agent (default: the session's latest execution's
     /// agent, else the server's default).
@@ -55,12 +54,10 @@ pub struct RunAgentInput {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct AgUiMessage {
     #[allow(dead_code)] // in the schema; Stepwise gives stored messages its own ids
-    #[schema(schema_with = crate::schemas::nullable_text_64)]
     pub id: Option<String>,
-    #[schema(schema_with = crate::schemas::ag_ui_role)]
+    /// `user`, `assistant`, `system`, `developer`, `tool`...
     pub role: String,
     /// Text, or an array of content parts (`{type: "text", text}` are read).
-    #[schema(value_type = Option<String>)]
     pub content: Option<Value>,
 }
 
@@ -68,13 +65,17 @@ pub struct AgUiMessage {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ResumeEntry {
     #[serde(rename = "interruptId")]
-    #[schema(schema_with = crate::schemas::run_id)]
     pub interrupt_id: String,
-    /// `resolved` (answered with `payload`) or `cancelled` (the paused execution is cancelled).
-    #[schema(schema_with = crate::schemas::resume_status)]
-    pub status: String,
-    #[schema(value_type = Option<Object>)]
+    pub status: ResumeStatus,
     pub payload: Option<Value>,
+}
+
+/// `resolved` (answered with `payload`) or `cancelled` (the paused execution is cancelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResumeStatus {
+    Resolved,
+    Cancelled,
 }
 
 impl AgUiMessage {
@@ -93,6 +94,25 @@ impl AgUiMessage {
 }
 
 impl RunAgentInput {
+    /// Checks what the schema says and serde does not.
+    pub(crate) fn check(&self) -> ApiResult<()> {
+        crate::runs::check_chat_id(&self.thread_id, "threadId")?;
+        let run_chars = self.run_id.chars().count();
+        if !(1..=128).contains(&run_chars) {
+            return Err(ApiError::invalid(
+                "runId",
+                "runId must be 1 to 128 characters long",
+            ));
+        }
+        if !matches!(self.forwarded_props, None | Some(Value::Null | Value::Object(_))) {
+            return Err(ApiError::invalid(
+                "forwardedProps",
+                "forwardedProps must be a JSON object",
+            ));
+        }
+        Ok(())
+    }
+
     /// The agent `forwardedProps.agent` names.
     pub(crate) fn agent(&self) -> ApiResult<Option<AgentBody>> {
         let Some(agent) = self.forwarded_props.as_ref().and_then(|p| p.get("agent")) else {

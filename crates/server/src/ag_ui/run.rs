@@ -10,7 +10,7 @@ use serde_json::Value;
 use stepwise_core::{ExecutionStatus, SessionStatus};
 use stepwise_store::Store;
 
-use super::{AgUiStream, RunAgentInput, respond};
+use super::{AgUiStream, ResumeStatus, RunAgentInput, respond};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
@@ -50,9 +50,10 @@ pub async fn run<S: Store>(
     caller: Caller,
     ApiJson(input): ApiJson<RunAgentInput>,
 ) -> ApiResult<Response> {
+    input.check()?;
     let agent = input.agent()?;
     // Everything is checked before anything is written (the session, a cancel).
-    let existing = find_session(&state, &caller, &input.thread_id).await?;
+    let existing = find_session(&state, &caller, &input.thread_id, "threadId").await?;
     let latest = match &existing {
         Some(session) => latest_root_execution(state.store(), &caller.tenant, session).await?,
         None => None,
@@ -71,7 +72,7 @@ pub async fn run<S: Store>(
     let mut content = input.last_user_text();
     let mut cancel = None;
     if let (Some(paused), Some(entry)) = (paused, entry) {
-        if entry.status == "cancelled" {
+        if entry.status == ResumeStatus::Cancelled {
             // The interrupt is dropped: the paused execution is cancelled, and the thread
             // goes on with an ordinary run when the input brings a message.
             cancel = Some(paused.id);

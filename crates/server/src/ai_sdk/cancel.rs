@@ -28,7 +28,7 @@ pub async fn cancel<S: Store>(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
-    let session = find_session(&state, &caller, &id)
+    let session = find_session(&state, &caller, &id, "chat_id")
         .await?
         .ok_or_else(|| ApiError::not_found("chat"))?;
     let execution = latest_root_execution(state.store(), &caller.tenant, &session)

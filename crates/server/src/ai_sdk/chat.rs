@@ -24,15 +24,12 @@ pub struct ChatBody {
     #[schema(schema_with = crate::schemas::chat_id)]
     pub id: String,
     /// The chat's messages; the last one with role `user` is the turn.
-    #[schema(max_items = 10000)]
     pub messages: Vec<UiMessage>,
     /// `submit-message` or `regenerate-message` (both post the last user message).
     #[allow(dead_code)] // in the schema: what the transport sends
-    #[schema(schema_with = crate::schemas::nullable_text_64)]
     pub trigger: Option<String>,
     #[allow(dead_code)] // in the schema: what the transport sends
     #[serde(rename = "messageId")]
-    #[schema(schema_with = crate::schemas::nullable_text_64)]
     pub message_id: Option<String>,
     /// The agent that answers (default: the session's latest execution's agent, else the
     /// server's default agent).
@@ -43,22 +40,20 @@ pub struct ChatBody {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct UiMessage {
     #[allow(dead_code)] // in the schema; Stepwise gives stored messages its own ids
-    #[schema(schema_with = crate::schemas::nullable_text_64)]
     pub id: Option<String>,
-    #[schema(schema_with = crate::schemas::ui_role)]
+    /// `user`, `assistant` or `system`.
     pub role: String,
     #[serde(default)]
-    #[schema(max_items = 10000)]
     pub parts: Vec<UiPart>,
 }
 
 /// A part of a `UIMessage`: `{type: "text", text}` counts, other parts are skipped.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct UiPart {
+    /// `text`, or another part type (skipped).
     #[serde(rename = "type")]
-    #[schema(schema_with = crate::schemas::part_type)]
     pub part_type: String,
-    #[schema(value_type = Option<String>)]
+    /// A text part's text.
     pub text: Option<Value>,
 }
 

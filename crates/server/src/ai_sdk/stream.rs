@@ -46,7 +46,7 @@ pub async fn stream<S: Store>(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let Some(session) = find_session(&state, &caller, &id).await? else {
+    let Some(session) = find_session(&state, &caller, &id, "chat_id").await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let store = state.store();
