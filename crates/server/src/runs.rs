@@ -6,8 +6,11 @@
 //! `GET /v1/sessions/{id}/events` (subscribe first, then replay from the store: no gap, no
 //! duplicate), so they work for every agent, built-in or external.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+
+use axum::body::Bytes;
 
 use serde_json::Value;
 use stepwise_core::{
@@ -101,6 +104,8 @@ pub(crate) struct RunFollower<S: Store> {
     ended: bool,
     /// Items made from one event, not yet handed on.
     pending: VecDeque<RunItem>,
+    /// Fires after [`KEEP_ALIVE`] without an item.
+    keep_alive: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl<S: Store> RunFollower<S> {
@@ -131,6 +136,7 @@ impl<S: Store> RunFollower<S> {
             started: turn.message_id.is_none(),
             ended: false,
             pending: VecDeque::new(),
+            keep_alive: Box::pin(tokio::time::sleep(KEEP_ALIVE)),
         }
     }
 
@@ -142,6 +148,9 @@ impl<S: Store> RunFollower<S> {
                 if item.is_end() {
                     self.ended = true;
                 }
+                self.keep_alive
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + KEEP_ALIVE);
                 return Some(item);
             }
             if self.ended {
@@ -149,7 +158,12 @@ impl<S: Store> RunFollower<S> {
             }
             let event = match self.next_event().await? {
                 Some(event) => event,
-                None => return Some(RunItem::KeepAlive),
+                None => {
+                    self.keep_alive
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + KEEP_ALIVE);
+                    return Some(RunItem::KeepAlive);
+                }
             };
             self.accept(event).await;
         }
@@ -184,7 +198,7 @@ impl<S: Store> RunFollower<S> {
             }
             let received = tokio::select! {
                 _ = self.shutdown.cancelled() => return None,
-                () = tokio::time::sleep(KEEP_ALIVE) => return Some(None),
+                () = self.keep_alive.as_mut() => return Some(None),
                 received = self.live.recv() => received,
             };
             match received {
@@ -262,21 +276,29 @@ impl<S: Store> RunFollower<S> {
 
     /// Step `n` of the turn's execution, as stored (read through [`STEPS`]).
     async fn step(&self, n: u32) -> Option<Arc<Step>> {
-        let execution_id = self.turn.execution_id;
-        if let Some(step) = cached_step(execution_id, n) {
+        let key = (self.turn.execution_id, n);
+        let entry = steps_of(&self.tenant, self.session_id);
+        if let Some(step) = entry.get(key) {
             return Some(step);
         }
-        let steps = match self.store.list_steps(&self.tenant, execution_id).await {
-            Ok(loaded) => loaded.items,
+        // One read for every viewer of the session: the others wait here, then find it.
+        let _loading = entry.loading.lock().await;
+        if let Some(step) = entry.get(key) {
+            return Some(step);
+        }
+        let after = *entry.position.read().unwrap_or_else(|e| e.into_inner());
+        match self
+            .store
+            .list_session_steps_after(&self.tenant, self.session_id, after)
+            .await
+        {
+            Ok(read) => entry.add(read),
             Err(e) => {
-                tracing::warn!(execution = %execution_id, error = %e, "could not read the steps");
+                tracing::warn!(session = %self.session_id, error = %e, "could not read the steps");
                 return None;
             }
-        };
-        let steps: Vec<Arc<Step>> = steps.into_iter().map(Arc::new).collect();
-        let found = steps.iter().find(|s| s.step_number == n).cloned();
-        remember_steps(execution_id, steps);
-        found
+        }
+        entry.get(key)
     }
 }
 
@@ -288,30 +310,122 @@ fn step_number(event: &Event) -> Option<u32> {
         .and_then(|n| u32::try_from(n).ok())
 }
 
-/// How many executions keep their steps in [`STEPS`].
-const RECENT_EXECUTIONS: usize = 16;
+/// How many recent live events keep their rendered frames in [`RENDERED`].
+const RECENT_FRAMES: usize = 64;
 
-/// The steps of recently followed executions: every viewer of a run needs each step once,
-/// so the first to ask reads the execution's steps and the others find them here.
-static STEPS: Mutex<VecDeque<(Id, Vec<Arc<Step>>)>> = Mutex::new(VecDeque::new());
+/// The frames of recent live events that render the same for every viewer (the
+/// `data-stepwise-*` parts and `CUSTOM` events of other events): a live event is one `Arc`
+/// for every subscriber of its session, so the first stream renders it and the others send
+/// the same bytes. Holding the `Arc` keeps the pointer from being reused while it is here.
+static RENDERED: RwLock<VecDeque<(Arc<Event>, &'static str, Bytes)>> =
+    RwLock::new(VecDeque::new());
 
-fn cached_step(execution_id: Id, n: u32) -> Option<Arc<Step>> {
-    let list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
-    list.iter()
-        .find(|(id, _)| *id == execution_id)?
-        .1
-        .iter()
-        .find(|s| s.step_number == n)
-        .cloned()
-}
-
-fn remember_steps(execution_id: Id, steps: Vec<Arc<Step>>) {
-    let mut list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
-    list.retain(|(id, _)| *id != execution_id);
-    if list.len() >= RECENT_EXECUTIONS {
+/// `render()` of a live event for `protocol`, rendered once for all its viewers; an event
+/// read back from the store (no other holder) is rendered for this viewer alone.
+pub(crate) fn shared_frame(
+    event: &Arc<Event>,
+    protocol: &'static str,
+    render: impl FnOnce() -> Bytes,
+) -> Bytes {
+    if Arc::strong_count(event) < 2 {
+        return render();
+    }
+    let find = |list: &VecDeque<(Arc<Event>, &'static str, Bytes)>| {
+        list.iter()
+            .rev()
+            .find(|(e, p, _)| Arc::ptr_eq(e, event) && *p == protocol)
+            .map(|(_, _, frame)| frame.clone())
+    };
+    if let Some(frame) = find(&RENDERED.read().unwrap_or_else(|e| e.into_inner())) {
+        return frame;
+    }
+    let frame = render();
+    let mut list = RENDERED.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(frame) = find(&list) {
+        return frame;
+    }
+    if list.len() >= RECENT_FRAMES {
         list.pop_front();
     }
-    list.push_back((execution_id, steps));
+    list.push_back((event.clone(), protocol, frame.clone()));
+    frame
+}
+
+/// How many sessions keep their steps in [`STEPS`].
+const RECENT_SESSIONS: usize = 16;
+
+/// The steps of a session read so far, by execution and step number, and where the next
+/// read of new rows starts.
+#[derive(Default)]
+struct SessionSteps {
+    steps: RwLock<HashMap<(Id, u32), Arc<Step>>>,
+    position: RwLock<i64>,
+    /// Held while reading the store: one read at a time per session.
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl SessionSteps {
+    fn new() -> Self {
+        SessionSteps {
+            position: RwLock::new(stepwise_store::START_POSITION),
+            ..SessionSteps::default()
+        }
+    }
+
+    fn get(&self, key: (Id, u32)) -> Option<Arc<Step>> {
+        self.steps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned()
+    }
+
+    /// The rows of a read past the position: new steps are added, the position moves on.
+    fn add(&self, read: stepwise_store::StepsAfter) {
+        let mut steps = self.steps.write().unwrap_or_else(|e| e.into_inner());
+        if read.whole {
+            steps.clear();
+        }
+        let mut position = self.position.write().unwrap_or_else(|e| e.into_inner());
+        let highest = read.rows.iter().map(|r| r.position).max();
+        for row in read.rows {
+            let step = row.item;
+            steps
+                .entry((step.execution_id, step.step_number))
+                .or_insert_with(|| Arc::new(step));
+        }
+        if !read.whole {
+            *position = read
+                .next_position
+                .or(highest)
+                .map_or(*position, |p| p.max(*position));
+        }
+    }
+}
+
+/// The steps of recently followed sessions: every viewer of a run needs each step once, so
+/// the first to ask reads the session's new step rows and the others find them here.
+static STEPS: Mutex<VecDeque<(SessionKey, Arc<SessionSteps>)>> = Mutex::new(VecDeque::new());
+
+/// A session of a tenant.
+type SessionKey = (String, Id);
+
+/// The cache entry of a session (a new, empty one when it has none).
+fn steps_of(tenant: &Tenant, session_id: Id) -> Arc<SessionSteps> {
+    let mut list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, entry)) = list
+        .iter()
+        .find(|((t, id), _)| *id == session_id && t == tenant.as_str())
+    {
+        return entry.clone();
+    }
+    let key = (tenant.as_str().to_string(), session_id);
+    if list.len() >= RECENT_SESSIONS {
+        list.pop_front();
+    }
+    let entry = Arc::new(SessionSteps::new());
+    list.push_back((key, entry.clone()));
+    entry
 }
 
 /// The session's latest top-level execution (a subagent's parent, not the subagent).
@@ -595,4 +709,63 @@ mod tests {
         assert_eq!(live.take("Second"), Streamed::Whole);
         assert_eq!(live.take(""), Streamed::No);
     }
+}
+
+/// The frames of a front-end stream being written: each part as an SSE `data:` line, or
+/// bytes rendered before (shared by every viewer).
+#[derive(Debug, Default)]
+pub(crate) struct Out(Vec<u8>);
+
+impl Out {
+    /// One part: `data: <json>` and a blank line.
+    pub(crate) fn push(&mut self, part: Value) {
+        self.0.extend_from_slice(b"data: ");
+        if serde_json::to_writer(&mut self.0, &part).is_err() {
+            self.0.extend_from_slice(b"{}");
+        }
+        self.0.extend_from_slice(b"\n\n");
+    }
+
+    /// Frames rendered before.
+    pub(crate) fn raw(&mut self, frames: &[u8]) {
+        self.0.extend_from_slice(frames);
+    }
+
+    pub(crate) fn bytes(self) -> Bytes {
+        Bytes::from(self.0)
+    }
+}
+
+/// Frames of recently streamed steps, per protocol: a step is one `Arc` for every viewer of
+/// its run ([`STEPS`]), so its parts are rendered once.
+pub(crate) type StepCache<T> = RwLock<VecDeque<(Arc<Step>, Arc<T>)>>;
+
+/// How many steps keep their rendered frames.
+const RECENT_STEPS: usize = 32;
+
+/// `build()` of `step`, made once for all its viewers.
+pub(crate) fn for_step<T>(
+    cache: &'static StepCache<T>,
+    step: &Arc<Step>,
+    build: impl FnOnce() -> T,
+) -> Arc<T> {
+    let find = |list: &VecDeque<(Arc<Step>, Arc<T>)>| {
+        list.iter()
+            .rev()
+            .find(|(s, _)| Arc::ptr_eq(s, step))
+            .map(|(_, built)| built.clone())
+    };
+    if let Some(built) = find(&cache.read().unwrap_or_else(|e| e.into_inner())) {
+        return built;
+    }
+    let built = Arc::new(build());
+    let mut list = cache.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = find(&list) {
+        return found;
+    }
+    if list.len() >= RECENT_STEPS {
+        list.pop_front();
+    }
+    list.push_back((step.clone(), built.clone()));
+    built
 }

@@ -8,6 +8,7 @@
 pub(crate) mod connect;
 pub(crate) mod run;
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
@@ -15,14 +16,15 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use stepwise_core::{Id, Message, Role, StepKind};
+use stepwise_core::{Event, Id, Message, Role, Step, StepKind};
 use stepwise_store::{MessageQuery, Store, Tenant};
 
 use crate::error::{ApiError, ApiResult};
 use crate::limits::SubscriberSlot;
 use crate::messages::AgentBody;
 use crate::runs::{
-    LiveText, RunFollower, RunItem, Streamed, final_answer, says_text, tool_result,
+    LiveText, Out, RunFollower, RunItem, StepCache, Streamed, final_answer, for_step, says_text,
+    shared_frame, tool_result,
 };
 
 /// The AG-UI `RunAgentInput` (the fields Stepwise reads; `tools`, `context` and `state` are
@@ -185,7 +187,7 @@ impl AgUiStream {
     }
 
     /// A stored text: sent whole, unless its tokens were streamed.
-    fn text(&mut self, out: &mut Vec<Value>, text: &str) {
+    fn text(&mut self, out: &mut Out, text: &str) {
         match self.live.take(text) {
             Streamed::Whole => self.close_text(out),
             Streamed::Prefix => {}
@@ -198,7 +200,7 @@ impl AgUiStream {
         }
     }
 
-    fn open_step(&mut self, out: &mut Vec<Value>) {
+    fn open_step(&mut self, out: &mut Out) {
         if self.step_open.is_none() {
             let name = format!("step {}", self.step);
             out.push(json!({"type": "STEP_STARTED", "stepName": name}));
@@ -206,20 +208,20 @@ impl AgUiStream {
         }
     }
 
-    fn close_text(&mut self, out: &mut Vec<Value>) {
+    fn close_text(&mut self, out: &mut Out) {
         if let Some(id) = self.live.id.take() {
             out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
         }
         self.live = LiveText::default();
     }
 
-    fn close_step(&mut self, out: &mut Vec<Value>) {
+    fn close_step(&mut self, out: &mut Out) {
         if let Some(name) = self.step_open.take() {
             out.push(json!({"type": "STEP_FINISHED", "stepName": name}));
         }
     }
 
-    fn close_all(&mut self, out: &mut Vec<Value>) {
+    fn close_all(&mut self, out: &mut Out) {
         self.close_text(out);
         self.close_step(out);
     }
@@ -251,9 +253,14 @@ impl AgUiStream {
         }
     }
 
+    /// The event of a Stepwise event that has no AG-UI event of its own: the same for every viewer.
+    fn custom(event: &Event) -> Value {
+        json!({"type": "CUSTOM", "name": format!("stepwise.{}", event.event_type.as_str()), "value": event})
+    }
+
     /// The events for one item of the turn.
-    pub(crate) fn events(&mut self, item: RunItem) -> Vec<Value> {
-        let mut out = Vec::new();
+    pub(crate) fn events(&mut self, item: RunItem) -> Out {
+        let mut out = Out::default();
         match item {
             RunItem::StepStarted(n) => {
                 self.close_step(&mut out);
@@ -282,40 +289,21 @@ impl AgUiStream {
                     self.step = step.step_number;
                 }
                 self.open_step(&mut out);
-                if let Some(text) = says_text(&step) {
-                    self.text(&mut out, text);
-                }
-                if let Some(answer) = final_answer(&step) {
-                    if !answer.is_empty() {
-                        self.text(&mut out, &answer);
+                let events = for_step(&STEP_EVENTS, &step, || StepEvents::new(self.execution_id, &step));
+                for (text, frames) in [&events.text, &events.answer].into_iter().flatten() {
+                    match self.live.take(text) {
+                        Streamed::Whole => self.close_text(&mut out),
+                        Streamed::Prefix => {}
+                        Streamed::No => out.raw(frames),
                     }
+                }
+                if events.is_final {
                     self.answered = true;
                 }
-                if step.kind == StepKind::Action {
-                    for (i, call) in step.tool_calls.iter().enumerate() {
-                        let call_id = if call.id.is_empty() {
-                            format!("{}-{}-call{i}", self.execution_id, step.step_number)
-                        } else {
-                            call.id.clone()
-                        };
-                        out.push(json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": call.name}));
-                        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": call.arguments.to_string()}));
-                        out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
-                        let content = match tool_result(&step, i) {
-                            Some(Ok(output)) => output,
-                            Some(Err(error)) => format!("Error: {error}"),
-                            None => {
-                                self.asking_call = Some(call_id);
-                                continue;
-                            }
-                        };
-                        let message_id = format!("{call_id}-result");
-                        out.push(json!({"type": "TOOL_CALL_RESULT", "messageId": message_id,
-                                        "toolCallId": call_id, "content": content, "role": "tool"}));
-                    }
-                } else if step.kind != StepKind::FinalAnswer {
-                    out.push(json!({"type": "CUSTOM", "name": "stepwise.step", "value": &*step}));
+                if let Some(call) = &events.asking_call {
+                    self.asking_call = Some(call.clone());
                 }
+                out.raw(&events.rest);
                 self.close_step(&mut out);
             }
             RunItem::Paused { question } => {
@@ -338,13 +326,77 @@ impl AgUiStream {
                 self.close_all(&mut out);
                 out.push(self.finished(json!({"type": "cancelled"}), None));
             }
-            RunItem::Other(event) => {
-                out.push(json!({"type": "CUSTOM", "name": format!("stepwise.{}", event.event_type.as_str()),
-                                "value": &*event}));
-            }
+            RunItem::Other(event) => out.push(AgUiStream::custom(&event)),
             RunItem::KeepAlive => {}
         }
         out
+    }
+}
+
+/// The events of a stored step, the same for every viewer: its text, its answer (each with
+/// the text they hold, to match streamed tokens), and its tool calls with their results.
+struct StepEvents {
+    text: Option<(String, Bytes)>,
+    answer: Option<(String, Bytes)>,
+    is_final: bool,
+    /// The call without a result (the `user_input` call of a pause).
+    asking_call: Option<String>,
+    rest: Bytes,
+}
+
+static STEP_EVENTS: StepCache<StepEvents> = StepCache::new(VecDeque::new());
+
+impl StepEvents {
+    fn new(execution_id: Id, step: &Step) -> Self {
+        let n = step.step_number;
+        let text_frames = |id: String, text: &str| {
+            let mut out = Out::default();
+            out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
+            out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
+            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
+            out.bytes()
+        };
+        let text = says_text(step)
+            .map(|t| (t.to_string(), text_frames(format!("{execution_id}-{n}-text"), t)));
+        let answer = final_answer(step)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                let frames = text_frames(format!("{execution_id}-{n}-answer"), &a);
+                (a, frames)
+            });
+        let mut rest = Out::default();
+        let mut asking_call = None;
+        if step.kind == StepKind::Action {
+            for (i, call) in step.tool_calls.iter().enumerate() {
+                let call_id = if call.id.is_empty() {
+                    format!("{execution_id}-{n}-call{i}")
+                } else {
+                    call.id.clone()
+                };
+                rest.push(json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": call.name}));
+                rest.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": call.arguments.to_string()}));
+                rest.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
+                let content = match tool_result(step, i) {
+                    Some(Ok(output)) => output,
+                    Some(Err(error)) => format!("Error: {error}"),
+                    None => {
+                        asking_call = Some(call_id);
+                        continue;
+                    }
+                };
+                rest.push(json!({"type": "TOOL_CALL_RESULT", "messageId": format!("{call_id}-result"),
+                                 "toolCallId": call_id, "content": content, "role": "tool"}));
+            }
+        } else if step.kind != StepKind::FinalAnswer {
+            rest.push(json!({"type": "CUSTOM", "name": "stepwise.step", "value": step}));
+        }
+        StepEvents {
+            text,
+            answer,
+            is_final: step.kind == StepKind::FinalAnswer,
+            asking_call,
+            rest: rest.bytes(),
+        }
     }
 }
 
@@ -377,10 +429,10 @@ pub(crate) fn respond<S: Store>(
     let rest = futures_util::stream::unfold(follow, |follow| async move {
         let (mut follower, mut view, slot) = follow?;
         let item = follower.next().await?;
-        let bytes = if matches!(item, RunItem::KeepAlive) {
-            Bytes::from_static(b":\n\n")
-        } else {
-            frames(&view.events(item))
+        let bytes = match &item {
+            RunItem::KeepAlive => Bytes::from_static(b":\n\n"),
+            RunItem::Other(event) => shared_frame(event, "ag-ui", || frame(&AgUiStream::custom(event))),
+            _ => view.events(item).bytes(),
         };
         Some((bytes, Some((follower, view, slot))))
     });

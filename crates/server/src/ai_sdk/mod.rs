@@ -9,18 +9,20 @@ pub(crate) mod cancel;
 pub(crate) mod chat;
 pub(crate) mod stream;
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use stepwise_core::{Id, StepKind};
+use stepwise_core::{Event, Id, Step, StepKind};
 use stepwise_store::Store;
 
 use crate::limits::SubscriberSlot;
 use crate::runs::{
-    LiveText, RunFollower, RunItem, Streamed, final_answer, says_text, tool_result,
+    LiveText, Out, RunFollower, RunItem, StepCache, Streamed, final_answer, for_step, says_text,
+    shared_frame, tool_result,
 };
 
 /// The header that tells the AI SDK which stream protocol the body speaks.
@@ -67,7 +69,7 @@ impl UiStream {
     }
 
     /// A stored text: sent whole, unless its tokens were streamed.
-    fn text(&mut self, out: &mut Vec<Value>, text: &str) {
+    fn text(&mut self, out: &mut Out, text: &str) {
         match self.live.take(text) {
             Streamed::Whole => self.close_text(out),
             Streamed::Prefix => {}
@@ -80,21 +82,21 @@ impl UiStream {
         }
     }
 
-    fn open_step(&mut self, out: &mut Vec<Value>) {
+    fn open_step(&mut self, out: &mut Out) {
         if !self.step_open {
             out.push(json!({"type": "start-step"}));
             self.step_open = true;
         }
     }
 
-    fn close_text(&mut self, out: &mut Vec<Value>) {
+    fn close_text(&mut self, out: &mut Out) {
         if let Some(id) = self.live.id.take() {
             out.push(json!({"type": "text-end", "id": id}));
         }
         self.live = LiveText::default();
     }
 
-    fn close_step(&mut self, out: &mut Vec<Value>) {
+    fn close_step(&mut self, out: &mut Out) {
         if self.step_open {
             out.push(json!({"type": "finish-step"}));
             self.step_open = false;
@@ -102,14 +104,20 @@ impl UiStream {
     }
 
     /// Before the outcome: nothing left open.
-    fn close_all(&mut self, out: &mut Vec<Value>) {
+    fn close_all(&mut self, out: &mut Out) {
         self.close_text(out);
         self.close_step(out);
     }
 
+    /// The part of an event that has no part of its own: the same for every viewer.
+    fn other(event: &Event) -> Value {
+        let kind = event.event_type.as_str().replace('.', "-");
+        json!({"type": format!("data-stepwise-{kind}"), "data": event, "transient": true})
+    }
+
     /// The parts for one item of the turn.
-    pub(crate) fn parts(&mut self, item: RunItem) -> Vec<Value> {
-        let mut out = Vec::new();
+    pub(crate) fn parts(&mut self, item: RunItem) -> Out {
+        let mut out = Out::default();
         match item {
             RunItem::StepStarted(n) => {
                 self.close_step(&mut out);
@@ -138,35 +146,18 @@ impl UiStream {
                     self.step = step.step_number;
                 }
                 self.open_step(&mut out);
-                if let Some(text) = says_text(&step) {
-                    self.text(&mut out, text);
-                }
-                if let Some(answer) = final_answer(&step) {
-                    if !answer.is_empty() {
-                        self.text(&mut out, &answer);
+                let parts = for_step(&STEP_PARTS, &step, || StepParts::new(self.execution_id, &step));
+                for (text, frames) in [&parts.text, &parts.answer].into_iter().flatten() {
+                    match self.live.take(text) {
+                        Streamed::Whole => self.close_text(&mut out),
+                        Streamed::Prefix => {}
+                        Streamed::No => out.raw(frames),
                     }
+                }
+                if parts.is_final {
                     self.answered = true;
                 }
-                if step.kind == StepKind::Action {
-                    for (i, call) in step.tool_calls.iter().enumerate() {
-                        let call_id = if call.id.is_empty() {
-                            format!("{}-{}-call{i}", self.execution_id, step.step_number)
-                        } else {
-                            call.id.clone()
-                        };
-                        out.push(json!({"type": "tool-input-available", "toolCallId": call_id,
-                                        "toolName": call.name, "input": call.arguments}));
-                        match tool_result(&step, i) {
-                            Some(Ok(output)) => out.push(json!({"type": "tool-output-available",
-                                "toolCallId": call_id, "output": output})),
-                            Some(Err(error)) => out.push(json!({"type": "tool-output-error",
-                                "toolCallId": call_id, "errorText": error})),
-                            None => {}
-                        }
-                    }
-                } else if step.kind != StepKind::FinalAnswer {
-                    out.push(json!({"type": "data-stepwise-step", "data": &*step, "transient": true}));
-                }
+                out.raw(&parts.rest);
                 self.close_step(&mut out);
             }
             RunItem::Paused { question } => {
@@ -192,13 +183,69 @@ impl UiStream {
                 self.close_all(&mut out);
                 out.push(json!({"type": "abort", "reason": "the execution was cancelled"}));
             }
-            RunItem::Other(event) => {
-                let kind = event.event_type.as_str().replace('.', "-");
-                out.push(json!({"type": format!("data-stepwise-{kind}"), "data": &*event, "transient": true}));
-            }
+            RunItem::Other(event) => out.push(UiStream::other(&event)),
             RunItem::KeepAlive => {}
         }
         out
+    }
+}
+
+/// The parts of a stored step, the same for every viewer: its text, its answer (each with
+/// the text they hold, to match streamed tokens), and its tool calls with their results.
+struct StepParts {
+    text: Option<(String, Bytes)>,
+    answer: Option<(String, Bytes)>,
+    is_final: bool,
+    rest: Bytes,
+}
+
+static STEP_PARTS: StepCache<StepParts> = StepCache::new(VecDeque::new());
+
+impl StepParts {
+    fn new(execution_id: Id, step: &Step) -> Self {
+        let n = step.step_number;
+        let text_frames = |id: String, text: &str| {
+            let mut out = Out::default();
+            out.push(json!({"type": "text-start", "id": id}));
+            out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+            out.push(json!({"type": "text-end", "id": id}));
+            out.bytes()
+        };
+        let text = says_text(step)
+            .map(|t| (t.to_string(), text_frames(format!("{execution_id}-{n}-text"), t)));
+        let answer = final_answer(step)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                let frames = text_frames(format!("{execution_id}-{n}-answer"), &a);
+                (a, frames)
+            });
+        let mut rest = Out::default();
+        if step.kind == StepKind::Action {
+            for (i, call) in step.tool_calls.iter().enumerate() {
+                let call_id = if call.id.is_empty() {
+                    format!("{execution_id}-{n}-call{i}")
+                } else {
+                    call.id.clone()
+                };
+                rest.push(json!({"type": "tool-input-available", "toolCallId": call_id,
+                                 "toolName": call.name, "input": call.arguments}));
+                match tool_result(step, i) {
+                    Some(Ok(output)) => rest.push(json!({"type": "tool-output-available",
+                        "toolCallId": call_id, "output": output})),
+                    Some(Err(error)) => rest.push(json!({"type": "tool-output-error",
+                        "toolCallId": call_id, "errorText": error})),
+                    None => {}
+                }
+            }
+        } else if step.kind != StepKind::FinalAnswer {
+            rest.push(json!({"type": "data-stepwise-step", "data": step, "transient": true}));
+        }
+        StepParts {
+            text,
+            answer,
+            is_final: step.kind == StepKind::FinalAnswer,
+            rest: rest.bytes(),
+        }
     }
 }
 
@@ -231,11 +278,11 @@ pub(crate) fn respond<S: Store>(
         if matches!(item, RunItem::KeepAlive) {
             return Some((Bytes::from_static(b":\n\n"), (follower, view, slot, false)));
         }
-        let mut bytes = Vec::new();
-        for part in view.parts(item) {
-            bytes.extend_from_slice(&frame(&part));
-        }
-        Some((Bytes::from(bytes), (follower, view, slot, false)))
+        let bytes = match &item {
+            RunItem::Other(event) => shared_frame(event, "ai-sdk", || frame(&UiStream::other(event))),
+            _ => view.parts(item).bytes(),
+        };
+        Some((bytes, (follower, view, slot, false)))
     });
     let frames = futures_util::StreamExt::map(
         futures_util::StreamExt::chain(futures_util::stream::once(async move { first }), rest),
