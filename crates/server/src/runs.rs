@@ -287,12 +287,17 @@ impl<S: Store> RunFollower<S> {
             return Some(step);
         }
         let after = *entry.position.read().unwrap_or_else(|e| e.into_inner());
+        let started = std::time::Instant::now();
         match self
             .store
             .list_session_steps_after(&self.tenant, self.session_id, after)
             .await
         {
-            Ok(read) => entry.add(read),
+            Ok(read) => {
+                tracing::debug!(session = %self.session_id, rows = read.rows.len(), whole = read.whole,
+                    elapsed_us = started.elapsed().as_micros() as u64, "front-end streams read new steps");
+                entry.add(read)
+            }
             Err(e) => {
                 tracing::warn!(session = %self.session_id, error = %e, "could not read the steps");
                 return None;
@@ -409,6 +414,28 @@ static STEPS: Mutex<VecDeque<(SessionKey, Arc<SessionSteps>)>> = Mutex::new(VecD
 
 /// A session of a tenant.
 type SessionKey = (String, Id);
+
+/// A step the store just acknowledged: when its session is followed, its viewers find it
+/// here instead of reading it back (they read it when it comes after its event).
+pub(crate) fn remember_step(tenant: &Tenant, step: &Step) {
+    let Some(session_id) = step.session_id else {
+        return;
+    };
+    let entry = {
+        let list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+        list.iter()
+            .find(|((t, id), _)| *id == session_id && t == tenant.as_str())
+            .map(|(_, entry)| entry.clone())
+    };
+    if let Some(entry) = entry {
+        entry
+            .steps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((step.execution_id, step.step_number))
+            .or_insert_with(|| Arc::new(step.clone()));
+    }
+}
 
 /// The cache entry of a session (a new, empty one when it has none).
 fn steps_of(tenant: &Tenant, session_id: Id) -> Arc<SessionSteps> {
@@ -693,6 +720,50 @@ impl LiveText {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn step(session_id: Id, execution_id: Id, n: u32) -> Step {
+        Step {
+            id: stepwise_core::new_id(),
+            execution_id,
+            session_id: Some(session_id),
+            step_number: n,
+            kind: StepKind::Action,
+            model_output: Some(format!("step {n}")),
+            tool_calls: Vec::new(),
+            code: None,
+            observations: None,
+            error: None,
+            output: Value::Null,
+            token_usage: Default::default(),
+            started_at: None,
+            ended_at: None,
+            created_at: stepwise_core::Timestamp(0),
+        }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_stored_step_reaches_the_followers_of_its_session_only() {
+        let tenant = Tenant::new("t1").unwrap();
+        let (followed, other, execution) = (
+            stepwise_core::new_id(),
+            stepwise_core::new_id(),
+            stepwise_core::new_id(),
+        );
+        let entry = steps_of(&tenant, followed);
+        remember_step(&tenant, &step(followed, execution, 1));
+        assert_eq!(
+            entry.get((execution, 1)).map(|s| s.step_number),
+            Some(1),
+            "a followed session's step is there without a read"
+        );
+        // Another tenant's session of the same id, and a session nobody follows: nothing.
+        remember_step(&Tenant::new("t2").unwrap(), &step(followed, execution, 2));
+        assert!(entry.get((execution, 2)).is_none());
+        remember_step(&tenant, &step(other, execution, 1));
+        let list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(!list.iter().any(|((_, id), _)| *id == other), "no entry made for it");
+    }
 
     #[test]
     fn a_streamed_text_is_recognised_whole_or_as_a_prefix() {

@@ -203,7 +203,7 @@ impl AgUiStream {
     fn open_step(&mut self, out: &mut Out) {
         if self.step_open.is_none() {
             let name = format!("step {}", self.step);
-            out.push(json!({"type": "STEP_STARTED", "stepName": name}));
+            out.raw(format!("data: {{\"type\":\"STEP_STARTED\",\"stepName\":\"{name}\"}}\n\n").as_bytes());
             self.step_open = Some(name);
         }
     }
@@ -217,7 +217,7 @@ impl AgUiStream {
 
     fn close_step(&mut self, out: &mut Out) {
         if let Some(name) = self.step_open.take() {
-            out.push(json!({"type": "STEP_FINISHED", "stepName": name}));
+            out.raw(format!("data: {{\"type\":\"STEP_FINISHED\",\"stepName\":\"{name}\"}}\n\n").as_bytes());
         }
     }
 

@@ -84,7 +84,7 @@ impl UiStream {
 
     fn open_step(&mut self, out: &mut Out) {
         if !self.step_open {
-            out.push(json!({"type": "start-step"}));
+            out.raw(b"data: {\"type\":\"start-step\"}\n\n");
             self.step_open = true;
         }
     }
@@ -98,7 +98,7 @@ impl UiStream {
 
     fn close_step(&mut self, out: &mut Out) {
         if self.step_open {
-            out.push(json!({"type": "finish-step"}));
+            out.raw(b"data: {\"type\":\"finish-step\"}\n\n");
             self.step_open = false;
         }
     }
