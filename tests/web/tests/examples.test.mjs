@@ -81,12 +81,12 @@ test('the useChat page: a run with its tools, a pause and its answer, a resumed 
     await assistantSays(page, 'You said: a hammer');
 
     // A long turn, and the page reloaded in the middle of it: useChat resumes it.
-    await say(page, 'steps: 40');
+    await say(page, 'steps: 100');
     await page.locator('.message.assistant .tool', { hasText: 'calculator({"expression":"2"})' }).nth(1).waitFor();
     await page.reload();
-    await assistantSays(page, 'Done: 40 steps');
+    await assistantSays(page, 'Done: 100 steps');
     const resumed = await page.locator('.message.assistant').last().locator('.tool').count();
-    assert.equal(resumed, 40, 'the whole turn, from its start, once');
+    assert.equal(resumed, 100, 'the whole turn, from its start, once');
     await screenshot(page, 'example-use-chat');
     assert.deepEqual(page.errors, []);
   } finally {
