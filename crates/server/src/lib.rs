@@ -4,6 +4,8 @@
 //! [`app`] builds the router; [`launch`] serves it on a listener until a shutdown future
 //! resolves, so tests run the real server on port 0.
 
+mod ag_ui;
+mod ai_sdk;
 mod auth;
 pub mod bench;
 mod checkpoints;
@@ -21,6 +23,7 @@ mod node;
 mod openapi;
 mod ops;
 mod request_id;
+mod runs;
 mod schemas;
 mod sessions;
 mod ui_assets;
@@ -242,6 +245,11 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             "/snapshots/{id}",
             get(executions::get_snapshot::get_snapshot::<S>),
         )
+        .route("/ai-sdk/chat", post(ai_sdk::chat::chat::<S>))
+        .route("/ai-sdk/chat/{chat_id}/stream", get(ai_sdk::stream::stream::<S>))
+        .route("/ai-sdk/chat/{chat_id}/cancel", post(ai_sdk::cancel::cancel::<S>))
+        .route("/ag-ui", post(ag_ui::run::run::<S>))
+        .route("/ag-ui/connect", post(ag_ui::connect::connect::<S>))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         // Inside auth: the caller is known when its bucket is read.

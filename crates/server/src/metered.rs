@@ -140,7 +140,9 @@ pub fn write_metrics(text: &mut String) {
     }
 }
 
-/// A store that records save and load latency; everything else passes straight through.
+/// A store that records save and load latency; everything else passes straight through. A
+/// step it saves is also handed to the front-end streams as soon as it is stored
+/// ([`crate::runs::remember_step`]), so their viewers need not read it back.
 #[derive(Clone)]
 pub struct Metered<S: Store> {
     inner: S,
@@ -159,11 +161,22 @@ impl<S: Store> Metered<S> {
 /// Hands back an `Ack` that resolves with `ack`, timing `ack` from `started` on the way,
 /// even when the caller drops its `Ack` (fire-and-forget saves are timed too).
 fn timed_ack<T: Send + 'static>(what: Timed, started: Instant, ack: Ack<T>) -> Ack<T> {
+    timed_ack_then(what, started, ack, |_| {})
+}
+
+/// [`timed_ack`], calling `stored` with the value once the save is acknowledged.
+fn timed_ack_then<T: Send + 'static>(
+    what: Timed,
+    started: Instant,
+    ack: Ack<T>,
+    stored: impl FnOnce(&T) + Send + 'static,
+) -> Ack<T> {
     let (tx, out) = Ack::channel();
     tokio::spawn(async move {
         let result = ack.await;
-        if result.is_ok() {
+        if let Ok(value) = &result {
             observe(what, started.elapsed());
+            stored(value);
         }
         let _ = tx.send(result);
     });
@@ -302,7 +315,10 @@ impl<S: Store> Store for Metered<S> {
     async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
         let started = Instant::now();
         let ack = self.inner.append_step(tenant, new).await?;
-        Ok(timed_ack(Timed::SaveStep, started, ack))
+        let tenant = tenant.clone();
+        Ok(timed_ack_then(Timed::SaveStep, started, ack, move |append| {
+            crate::runs::remember_step(&tenant, &append.step);
+        }))
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {

@@ -56,6 +56,24 @@ pub struct SseFrame {
     pub data: String,
 }
 
+/// One Server-Sent Event of a front-end stream (AI SDK, AG-UI): `data` a JSON object (the
+/// part or event), or `[DONE]` at the end of an AI SDK stream
+#[derive(ToSchema)]
+#[allow(dead_code)] // the schema of the front-end streams' frames
+pub struct DataFrame {
+    #[schema(schema_with = json_text)]
+    pub data: String,
+}
+
+/// `data` of a front-end frame: JSON text.
+fn json_text() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .content_media_type("application/json")
+        .build()
+        .into()
+}
+
 /// `data` of an event frame: an [`Event`] as JSON text.
 fn event_json() -> Schema {
     ObjectBuilder::new()
@@ -245,7 +263,9 @@ impl Modify for MiddlewareResponses {
         crate::checkpoints::put::doc, crate::checkpoints::get_latest::doc, crate::checkpoints::get::doc,
         crate::checkpoints::list::doc, crate::checkpoints::list_all::doc, crate::checkpoints::put_writes::doc,
         crate::checkpoints::get_thread::doc, crate::checkpoints::delete_thread::doc, crate::checkpoints::copy::doc,
-        crate::checkpoints::delete_for_runs::doc, crate::checkpoints::prune::doc
+        crate::checkpoints::delete_for_runs::doc, crate::checkpoints::prune::doc,
+        crate::ai_sdk::chat::doc, crate::ai_sdk::stream::doc, crate::ai_sdk::cancel::doc,
+        crate::ag_ui::run::doc, crate::ag_ui::connect::doc
     ),
     components(schemas(
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
@@ -266,7 +286,10 @@ impl Modify for MiddlewareResponses {
         crate::checkpoints::get_thread::Thread, crate::checkpoints::copy::CopyThreadBody, crate::checkpoints::copy::ThreadCopied,
         crate::checkpoints::delete_for_runs::DeleteForRunsBody, crate::checkpoints::delete_for_runs::CheckpointsDeleted,
         crate::checkpoints::prune::PruneBody, crate::checkpoints::schema::FullBlob, crate::checkpoints::schema::AppendBlob,
-        crate::checkpoints::schema::ResolvedBlob
+        crate::checkpoints::schema::ResolvedBlob,
+        DataFrame, crate::ai_sdk::chat::ChatBody, crate::ai_sdk::chat::UiMessage, crate::ai_sdk::chat::UiPart,
+        crate::ag_ui::RunAgentInput, crate::ag_ui::AgUiMessage, crate::ag_ui::ResumeEntry,
+        crate::ag_ui::ResumeStatus
     )),
     modifiers(&BearerAuth, &MiddlewareResponses),
     security(("bearer" = []))

@@ -252,3 +252,20 @@ pub fn roles() -> Schema {
         .collect();
     one_or_more(&roles)
 }
+
+/// A chat's id on the front-end paths: a session id or a session name (a uuid is a valid
+/// name too).
+pub fn chat_id() -> Schema {
+    name_of(false).build().into()
+}
+
+/// An AG-UI run id: 1 to 128 characters.
+pub fn run_id() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(128))
+        .build()
+        .into()
+}
+

@@ -1,0 +1,703 @@
+/**
+ * `@stepwise/client`: the Stepwise HTTP API (docs/api.md) for TypeScript, in browsers and
+ * Node 20+. One method per endpoint, the API's own types (generated from the server's
+ * `/openapi.json` into `schema.gen.ts`), list iterators that follow `next_cursor`, one error
+ * class, and `events()`: a session's event stream that reconnects with `Last-Event-ID`, with no
+ * gap and no duplicate. No runtime dependency beyond the platform's `fetch`.
+ */
+
+import type {
+  AgentBody,
+  AppendItemsBody,
+  ChatBody,
+  CheckpointPage,
+  CheckpointStored,
+  CheckpointTuple,
+  CheckpointsDeleted,
+  CompleteBody,
+  CopyThreadBody,
+  CreateSessionBody,
+  DeleteForRunsBody,
+  Event,
+  Execution,
+  ExecutionList,
+  FailBody,
+  ItemsAdded,
+  ItemsCleared,
+  ItemsPage,
+  Memory,
+  Message,
+  MessageAccepted,
+  MessageBody,
+  MessageList,
+  NewSessionMessageBody,
+  OpenExecutionBody,
+  PauseBody,
+  PopItemBody,
+  PoppedItem,
+  PruneBody,
+  PutCheckpointBody,
+  PutWritesBody,
+  Role,
+  RunAgentInput,
+  Session,
+  SessionDocument,
+  SessionList,
+  SessionStatus,
+  Snapshot,
+  SnapshotInput,
+  SnapshotList,
+  Step,
+  StepInput,
+  StepList,
+  Thread,
+  ThreadCopied,
+  UpdateSessionBody,
+} from './schema.gen.js';
+
+export type * from './schema.gen.js';
+export { OPERATIONS } from './schema.gen.js';
+export type { OperationId } from './schema.gen.js';
+
+/** What the client needs to reach a server. */
+export interface ClientOptions {
+  /** The server, e.g. `http://127.0.0.1:8420` (no trailing `/v1`). */
+  baseUrl: string;
+  /** An API key, sent as `Authorization: Bearer <key>` on `/v1` paths. */
+  apiKey?: string;
+  /** Headers added to every request. */
+  headers?: Record<string, string>;
+  /** The `fetch` to use (default: the platform's). */
+  fetch?: typeof fetch;
+  /** How long `events()` waits before reconnecting after a dropped stream, at first (ms, default 200; doubles up to 5 s). */
+  reconnectDelayMs?: number;
+}
+
+/**
+ * Every error the API answers (`{error: {code, message, field}}` with its HTTP status), and
+ * network failures (status 0, code `network_error`).
+ */
+export class StepwiseError extends Error {
+  /** The API's snake_case code: `invalid_request`, `not_found`, `conflict`... */
+  readonly code: string;
+  /** The HTTP status (0 when no answer came). */
+  readonly status: number;
+  /** The request field the error is about, when the API names one. */
+  readonly field: string | null;
+  /** The server's request id (`x-request-id`), for its logs. */
+  readonly requestId: string | null;
+  /** Seconds to wait before retrying (`Retry-After` of a 429 or 503). */
+  readonly retryAfter: number | null;
+
+  constructor(init: { status: number; code: string; message: string; field?: string | null; requestId?: string | null; retryAfter?: number | null }) {
+    super(init.message);
+    this.name = 'StepwiseError';
+    this.status = init.status;
+    this.code = init.code;
+    this.field = init.field ?? null;
+    this.requestId = init.requestId ?? null;
+    this.retryAfter = init.retryAfter ?? null;
+  }
+}
+
+/** A page of a list. */
+export interface Page<T> {
+  items: T[];
+  /** The next page's cursor; `null` on the last page. */
+  next_cursor?: string | null;
+}
+
+/** `limit` (1–500) and `cursor` of a list. */
+export interface PageQuery {
+  limit?: number;
+  cursor?: string;
+}
+
+export interface ListSessionsQuery extends PageQuery {
+  /** One or more statuses (default: all but `deleted`). */
+  status?: SessionStatus | SessionStatus[];
+  /** The session of that name (or none). */
+  name?: string;
+  related_type?: string;
+  related_id?: string;
+}
+
+export interface ListMessagesQuery extends PageQuery {
+  /** Only messages after this message id. */
+  after?: string;
+  roles?: Role | Role[];
+}
+
+export interface CheckpointQuery {
+  checkpoint_ns?: string;
+  /** Blob versions the caller already holds (`channel:version`...), not sent again. */
+  have?: string | string[];
+}
+
+export interface ListCheckpointsQuery {
+  checkpoint_ns?: string;
+  /** Only checkpoints before this checkpoint id. */
+  before?: string;
+  limit?: number;
+  cursor?: string;
+  /** A JSON object the checkpoints' metadata must contain. */
+  filter?: Record<string, unknown> | string;
+}
+
+/** A stored event (`id` its position in the session) or a live-only `message.delta` (`id` null). */
+export type SessionEvent = Event & { id: number | null };
+
+export interface EventsOptions {
+  /** Start after this event id (default: from the first event). */
+  after?: number;
+  /** Ends the iteration (and the connection) when aborted. */
+  signal?: AbortSignal;
+}
+
+/** A part of an AI SDK UI message stream, or an AG-UI event: a JSON object with a `type`. */
+export type StreamPart = { type: string; [key: string]: unknown };
+
+type Query = Record<string, string | number | boolean | string[] | undefined | null>;
+
+interface Call {
+  method: string;
+  path: string;
+  query?: Query;
+  body?: unknown;
+  headers?: Record<string, string>;
+  signal?: AbortSignal | undefined;
+}
+
+function enc(segment: string): string {
+  return encodeURIComponent(segment);
+}
+
+/** The Stepwise API. Every method answers what its endpoint answers, or throws a {@link StepwiseError}. */
+export class Stepwise {
+  readonly baseUrl: string;
+  private readonly apiKey: string | undefined;
+  private readonly headers: Record<string, string>;
+  private readonly fetchImpl: typeof fetch;
+  private readonly reconnectDelayMs: number;
+
+  constructor(options: ClientOptions) {
+    if (!options || typeof options.baseUrl !== 'string' || !/^https?:\/\//.test(options.baseUrl)) {
+      throw new TypeError('Stepwise: baseUrl must be an http(s) URL, e.g. http://127.0.0.1:8420');
+    }
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.apiKey = options.apiKey;
+    this.headers = { ...(options.headers ?? {}) };
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.reconnectDelayMs = options.reconnectDelayMs ?? 200;
+  }
+
+  // --- the transport -----------------------------------------------------------------
+
+  private url(path: string, query?: Query): string {
+    const search = new URLSearchParams();
+    for (const [key, value] of Object.entries(query ?? {})) {
+      if (value === undefined || value === null) continue;
+      search.set(key, Array.isArray(value) ? value.join(',') : String(value));
+    }
+    const text = search.toString();
+    return `${this.baseUrl}${path}${text ? `?${text}` : ''}`;
+  }
+
+  private async send(call: Call): Promise<Response> {
+    const headers: Record<string, string> = { ...this.headers, ...(call.headers ?? {}) };
+    if (this.apiKey && call.path.startsWith('/v1')) headers.authorization = `Bearer ${this.apiKey}`;
+    let body: string | undefined;
+    if (call.body !== undefined) {
+      headers['content-type'] = 'application/json';
+      body = JSON.stringify(call.body);
+    }
+    let response: Response;
+    try {
+      response = await this.fetchImpl(this.url(call.path, call.query), { method: call.method, headers, body, signal: call.signal ?? null });
+    } catch (error) {
+      if (call.signal?.aborted) throw error;
+      throw new StepwiseError({ status: 0, code: 'network_error', message: `${call.method} ${call.path}: ${(error as Error)?.message ?? String(error)}` });
+    }
+    if (!response.ok) throw await errorOf(response, call);
+    return response;
+  }
+
+  private async json<T>(call: Call): Promise<T> {
+    const response = await this.send(call);
+    return (await response.json()) as T;
+  }
+
+  private async none(call: Call): Promise<void> {
+    const response = await this.send(call);
+    await response.body?.cancel();
+  }
+
+  /** Every item of a list, page after page (following `next_cursor`). */
+  private async *pages<T>(load: (cursor: string | undefined) => Promise<Page<T>>, first?: string): AsyncGenerator<T, void, undefined> {
+    let cursor = first;
+    for (;;) {
+      const page = await load(cursor);
+      yield* page.items;
+      if (!page.next_cursor) return;
+      cursor = page.next_cursor;
+    }
+  }
+
+  // --- sessions ----------------------------------------------------------------------
+
+  /** `POST /v1/sessions` */
+  createSession(body: CreateSessionBody = {}): Promise<Session> {
+    return this.json({ method: 'POST', path: '/v1/sessions', body });
+  }
+
+  /** `GET /v1/sessions`: one page, newest `updated_at` first. */
+  listSessions(query: ListSessionsQuery = {}): Promise<SessionList> {
+    return this.json({ method: 'GET', path: '/v1/sessions', query: { ...query } as Query });
+  }
+
+  /** Every session of `GET /v1/sessions`, following `next_cursor`. */
+  sessions(query: Omit<ListSessionsQuery, 'cursor'> = {}): AsyncGenerator<Session, void, undefined> {
+    return this.pages((cursor) => this.listSessions({ ...query, ...(cursor ? { cursor } : {}) }));
+  }
+
+  /** `GET /v1/sessions/{id}` */
+  getSession(id: string): Promise<Session> {
+    return this.json({ method: 'GET', path: `/v1/sessions/${enc(id)}` });
+  }
+
+  /** `PATCH /v1/sessions/{id}` */
+  updateSession(id: string, body: UpdateSessionBody): Promise<Session> {
+    return this.json({ method: 'PATCH', path: `/v1/sessions/${enc(id)}`, body });
+  }
+
+  /** `DELETE /v1/sessions/{id}` (a soft delete). */
+  deleteSession(id: string): Promise<void> {
+    return this.none({ method: 'DELETE', path: `/v1/sessions/${enc(id)}` });
+  }
+
+  /** `GET /v1/sessions/{id}/messages`: one page, oldest first. */
+  listMessages(sessionId: string, query: ListMessagesQuery = {}): Promise<MessageList> {
+    return this.json({ method: 'GET', path: `/v1/sessions/${enc(sessionId)}/messages`, query: { ...query } as Query });
+  }
+
+  /** Every message of a session, following `next_cursor`. */
+  messages(sessionId: string, query: Omit<ListMessagesQuery, 'cursor'> = {}): AsyncGenerator<Message, void, undefined> {
+    return this.pages((cursor) => this.listMessages(sessionId, { ...query, ...(cursor ? { cursor } : {}) }));
+  }
+
+  /** `POST /v1/sessions/{id}/messages`: answers a paused execution, or queues a new one. */
+  postMessage(sessionId: string, body: MessageBody): Promise<MessageAccepted> {
+    return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/messages`, body });
+  }
+
+  /** `POST /v1/messages`: a message that creates its session. */
+  postMessageNewSession(body: NewSessionMessageBody): Promise<MessageAccepted> {
+    return this.json({ method: 'POST', path: '/v1/messages', body });
+  }
+
+  /** `GET /v1/sessions/{id}/memory` */
+  memory(sessionId: string): Promise<Memory> {
+    return this.json({ method: 'GET', path: `/v1/sessions/${enc(sessionId)}/memory` });
+  }
+
+  /** `GET /v1/sessions/{id}/executions`: one page. */
+  listExecutions(sessionId: string, query: PageQuery = {}): Promise<ExecutionList> {
+    return this.json({ method: 'GET', path: `/v1/sessions/${enc(sessionId)}/executions`, query: { ...query } });
+  }
+
+  /** Every execution of a session, following `next_cursor`. */
+  executions(sessionId: string, query: Omit<PageQuery, 'cursor'> = {}): AsyncGenerator<Execution, void, undefined> {
+    return this.pages((cursor) => this.listExecutions(sessionId, { ...query, ...(cursor ? { cursor } : {}) }));
+  }
+
+  /** `POST /v1/sessions/{id}/executions`: an external agent's execution. */
+  openExecution(sessionId: string, body: OpenExecutionBody): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/executions`, body });
+  }
+
+  /** `GET /v1/sessions/{id}/export`: the session document. */
+  exportSession(sessionId: string): Promise<SessionDocument> {
+    return this.json({ method: 'GET', path: `/v1/sessions/${enc(sessionId)}/export` });
+  }
+
+  /** `POST /v1/sessions/import`: a session document (or a legacy session file). */
+  importSession(document: SessionDocument | Record<string, unknown>): Promise<Session> {
+    return this.json({ method: 'POST', path: '/v1/sessions/import', body: document });
+  }
+
+  // --- the event stream ----------------------------------------------------------------
+
+  /**
+   * `GET /v1/sessions/{id}/events`: every event of the session from `after` on, then live
+   * ones, for as long as the caller iterates. A dropped connection (or a server restart) is
+   * reconnected with `Last-Event-ID`: no stored event is missed or repeated. Live-only
+   * `message.delta` events (`id` null) sent while disconnected are not replayed. Ends when
+   * `signal` aborts or the caller stops iterating; an API error (404, 401...) is thrown.
+   */
+  async *events(sessionId: string, options: EventsOptions = {}): AsyncGenerator<SessionEvent, void, undefined> {
+    const { signal } = options;
+    let last = options.after ?? null;
+    let delay = this.reconnectDelayMs;
+    while (!signal?.aborted) {
+      const controller = new AbortController();
+      const stop = () => controller.abort();
+      signal?.addEventListener('abort', stop, { once: true });
+      try {
+        let response: Response;
+        try {
+          response = await this.send({
+            method: 'GET',
+            path: `/v1/sessions/${enc(sessionId)}/events`,
+            headers: { accept: 'text/event-stream', ...(last !== null ? { 'last-event-id': String(last) } : {}) },
+            signal: controller.signal,
+          });
+        } catch (error) {
+          if (signal?.aborted) return;
+          // The API said no (a 4xx other than a rate limit): that does not get better.
+          if (error instanceof StepwiseError && error.status >= 400 && error.status < 500 && error.status !== 429 && error.status !== 408) throw error;
+          await sleep(error instanceof StepwiseError && error.retryAfter ? error.retryAfter * 1000 : delay, signal);
+          delay = Math.min(delay * 2, 5000);
+          continue;
+        }
+        delay = this.reconnectDelayMs;
+        try {
+          for await (const frame of sseFrames(response.body, controller.signal)) {
+            if (!frame.data) continue;
+            const id = frame.id !== undefined && /^\d+$/.test(frame.id) ? Number(frame.id) : null;
+            if (id !== null) {
+              if (last !== null && id <= last) continue;
+              last = id;
+            }
+            const data = JSON.parse(frame.data) as Event;
+            yield { ...data, id };
+          }
+        } catch (error) {
+          if (signal?.aborted) return;
+          // A dropped connection: reconnect below.
+        }
+      } finally {
+        signal?.removeEventListener('abort', stop);
+        controller.abort();
+      }
+      if (signal?.aborted) return;
+      await sleep(delay, signal);
+    }
+  }
+
+  // --- executions, steps, snapshots --------------------------------------------------------
+
+  /** `GET /v1/executions/{id}` */
+  getExecution(id: string): Promise<Execution> {
+    return this.json({ method: 'GET', path: `/v1/executions/${enc(id)}` });
+  }
+
+  /** `POST /v1/executions/{id}/cancel` (409 when already finished). */
+  cancelExecution(id: string): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(id)}/cancel` });
+  }
+
+  /** `GET /v1/executions/{id}/steps`: one page, by step number. */
+  listSteps(executionId: string, query: PageQuery = {}): Promise<StepList> {
+    return this.json({ method: 'GET', path: `/v1/executions/${enc(executionId)}/steps`, query: { ...query } });
+  }
+
+  /** Every step of an execution, following `next_cursor`. */
+  steps(executionId: string, query: Omit<PageQuery, 'cursor'> = {}): AsyncGenerator<Step, void, undefined> {
+    return this.pages((cursor) => this.listSteps(executionId, { ...query, ...(cursor ? { cursor } : {}) }));
+  }
+
+  /** `POST /v1/executions/{id}/steps`: an external agent's step (idempotent by `step_number`). */
+  appendStep(executionId: string, step: StepInput): Promise<Step> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/steps`, body: step });
+  }
+
+  /** `GET /v1/executions/{id}/snapshots`: one page (without `state`). */
+  listSnapshots(executionId: string, query: PageQuery = {}): Promise<SnapshotList> {
+    return this.json({ method: 'GET', path: `/v1/executions/${enc(executionId)}/snapshots`, query: { ...query } });
+  }
+
+  /** Every snapshot of an execution, following `next_cursor`. */
+  snapshots(executionId: string, query: Omit<PageQuery, 'cursor'> = {}): AsyncGenerator<Snapshot, void, undefined> {
+    return this.pages((cursor) => this.listSnapshots(executionId, { ...query, ...(cursor ? { cursor } : {}) }));
+  }
+
+  /** `POST /v1/executions/{id}/snapshots` */
+  saveSnapshot(executionId: string, body: SnapshotInput): Promise<Snapshot> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/snapshots`, body });
+  }
+
+  /** `POST /v1/executions/{id}/complete` */
+  completeExecution(executionId: string, body: CompleteBody): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/complete`, body });
+  }
+
+  /** `POST /v1/executions/{id}/fail` */
+  failExecution(executionId: string, body: FailBody): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/fail`, body });
+  }
+
+  /** `POST /v1/executions/{id}/pause` */
+  pauseExecution(executionId: string, body: PauseBody): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/pause`, body });
+  }
+
+  /** `GET /v1/snapshots/{id}` (with `state`). */
+  getSnapshot(id: string): Promise<Snapshot> {
+    return this.json({ method: 'GET', path: `/v1/snapshots/${enc(id)}` });
+  }
+
+  // --- conversation items ------------------------------------------------------------------
+
+  /** `GET /v1/sessions/{id}/items`: the latest `limit` items and the version. */
+  listItems(sessionId: string, query: { limit?: number } = {}): Promise<ItemsPage> {
+    return this.json({ method: 'GET', path: `/v1/sessions/${enc(sessionId)}/items`, query: { ...query } });
+  }
+
+  /** `POST /v1/sessions/{id}/items` */
+  appendItems(sessionId: string, body: AppendItemsBody): Promise<ItemsAdded> {
+    return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/items`, body });
+  }
+
+  /** `POST /v1/sessions/{id}/items/pop` */
+  popItem(sessionId: string, body: PopItemBody = {}): Promise<PoppedItem> {
+    return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/items/pop`, body });
+  }
+
+  /** `DELETE /v1/sessions/{id}/items` */
+  clearItems(sessionId: string, query: { version?: number; op_id?: string } = {}): Promise<ItemsCleared> {
+    return this.json({ method: 'DELETE', path: `/v1/sessions/${enc(sessionId)}/items`, query: { ...query } });
+  }
+
+  // --- LangGraph checkpoints -----------------------------------------------------------------
+
+  /** `PUT /v1/threads/{thread_id}/checkpoints/{checkpoint_id}` */
+  putCheckpoint(threadId: string, checkpointId: string, body: PutCheckpointBody): Promise<CheckpointStored> {
+    return this.json({ method: 'PUT', path: `/v1/threads/${enc(threadId)}/checkpoints/${enc(checkpointId)}`, body });
+  }
+
+  /** `PUT /v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes` */
+  putCheckpointWrites(threadId: string, checkpointId: string, body: PutWritesBody): Promise<void> {
+    return this.none({ method: 'PUT', path: `/v1/threads/${enc(threadId)}/checkpoints/${enc(checkpointId)}/writes`, body });
+  }
+
+  /** `GET /v1/threads/{thread_id}/checkpoints/latest` */
+  getLatestCheckpoint(threadId: string, query: CheckpointQuery = {}): Promise<CheckpointTuple> {
+    return this.json({ method: 'GET', path: `/v1/threads/${enc(threadId)}/checkpoints/latest`, query: { ...query } as Query });
+  }
+
+  /** `GET /v1/threads/{thread_id}/checkpoints/{checkpoint_id}` */
+  getCheckpoint(threadId: string, checkpointId: string, query: CheckpointQuery = {}): Promise<CheckpointTuple> {
+    return this.json({ method: 'GET', path: `/v1/threads/${enc(threadId)}/checkpoints/${enc(checkpointId)}`, query: { ...query } as Query });
+  }
+
+  /** `GET /v1/threads/{thread_id}/checkpoints`: one page, newest first. */
+  listCheckpoints(threadId: string, query: ListCheckpointsQuery = {}): Promise<CheckpointPage> {
+    return this.json({ method: 'GET', path: `/v1/threads/${enc(threadId)}/checkpoints`, query: checkpointQuery(query) });
+  }
+
+  /** Every checkpoint of a thread, following `next_cursor`. */
+  checkpoints(threadId: string, query: Omit<ListCheckpointsQuery, 'cursor'> = {}): AsyncGenerator<CheckpointTuple, void, undefined> {
+    return this.pages((cursor) => this.listCheckpoints(threadId, { ...query, ...(cursor ? { cursor } : {}) }));
+  }
+
+  /** `GET /v1/checkpoints`: one page over every thread of the tenant. */
+  listAllCheckpoints(query: ListCheckpointsQuery = {}): Promise<CheckpointPage> {
+    return this.json({ method: 'GET', path: '/v1/checkpoints', query: checkpointQuery(query) });
+  }
+
+  /** Every checkpoint of the tenant, following `next_cursor`. */
+  allCheckpoints(query: Omit<ListCheckpointsQuery, 'cursor'> = {}): AsyncGenerator<CheckpointTuple, void, undefined> {
+    return this.pages((cursor) => this.listAllCheckpoints({ ...query, ...(cursor ? { cursor } : {}) }));
+  }
+
+  /** `GET /v1/threads/{thread_id}` */
+  getThread(threadId: string): Promise<Thread> {
+    return this.json({ method: 'GET', path: `/v1/threads/${enc(threadId)}` });
+  }
+
+  /** `DELETE /v1/threads/{thread_id}` (deletes the thread's session and every row of it). */
+  deleteThread(threadId: string): Promise<void> {
+    return this.none({ method: 'DELETE', path: `/v1/threads/${enc(threadId)}` });
+  }
+
+  /** `POST /v1/threads/{thread_id}/copy` */
+  copyThread(threadId: string, body: CopyThreadBody): Promise<ThreadCopied> {
+    return this.json({ method: 'POST', path: `/v1/threads/${enc(threadId)}/copy`, body });
+  }
+
+  /** `POST /v1/checkpoints/delete-for-runs` */
+  deleteCheckpointsForRuns(body: DeleteForRunsBody): Promise<CheckpointsDeleted> {
+    return this.json({ method: 'POST', path: '/v1/checkpoints/delete-for-runs', body });
+  }
+
+  /** `POST /v1/checkpoints/prune` */
+  pruneCheckpoints(body: PruneBody): Promise<CheckpointsDeleted> {
+    return this.json({ method: 'POST', path: '/v1/checkpoints/prune', body });
+  }
+
+  // --- front-end protocols ---------------------------------------------------------------------
+
+  /** `POST /v1/ai-sdk/chat`: a chat turn, answered as AI SDK UI message stream parts. */
+  aiSdkChat(body: ChatBody, options: { signal?: AbortSignal } = {}): AsyncGenerator<StreamPart, void, undefined> {
+    return this.parts({ method: 'POST', path: '/v1/ai-sdk/chat', body, signal: options.signal });
+  }
+
+  /** `GET /v1/ai-sdk/chat/{chat_id}/stream`: the running turn from its start; `null` when nothing runs (204). */
+  async aiSdkResume(chatId: string, options: { signal?: AbortSignal } = {}): Promise<AsyncGenerator<StreamPart, void, undefined> | null> {
+    const response = await this.send({ method: 'GET', path: `/v1/ai-sdk/chat/${enc(chatId)}/stream`, signal: options.signal });
+    if (response.status === 204) return null;
+    return dataParts(response, options.signal);
+  }
+
+  /** `POST /v1/ai-sdk/chat/{chat_id}/cancel` */
+  aiSdkCancel(chatId: string): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/ai-sdk/chat/${enc(chatId)}/cancel` });
+  }
+
+  /** `POST /v1/ag-ui`: a `RunAgentInput`, answered as AG-UI events. */
+  agUiRun(input: RunAgentInput, options: { signal?: AbortSignal } = {}): AsyncGenerator<StreamPart, void, undefined> {
+    return this.parts({ method: 'POST', path: '/v1/ag-ui', body: input, signal: options.signal });
+  }
+
+  /** `POST /v1/ag-ui/connect`: the thread's messages and its running turn. */
+  agUiConnect(input: RunAgentInput, options: { signal?: AbortSignal } = {}): AsyncGenerator<StreamPart, void, undefined> {
+    return this.parts({ method: 'POST', path: '/v1/ag-ui/connect', body: input, signal: options.signal });
+  }
+
+  private async *parts(call: Call): AsyncGenerator<StreamPart, void, undefined> {
+    const response = await this.send(call);
+    yield* dataParts(response, call.signal);
+  }
+
+  // --- operations --------------------------------------------------------------------------------
+
+  /** `GET /healthz`: resolves while the server is up. */
+  async healthz(): Promise<void> {
+    await this.none({ method: 'GET', path: '/healthz' });
+  }
+
+  /** `GET /readyz`: resolves when the database answers (else a 503 StepwiseError). */
+  async readyz(): Promise<void> {
+    await this.none({ method: 'GET', path: '/readyz' });
+  }
+
+  /** `GET /metrics`: Prometheus text. */
+  async metrics(): Promise<string> {
+    return (await this.send({ method: 'GET', path: '/metrics' })).text();
+  }
+
+  /** `GET /openapi.json`: the API as an OpenAPI 3.1 document. */
+  openapi(): Promise<Record<string, unknown>> {
+    return this.json({ method: 'GET', path: '/openapi.json' });
+  }
+}
+
+/** The error of a response that is not 2xx. */
+async function errorOf(response: Response, call: Call): Promise<StepwiseError> {
+  let code = `http_${response.status}`;
+  let message = `${call.method} ${call.path}: HTTP ${response.status}`;
+  let field: string | null = null;
+  try {
+    const body = (await response.json()) as { error?: { code?: string; message?: string; field?: string | null } };
+    if (body?.error) {
+      code = body.error.code ?? code;
+      message = body.error.message ?? message;
+      field = body.error.field ?? null;
+    }
+  } catch {
+    // Not the error shape: keep the status.
+  }
+  const retry = response.headers.get('retry-after');
+  return new StepwiseError({
+    status: response.status,
+    code,
+    message,
+    field,
+    requestId: response.headers.get('x-request-id'),
+    retryAfter: retry && /^\d+$/.test(retry) ? Number(retry) : null,
+  });
+}
+
+function checkpointQuery(query: ListCheckpointsQuery): Query {
+  const { filter, ...rest } = query;
+  return { ...rest, ...(filter === undefined ? {} : { filter: typeof filter === 'string' ? filter : JSON.stringify(filter) }) };
+}
+
+/** The `data:` JSON objects of an SSE body (`data: [DONE]` ends it). */
+async function* dataParts(response: Response, signal?: AbortSignal): AsyncGenerator<StreamPart, void, undefined> {
+  for await (const frame of sseFrames(response.body, signal)) {
+    if (!frame.data) continue;
+    if (frame.data === '[DONE]') return;
+    yield JSON.parse(frame.data) as StreamPart;
+  }
+}
+
+interface SseFrame {
+  id?: string;
+  event?: string;
+  data: string;
+}
+
+/** The frames of a Server-Sent Events body (comments skipped), per the HTML standard's parsing rules. */
+async function* sseFrames(body: ReadableStream<Uint8Array> | null, signal?: AbortSignal): AsyncGenerator<SseFrame, void, undefined> {
+  if (!body) return;
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  let frame: SseFrame = { data: '' };
+  let hasData = false;
+  const onAbort = () => {
+    reader.cancel().catch(() => {});
+  };
+  signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let newline: number;
+      while ((newline = buffer.search(/\r\n|\r|\n/)) >= 0) {
+        const line = buffer.slice(0, newline);
+        buffer = buffer.slice(newline + (buffer.startsWith('\r\n', newline) ? 2 : 1));
+        if (line === '') {
+          if (hasData) yield frame;
+          frame = { data: '' };
+          hasData = false;
+          continue;
+        }
+        if (line.startsWith(':')) continue;
+        const colon = line.indexOf(':');
+        const name = colon < 0 ? line : line.slice(0, colon);
+        let value = colon < 0 ? '' : line.slice(colon + 1);
+        if (value.startsWith(' ')) value = value.slice(1);
+        if (name === 'data') {
+          frame.data = hasData ? `${frame.data}\n${value}` : value;
+          hasData = true;
+        } else if (name === 'id') {
+          frame.id = value;
+        } else if (name === 'event') {
+          frame.event = value;
+        }
+      }
+    }
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+    // Stopped early (or done): let the connection go.
+    reader.cancel().catch(() => {});
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+export type { AgentBody };

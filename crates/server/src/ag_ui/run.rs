@@ -1,0 +1,138 @@
+//! `POST /v1/ag-ui`: runs a `RunAgentInput` on its thread's session and answers the run as
+//! AG-UI events. The turn is the last user message (like `POST /v1/sessions/{id}/messages`:
+//! it queues a new execution); on a paused thread a `resume` entry's `payload` (or, without
+//! one, the last user message) answers the question and the paused execution goes on; a
+//! `cancelled` resume entry cancels it.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde_json::Value;
+use stepwise_core::{ExecutionStatus, SessionStatus};
+use stepwise_store::Store;
+
+use super::{AgUiStream, ResumeStatus, RunAgentInput, respond};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use crate::messages::MessageFields;
+use crate::runs::{
+    RunFollower, Start, Turn, find_session, latest_root_execution, session_agent,
+    session_for_turn,
+};
+
+#[utoipa::path(post, path = "/v1/ag-ui", tag = "front ends", operation_id = "ag_ui_run",
+    request_body = RunAgentInput,
+    responses((status = 200, content_type = "text/event-stream", body = crate::openapi::DataFrame,
+               description = "The run as AG-UI events (`data:` lines): `RUN_STARTED` ... `RUN_FINISHED` or `RUN_ERROR`"),
+              (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}
+
+/// A resume entry's payload as the user's answer: text as it is, `{answer}` or `{text}`'s
+/// text, anything else as JSON text.
+fn answer_text(payload: &Value) -> String {
+    match payload {
+        Value::String(text) => text.clone(),
+        Value::Object(map) => match map
+            .get("answer")
+            .or_else(|| map.get("text"))
+            .and_then(Value::as_str)
+        {
+            Some(text) => text.to_string(),
+            None => payload.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+pub async fn run<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(input): ApiJson<RunAgentInput>,
+) -> ApiResult<Response> {
+    input.check()?;
+    let agent = input.agent()?;
+    // Everything is checked before anything is written (the session, a cancel).
+    let existing = find_session(&state, &caller, &input.thread_id, "threadId").await?;
+    let latest = match &existing {
+        Some(session) => latest_root_execution(state.store(), &caller.tenant, session).await?,
+        None => None,
+    };
+    let paused = latest
+        .as_ref()
+        .filter(|e| e.status == ExecutionStatus::Paused);
+    // The entry that answers the paused execution (its interrupt id is the execution's),
+    // else the first.
+    let entry = input.resume.as_ref().and_then(|entries| {
+        entries
+            .iter()
+            .find(|e| paused.is_some_and(|p| p.id.to_string() == e.interrupt_id))
+            .or_else(|| entries.first())
+    });
+    let mut content = input.last_user_text();
+    let mut cancel = None;
+    if let (Some(paused), Some(entry)) = (paused, entry) {
+        if entry.status == ResumeStatus::Cancelled {
+            // The interrupt is dropped: the paused execution is cancelled, and the thread
+            // goes on with an ordinary run when the input brings a message.
+            cancel = Some(paused.id);
+        } else if let Some(payload) = entry.payload.as_ref().filter(|p| !p.is_null()) {
+            content = answer_text(payload);
+        }
+    }
+    if content.trim().is_empty() {
+        if let (Some(execution_id), Some(session)) = (cancel, &existing) {
+            state.engine.cancel(&caller.tenant, execution_id).await?;
+            let view = AgUiStream::new(input.thread_id, input.run_id, session.id, execution_id);
+            let events = vec![
+                view.run_started(),
+                view.finished(serde_json::json!({"type": "cancelled"}), None),
+            ];
+            return Ok(respond::<S>(events, None));
+        }
+        return Err(ApiError::invalid(
+            "messages",
+            "the input has no user message with text (nor a resume payload)",
+        ));
+    }
+    let mut message = MessageFields {
+        content,
+        related_type: None,
+        related_id: None,
+        context_url: None,
+        metadata: None,
+        agent,
+    }
+    .validate(&state.config)?;
+    state.engine.choose_agent(&message)?;
+    let session = match existing {
+        Some(session) if session.status == SessionStatus::Deleted => {
+            return Err(ApiError::invalid_state("the session is deleted"));
+        }
+        Some(session) => session,
+        None => session_for_turn(&state, &caller, &input.thread_id, "threadId").await?,
+    };
+    if let Some(execution_id) = cancel {
+        state.engine.cancel(&caller.tenant, execution_id).await?;
+    }
+    if message.agent.is_none() {
+        message.agent = session_agent(&state, &caller, &session).await?;
+    }
+    let slot = state
+        .limits
+        .subscribers
+        .acquire(caller.tenant.as_str(), session.id)?;
+    let live = state.store().subscribe(&caller.tenant, session.id);
+    let submitted = state
+        .engine
+        .submit_message_to(&caller.tenant, &caller.user_id, &session, message)
+        .await?;
+    let turn = Turn {
+        execution_id: submitted.execution.id,
+        message_id: Some(submitted.message.id),
+    };
+    let view = AgUiStream::new(input.thread_id, input.run_id, session.id, turn.execution_id);
+    let first = vec![view.run_started()];
+    let follower = RunFollower::new(&state, caller.tenant, session.id, turn, live, Start::Live);
+    Ok(respond(first, Some((follower, view, slot))))
+}

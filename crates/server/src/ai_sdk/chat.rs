@@ -1,0 +1,134 @@
+//! `POST /v1/ai-sdk/chat`: a chat turn from the AI SDK's `DefaultChatTransport`. The body's
+//! `id` is the session (its id, or the name of a session, created on the first turn); the
+//! last user message of `messages` is the turn, posted like `POST /v1/sessions/{id}/messages`
+//! (it answers a paused execution, or queues a new one); the answer is the turn as a UI
+//! message stream.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+use stepwise_store::Store;
+
+use super::{UiStream, respond};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use crate::messages::{AgentBody, MessageFields};
+use crate::runs::{RunFollower, Start, Turn, session_agent, session_for_turn};
+
+/// What `DefaultChatTransport` posts (fields it adds that are not listed here are ignored).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct ChatBody {
+    /// The chat: a session id, or a session name (a new session of that name on the first turn).
+    #[schema(schema_with = crate::schemas::chat_id)]
+    pub id: String,
+    /// The chat's messages; the last one with role `user` is the turn.
+    pub messages: Vec<UiMessage>,
+    /// `submit-message` or `regenerate-message` (both post the last user message).
+    #[allow(dead_code)] // in the schema: what the transport sends
+    pub trigger: Option<String>,
+    #[allow(dead_code)] // in the schema: what the transport sends
+    #[serde(rename = "messageId")]
+    pub message_id: Option<String>,
+    /// The agent that answers (default: the session's latest execution's agent, else the
+    /// server's default agent).
+    pub agent: Option<AgentBody>,
+}
+
+/// A `UIMessage` of the AI SDK: only its text parts are read.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct UiMessage {
+    #[allow(dead_code)] // in the schema; Stepwise gives stored messages its own ids
+    pub id: Option<String>,
+    /// `user`, `assistant` or `system`.
+    pub role: String,
+    #[serde(default)]
+    pub parts: Vec<UiPart>,
+}
+
+/// A part of a `UIMessage`: `{type: "text", text}` counts, other parts are skipped.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct UiPart {
+    /// `text`, or another part type (skipped).
+    #[serde(rename = "type")]
+    pub part_type: String,
+    /// A text part's text.
+    pub text: Option<Value>,
+}
+
+impl UiMessage {
+    /// The message's text: its text parts, joined by a blank line.
+    fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .parts
+            .iter()
+            .filter(|p| p.part_type == "text")
+            .filter_map(|p| p.text.as_ref()?.as_str())
+            .collect();
+        texts.join("\n\n")
+    }
+}
+
+#[utoipa::path(post, path = "/v1/ai-sdk/chat", tag = "front ends", operation_id = "ai_sdk_chat",
+    request_body = ChatBody,
+    responses((status = 200, content_type = "text/event-stream", body = crate::openapi::DataFrame,
+               description = "The turn as AI SDK UI message stream parts (`data:` lines; header `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`"),
+              (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}
+
+pub async fn chat<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<ChatBody>,
+) -> ApiResult<Response> {
+    let content = body
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .map(UiMessage::text)
+        .ok_or_else(|| ApiError::invalid("messages", "messages has no message with role user"))?;
+    if content.trim().is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "the last user message has no text part",
+        ));
+    }
+    let input = MessageFields {
+        content,
+        related_type: None,
+        related_id: None,
+        context_url: None,
+        metadata: None,
+        agent: body.agent,
+    }
+    .validate(&state.config)?;
+    state.engine.choose_agent(&input)?;
+    let session = session_for_turn(&state, &caller, &body.id, "id").await?;
+    let mut input = input;
+    if input.agent.is_none() {
+        input.agent = session_agent(&state, &caller, &session).await?;
+    }
+    let slot = state
+        .limits
+        .subscribers
+        .acquire(caller.tenant.as_str(), session.id)?;
+    // Subscribed before the message is written: every event of the turn arrives.
+    let live = state.store().subscribe(&caller.tenant, session.id);
+    let submitted = state
+        .engine
+        .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
+        .await?;
+    let turn = Turn {
+        execution_id: submitted.execution.id,
+        message_id: Some(submitted.message.id),
+    };
+    let follower = RunFollower::new(&state, caller.tenant, session.id, turn, live, Start::Live);
+    Ok(respond(
+        follower,
+        UiStream::new(turn.execution_id, submitted.message.id),
+        slot,
+    ))
+}
