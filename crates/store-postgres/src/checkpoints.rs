@@ -73,6 +73,11 @@ const WRITES_OF: &str = "SELECT w.session_id, w.checkpoint_ns, w.checkpoint_id, 
      WHERE w.tenant_id = $1 ORDER BY w.task_path, w.task_id, w.idx";
 const COUNT_CHECKPOINTS: &str =
     "SELECT COUNT(*) AS n FROM checkpoints WHERE tenant_id = $1 AND session_id = $2";
+/// Whether a thread holds anything a copy would collide with: checkpoints, values or
+/// pending writes (writes may be put before their checkpoint).
+const COUNT_THREAD_ROWS: &str = "SELECT (SELECT COUNT(*) FROM checkpoints WHERE tenant_id = $1 AND session_id = $2) \
+     + (SELECT COUNT(*) FROM checkpoint_blobs WHERE tenant_id = $1 AND session_id = $2) \
+     + (SELECT COUNT(*) FROM checkpoint_writes WHERE tenant_id = $1 AND session_id = $2) AS n";
 const COPY_CHECKPOINTS: &str = "INSERT INTO checkpoints (tenant_id, session_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, run_id, created_at) \
      SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, run_id, created_at \
      FROM checkpoints WHERE tenant_id = $1 AND session_id = $2";
@@ -1063,10 +1068,10 @@ impl PgStore {
             return Ok(None);
         };
         if let Some(existing) = find_thread(&tx, t, target).await?
-            && count(&tx, COUNT_CHECKPOINTS, args![t, existing]).await? > 0
+            && count(&tx, COUNT_THREAD_ROWS, args![t, existing]).await? > 0
         {
             return Err(StoreError::Conflict(format!(
-                "thread '{target}' already has checkpoints"
+                "thread '{target}' already has checkpoints or pending writes"
             )));
         }
         let (to, _) = ensure_thread(&tx, tenant, target, user_id, now).await?;

@@ -62,6 +62,11 @@ const WRITES_OF: &str = "SELECT task_id, idx, channel, type, payload, task_path 
      ORDER BY task_path, task_id, idx";
 const COUNT_CHECKPOINTS: &str =
     "SELECT COUNT(*) FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2";
+/// Whether a thread holds anything a copy would collide with: checkpoints, values or
+/// pending writes (writes may be put before their checkpoint).
+const COUNT_THREAD_ROWS: &str = "SELECT (SELECT COUNT(*) FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2) \
+     + (SELECT COUNT(*) FROM checkpoint_blobs WHERE tenant_id = ?1 AND session_id = ?2) \
+     + (SELECT COUNT(*) FROM checkpoint_writes WHERE tenant_id = ?1 AND session_id = ?2)";
 const DELETE_SESSION_CHECKPOINTS: &str = "DELETE FROM checkpoints WHERE session_id = ?1";
 const DELETE_SESSION_BLOBS: &str = "DELETE FROM checkpoint_blobs WHERE session_id = ?1";
 const DELETE_SESSION_WRITES: &str = "DELETE FROM checkpoint_writes WHERE session_id = ?1";
@@ -865,10 +870,10 @@ impl SqliteStore {
                 return Ok(None);
             };
             if let Some(existing) = find_thread(conn, t, &target)?
-                && count(conn, COUNT_CHECKPOINTS, params![t, bid(existing)])? > 0
+                && count(conn, COUNT_THREAD_ROWS, params![t, bid(existing)])? > 0
             {
                 return Err(StoreError::Conflict(format!(
-                    "thread '{target}' already has checkpoints"
+                    "thread '{target}' already has checkpoints or pending writes"
                 )));
             }
             let (to, _) = ensure_thread(conn, &tenant, &target, &user_id, now)?;

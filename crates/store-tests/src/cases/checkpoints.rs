@@ -664,6 +664,20 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
         .is_none()
     );
     assert!(ok(store.get_thread(&t, "dst2").await, "no target made").is_none());
+    // A thread with pending writes only (put before their checkpoint) is no empty target.
+    ok(
+        store
+            .put_checkpoint_writes(&t, write("only-writes", "001"))
+            .await,
+        "writes before their checkpoint",
+    );
+    if ok(store.get_thread(&t, "only-writes").await, "only-writes").is_some() {
+        assert_err!(
+            store.copy_thread(&t, "src", "only-writes", "user-1").await,
+            stepwise_store::StoreError::Conflict(_),
+            "copy onto a thread with pending writes"
+        );
+    }
 
     // delete_checkpoints_for_runs: those checkpoints and their writes, in every namespace.
     assert_eq!(
