@@ -246,8 +246,14 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             get(executions::get_snapshot::get_snapshot::<S>),
         )
         .route("/ai-sdk/chat", post(ai_sdk::chat::chat::<S>))
-        .route("/ai-sdk/chat/{chat_id}/stream", get(ai_sdk::stream::stream::<S>))
-        .route("/ai-sdk/chat/{chat_id}/cancel", post(ai_sdk::cancel::cancel::<S>))
+        .route(
+            "/ai-sdk/chat/{chat_id}/stream",
+            get(ai_sdk::stream::stream::<S>),
+        )
+        .route(
+            "/ai-sdk/chat/{chat_id}/cancel",
+            post(ai_sdk::cancel::cancel::<S>),
+        )
         .route("/ag-ui", post(ag_ui::run::run::<S>))
         .route("/ag-ui/connect", post(ag_ui::connect::connect::<S>))
         .method_not_allowed_fallback(method_not_allowed)

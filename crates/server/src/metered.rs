@@ -316,9 +316,14 @@ impl<S: Store> Store for Metered<S> {
         let started = Instant::now();
         let ack = self.inner.append_step(tenant, new).await?;
         let tenant = tenant.clone();
-        Ok(timed_ack_then(Timed::SaveStep, started, ack, move |append| {
-            crate::runs::remember_step(&tenant, &append.step);
-        }))
+        Ok(timed_ack_then(
+            Timed::SaveStep,
+            started,
+            ack,
+            move |append| {
+                crate::runs::remember_step(&tenant, &append.step);
+            },
+        ))
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {

@@ -322,8 +322,7 @@ const RECENT_FRAMES: usize = 64;
 /// `data-stepwise-*` parts and `CUSTOM` events of other events): a live event is one `Arc`
 /// for every subscriber of its session, so the first stream renders it and the others send
 /// the same bytes. Holding the `Arc` keeps the pointer from being reused while it is here.
-static RENDERED: RwLock<VecDeque<(Arc<Event>, &'static str, Bytes)>> =
-    RwLock::new(VecDeque::new());
+static RENDERED: RwLock<VecDeque<(Arc<Event>, &'static str, Bytes)>> = RwLock::new(VecDeque::new());
 
 /// `render()` of a live event for `protocol`, rendered once for all its viewers; an event
 /// read back from the store (no other holder) is rendered for this viewer alone.
@@ -762,7 +761,10 @@ mod tests {
         assert!(entry.get((execution, 2)).is_none());
         remember_step(&tenant, &step(other, execution, 1));
         let list = STEPS.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(!list.iter().any(|((_, id), _)| *id == other), "no entry made for it");
+        assert!(
+            !list.iter().any(|((_, id), _)| *id == other),
+            "no entry made for it"
+        );
     }
 
     #[test]

@@ -268,4 +268,3 @@ pub fn run_id() -> Schema {
         .build()
         .into()
 }
-

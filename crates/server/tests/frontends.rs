@@ -81,7 +81,11 @@ async fn a_demo_run_maps_to_ui_message_stream_parts() {
     assert_eq!(kinds(&parts), expected);
     assert_eq!(
         texts(&parts, "text-delta", "delta"),
-        ["Step 1 of 2: computing 1.", "Step 2 of 2: computing 2.", "Done: 2 steps"]
+        [
+            "Step 1 of 2: computing 1.",
+            "Step 2 of 2: computing 2.",
+            "Done: 2 steps"
+        ]
     );
     let inputs: Vec<&Value> = parts
         .iter()
@@ -102,7 +106,10 @@ async fn a_demo_run_maps_to_ui_message_stream_parts() {
         .filter(|p| p.get("transient").is_some())
         .map(|p| p["type"].as_str().unwrap())
         .collect();
-    assert!(data.contains(&"data-stepwise-execution-started"), "{data:?}");
+    assert!(
+        data.contains(&"data-stepwise-execution-started"),
+        "{data:?}"
+    );
     assert!(data.contains(&"data-stepwise-tool-called"), "{data:?}");
     // The chat is the session of that name; its user message is the turn's text alone.
     let (_, sessions) = server.get("/v1/sessions?name=demo-chat").await;
@@ -218,7 +225,10 @@ async fn a_pause_is_an_interrupt_and_the_next_input_resumes_it() {
         .filter(|e| e["type"].as_str().unwrap().starts_with("TOOL_CALL_"))
         .map(|e| e["type"].as_str().unwrap())
         .collect();
-    assert_eq!(calls, ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]);
+    assert_eq!(
+        calls,
+        ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
+    );
 
     let events = run(json!({"threadId": "paused-thread", "runId": "two",
         "messages": [{"id": "m1", "role": "user", "content": "ask me"}],
@@ -234,8 +244,10 @@ async fn a_pause_is_an_interrupt_and_the_next_input_resumes_it() {
         "messages": [{"id": "m2", "role": "user", "content": "ask me"}]}))
     .await;
     let interrupt = events.last().unwrap()["outcome"]["interrupts"][0].clone();
-    let events = run(json!({"threadId": "paused-thread", "runId": "four", "messages": [],
-        "resume": [{"interruptId": interrupt["id"], "status": "cancelled"}]}))
+    let events = run(
+        json!({"threadId": "paused-thread", "runId": "four", "messages": [],
+        "resume": [{"interruptId": interrupt["id"], "status": "cancelled"}]}),
+    )
     .await;
     assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[1]["outcome"]["type"], "cancelled");
@@ -323,12 +335,36 @@ async fn an_external_agents_run_is_followed_from_its_first_step() {
 async fn bad_front_end_requests_are_clear_errors() {
     let server = TestServer::start().await;
     let cases = [
-        ("/v1/ai-sdk/chat", json!({"id": "x", "messages": []}), "messages"),
-        ("/v1/ai-sdk/chat", json!({"id": "x", "messages": [{"role": "user", "parts": [{"type": "text", "text": "  "}]}]}), "messages"),
-        ("/v1/ai-sdk/chat", json!({"id": "a b", "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}), "id"),
-        ("/v1/ai-sdk/chat", json!({"id": "x", "agent": {"type": "nope"}, "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}), "agent.type"),
-        ("/v1/ag-ui", json!({"threadId": "t", "runId": "r", "messages": [{"role": "assistant", "content": "hi"}]}), "messages"),
-        ("/v1/ag-ui", json!({"threadId": "t", "runId": "r", "forwardedProps": {"agent": 3}, "messages": [{"role": "user", "content": "hi"}]}), "forwardedProps.agent"),
+        (
+            "/v1/ai-sdk/chat",
+            json!({"id": "x", "messages": []}),
+            "messages",
+        ),
+        (
+            "/v1/ai-sdk/chat",
+            json!({"id": "x", "messages": [{"role": "user", "parts": [{"type": "text", "text": "  "}]}]}),
+            "messages",
+        ),
+        (
+            "/v1/ai-sdk/chat",
+            json!({"id": "a b", "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
+            "id",
+        ),
+        (
+            "/v1/ai-sdk/chat",
+            json!({"id": "x", "agent": {"type": "nope"}, "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
+            "agent.type",
+        ),
+        (
+            "/v1/ag-ui",
+            json!({"threadId": "t", "runId": "r", "messages": [{"role": "assistant", "content": "hi"}]}),
+            "messages",
+        ),
+        (
+            "/v1/ag-ui",
+            json!({"threadId": "t", "runId": "r", "forwardedProps": {"agent": 3}, "messages": [{"role": "user", "content": "hi"}]}),
+            "forwardedProps.agent",
+        ),
     ];
     for (path, body, field) in cases {
         let (status, answer) = server.post(path, body.clone()).await;
@@ -347,7 +383,9 @@ async fn bad_front_end_requests_are_clear_errors() {
         .await;
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["field"], "threadId");
-    let (status, answer) = server.post("/v1/ai-sdk/chat/nobody/cancel", json!({})).await;
+    let (status, answer) = server
+        .post("/v1/ai-sdk/chat/nobody/cancel", json!({}))
+        .await;
     assert_eq!(status, 404, "{answer}");
     let (status, _) = server.post("/v1/sessions", json!({"name": "idle"})).await;
     assert_eq!(status, 201);

@@ -106,7 +106,10 @@ impl RunAgentInput {
                 "runId must be 1 to 128 characters long",
             ));
         }
-        if !matches!(self.forwarded_props, None | Some(Value::Null | Value::Object(_))) {
+        if !matches!(
+            self.forwarded_props,
+            None | Some(Value::Null | Value::Object(_))
+        ) {
             return Err(ApiError::invalid(
                 "forwardedProps",
                 "forwardedProps must be a JSON object",
@@ -123,12 +126,14 @@ impl RunAgentInput {
         if agent.is_null() {
             return Ok(None);
         }
-        serde_json::from_value(agent.clone()).map(Some).map_err(|e| {
-            ApiError::invalid(
-                "forwardedProps.agent",
-                format!("forwardedProps.agent must be {{type, config}}: {e}"),
-            )
-        })
+        serde_json::from_value(agent.clone())
+            .map(Some)
+            .map_err(|e| {
+                ApiError::invalid(
+                    "forwardedProps.agent",
+                    format!("forwardedProps.agent must be {{type, config}}: {e}"),
+                )
+            })
     }
 
     /// The text of the last user message ("" when none).
@@ -193,7 +198,9 @@ impl AgUiStream {
             Streamed::Prefix => {}
             Streamed::No => {
                 let id = self.next_id("text");
-                out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
+                out.push(
+                    json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}),
+                );
                 out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
                 out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
             }
@@ -203,7 +210,10 @@ impl AgUiStream {
     fn open_step(&mut self, out: &mut Out) {
         if self.step_open.is_none() {
             let name = format!("step {}", self.step);
-            out.raw(format!("data: {{\"type\":\"STEP_STARTED\",\"stepName\":\"{name}\"}}\n\n").as_bytes());
+            out.raw(
+                format!("data: {{\"type\":\"STEP_STARTED\",\"stepName\":\"{name}\"}}\n\n")
+                    .as_bytes(),
+            );
             self.step_open = Some(name);
         }
     }
@@ -217,7 +227,10 @@ impl AgUiStream {
 
     fn close_step(&mut self, out: &mut Out) {
         if let Some(name) = self.step_open.take() {
-            out.raw(format!("data: {{\"type\":\"STEP_FINISHED\",\"stepName\":\"{name}\"}}\n\n").as_bytes());
+            out.raw(
+                format!("data: {{\"type\":\"STEP_FINISHED\",\"stepName\":\"{name}\"}}\n\n")
+                    .as_bytes(),
+            );
         }
     }
 
@@ -289,7 +302,9 @@ impl AgUiStream {
                     self.step = step.step_number;
                 }
                 self.open_step(&mut out);
-                let events = for_step(&STEP_EVENTS, &step, || StepEvents::new(self.execution_id, &step));
+                let events = for_step(&STEP_EVENTS, &step, || {
+                    StepEvents::new(self.execution_id, &step)
+                });
                 for (text, frames) in [&events.text, &events.answer].into_iter().flatten() {
                     match self.live.take(text) {
                         Streamed::Whole => self.close_text(&mut out),
@@ -320,7 +335,9 @@ impl AgUiStream {
             }
             RunItem::Failed { error } => {
                 self.close_all(&mut out);
-                out.push(json!({"type": "RUN_ERROR", "message": error, "code": "execution_failed"}));
+                out.push(
+                    json!({"type": "RUN_ERROR", "message": error, "code": "execution_failed"}),
+                );
             }
             RunItem::Cancelled => {
                 self.close_all(&mut out);
@@ -356,14 +373,16 @@ impl StepEvents {
             out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
             out.bytes()
         };
-        let text = says_text(step)
-            .map(|t| (t.to_string(), text_frames(format!("{execution_id}-{n}-text"), t)));
-        let answer = final_answer(step)
-            .filter(|a| !a.is_empty())
-            .map(|a| {
-                let frames = text_frames(format!("{execution_id}-{n}-answer"), &a);
-                (a, frames)
-            });
+        let text = says_text(step).map(|t| {
+            (
+                t.to_string(),
+                text_frames(format!("{execution_id}-{n}-text"), t),
+            )
+        });
+        let answer = final_answer(step).filter(|a| !a.is_empty()).map(|a| {
+            let frames = text_frames(format!("{execution_id}-{n}-answer"), &a);
+            (a, frames)
+        });
         let mut rest = Out::default();
         let mut asking_call = None;
         if step.kind == StepKind::Action {
@@ -384,8 +403,10 @@ impl StepEvents {
                         continue;
                     }
                 };
-                rest.push(json!({"type": "TOOL_CALL_RESULT", "messageId": format!("{call_id}-result"),
-                                 "toolCallId": call_id, "content": content, "role": "tool"}));
+                rest.push(
+                    json!({"type": "TOOL_CALL_RESULT", "messageId": format!("{call_id}-result"),
+                                 "toolCallId": call_id, "content": content, "role": "tool"}),
+                );
             }
         } else if step.kind != StepKind::FinalAnswer {
             rest.push(json!({"type": "CUSTOM", "name": "stepwise.step", "value": step}));
@@ -431,7 +452,9 @@ pub(crate) fn respond<S: Store>(
         let item = follower.next().await?;
         let bytes = match &item {
             RunItem::KeepAlive => Bytes::from_static(b":\n\n"),
-            RunItem::Other(event) => shared_frame(event, "ag-ui", || frame(&AgUiStream::custom(event))),
+            RunItem::Other(event) => {
+                shared_frame(event, "ag-ui", || frame(&AgUiStream::custom(event)))
+            }
             _ => view.events(item).bytes(),
         };
         Some((bytes, Some((follower, view, slot))))
@@ -475,8 +498,10 @@ pub(crate) async fn snapshot<S: Store>(
         .await?;
         let full = page.len() == 500;
         for message in &page {
-            out.push(json!({"id": message.id.to_string(), "role": message.role.as_str(),
-                            "content": message.content}));
+            out.push(
+                json!({"id": message.id.to_string(), "role": message.role.as_str(),
+                            "content": message.content}),
+            );
             if Some(message.id) == until {
                 return Ok(out);
             }

@@ -16,8 +16,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 use crate::messages::MessageFields;
 use crate::runs::{
-    RunFollower, Start, Turn, find_session, latest_root_execution, session_agent,
-    session_for_turn,
+    RunFollower, Start, Turn, find_session, latest_root_execution, session_agent, session_for_turn,
 };
 
 #[utoipa::path(post, path = "/v1/ag-ui", tag = "front ends", operation_id = "ag_ui_run",

@@ -146,7 +146,9 @@ impl UiStream {
                     self.step = step.step_number;
                 }
                 self.open_step(&mut out);
-                let parts = for_step(&STEP_PARTS, &step, || StepParts::new(self.execution_id, &step));
+                let parts = for_step(&STEP_PARTS, &step, || {
+                    StepParts::new(self.execution_id, &step)
+                });
                 for (text, frames) in [&parts.text, &parts.answer].into_iter().flatten() {
                     match self.live.take(text) {
                         Streamed::Whole => self.close_text(&mut out),
@@ -163,8 +165,10 @@ impl UiStream {
             RunItem::Paused { question } => {
                 self.close_all(&mut out);
                 self.text(&mut out, &question);
-                out.push(json!({"type": "data-stepwise-pause", "id": self.execution_id.to_string(),
-                                "data": {"question": question, "executionId": self.execution_id}}));
+                out.push(
+                    json!({"type": "data-stepwise-pause", "id": self.execution_id.to_string(),
+                                "data": {"question": question, "executionId": self.execution_id}}),
+                );
                 out.push(json!({"type": "finish", "finishReason": "other"}));
             }
             RunItem::Completed { answer } => {
@@ -211,14 +215,16 @@ impl StepParts {
             out.push(json!({"type": "text-end", "id": id}));
             out.bytes()
         };
-        let text = says_text(step)
-            .map(|t| (t.to_string(), text_frames(format!("{execution_id}-{n}-text"), t)));
-        let answer = final_answer(step)
-            .filter(|a| !a.is_empty())
-            .map(|a| {
-                let frames = text_frames(format!("{execution_id}-{n}-answer"), &a);
-                (a, frames)
-            });
+        let text = says_text(step).map(|t| {
+            (
+                t.to_string(),
+                text_frames(format!("{execution_id}-{n}-text"), t),
+            )
+        });
+        let answer = final_answer(step).filter(|a| !a.is_empty()).map(|a| {
+            let frames = text_frames(format!("{execution_id}-{n}-answer"), &a);
+            (a, frames)
+        });
         let mut rest = Out::default();
         if step.kind == StepKind::Action {
             for (i, call) in step.tool_calls.iter().enumerate() {
@@ -227,8 +233,10 @@ impl StepParts {
                 } else {
                     call.id.clone()
                 };
-                rest.push(json!({"type": "tool-input-available", "toolCallId": call_id,
-                                 "toolName": call.name, "input": call.arguments}));
+                rest.push(
+                    json!({"type": "tool-input-available", "toolCallId": call_id,
+                                 "toolName": call.name, "input": call.arguments}),
+                );
                 match tool_result(step, i) {
                     Some(Ok(output)) => rest.push(json!({"type": "tool-output-available",
                         "toolCallId": call_id, "output": output})),
@@ -268,22 +276,28 @@ pub(crate) fn respond<S: Store>(
 ) -> Response {
     let first = frame(&view.start());
     let state = (follower, view, slot, false);
-    let rest = futures_util::stream::unfold(state, |(mut follower, mut view, slot, done)| async move {
-        if done {
-            return None;
-        }
-        let Some(item) = follower.next().await else {
-            return Some((Bytes::from_static(b"data: [DONE]\n\n"), (follower, view, slot, true)));
-        };
-        if matches!(item, RunItem::KeepAlive) {
-            return Some((Bytes::from_static(b":\n\n"), (follower, view, slot, false)));
-        }
-        let bytes = match &item {
-            RunItem::Other(event) => shared_frame(event, "ai-sdk", || frame(&UiStream::other(event))),
-            _ => view.parts(item).bytes(),
-        };
-        Some((bytes, (follower, view, slot, false)))
-    });
+    let rest =
+        futures_util::stream::unfold(state, |(mut follower, mut view, slot, done)| async move {
+            if done {
+                return None;
+            }
+            let Some(item) = follower.next().await else {
+                return Some((
+                    Bytes::from_static(b"data: [DONE]\n\n"),
+                    (follower, view, slot, true),
+                ));
+            };
+            if matches!(item, RunItem::KeepAlive) {
+                return Some((Bytes::from_static(b":\n\n"), (follower, view, slot, false)));
+            }
+            let bytes = match &item {
+                RunItem::Other(event) => {
+                    shared_frame(event, "ai-sdk", || frame(&UiStream::other(event)))
+                }
+                _ => view.parts(item).bytes(),
+            };
+            Some((bytes, (follower, view, slot, false)))
+        });
     let frames = futures_util::StreamExt::map(
         futures_util::StreamExt::chain(futures_util::stream::once(async move { first }), rest),
         Ok::<_, Infallible>,
