@@ -802,7 +802,9 @@ pub async fn queue_deep<H: Harness>(harness: &H) {
 
     // Concurrent claimers: each claims a batch, checks no session runs twice, finishes.
     let running: Arc<Mutex<HashSet<Option<Id>>>> = Arc::new(Mutex::new(HashSet::new()));
-    let claimed: Arc<Mutex<Vec<(Option<Id>, Id)>>> = Arc::new(Mutex::new(Vec::new()));
+    // (session, execution) in the order claimed.
+    type Claimed = Arc<Mutex<Vec<(Option<Id>, Id)>>>;
+    let claimed: Claimed = Arc::new(Mutex::new(Vec::new()));
     let mut claimers = Vec::new();
     for c in 0..3 {
         let (store, running, claimed, acme) = (
