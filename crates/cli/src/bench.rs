@@ -1,4 +1,4 @@
-//! `stepwise bench steps`: the agent-step workload of `shared/bench/workload.md`, run through
+//! `stepwise bench steps`: the agent-step workload of `bench/workload.md`, run through
 //! the same save path the server uses (`Store::append_step`, awaiting each `Ack` = durable).
 //!
 //! W1 one session, 1,000 steps; W2 200 sessions × 50 steps round-robin; W2c the same 200

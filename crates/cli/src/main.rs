@@ -121,7 +121,8 @@ enum Command {
     },
     /// Runs one retention pass: marks idle sessions abandoned, deletes expired ones.
     Cleanup(cleanup::CleanupArgs),
-    /// Measures the storage (see shared/bench/workload.md); JSON on stdout, a table on stderr.
+    /// Benchmarks: the storage workload (bench/workload.md), HTTP intake, fan-out, the idle
+    /// cost, retention and the queue at depth; JSON on stdout, progress on stderr.
     Bench(bench::BenchArgs),
 }
 
