@@ -51,7 +51,6 @@ import hashlib
 import json
 import logging
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +73,7 @@ from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
 from ._items import ItemsConnection, fast_path_for
+from ._names import session_name_for
 
 __all__ = [
     "StepwiseHistoryProvider",
@@ -85,8 +85,6 @@ __all__ = [
 logger = logging.getLogger("stepwise.agent_framework")
 
 # Stepwise session names (the server's rule): [A-Za-z0-9._-], 1-64, no "..", not reserved.
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_DEVICE = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])$")
 # Metadata key of a Stepwise session holding the Agent Framework session id (or store key).
 METADATA_KEY = "agent_framework_session_id"
 # Item keys: the message exactly, and the marker of an item that only mirrors a tool part.
@@ -115,14 +113,6 @@ _SUMMARY_REQUESTS = 5
 _SUMMARY_REQUEST_CHARS = 200
 
 
-def _valid_name(name: str) -> bool:
-    if not _NAME.match(name) or ".." in name:
-        return False
-    if name.lower() in {"index", "metadata", "."}:
-        return False
-    return not _DEVICE.match(name.split(".", 1)[0].upper())
-
-
 def stepwise_name(session_id: str) -> str:
     """The Stepwise session name an Agent Framework session id (or store key) maps to.
 
@@ -130,12 +120,7 @@ def stepwise_name(session_id: str) -> str:
     ``af-<readable part>-<first 16 hex digits of the SHA-256 of its UTF-8>`` (the readable
     part keeps up to 40 of its letters, digits, ``_`` and ``-``).
     """
-    if _valid_name(session_id):
-        return session_id
-    raw = session_id.encode("utf-8", "surrogatepass")
-    digest = hashlib.sha256(raw).hexdigest()[:16]
-    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", session_id).strip("-_")[:40].strip("-_")
-    return f"af-{readable}-{digest}" if readable else f"af-{digest}"
+    return session_name_for(session_id, "af")
 
 
 def _title(session_id: str) -> str:
@@ -817,7 +802,9 @@ def _session_payload(session: AgentSession) -> dict[str, Any]:
     """``session.to_dict()``, checked to be JSON by the framework's own rules (a value that is
     not JSON raises `TypeError`, a non-finite float `ValueError`, naming where it is)."""
     try:
-        from agent_framework._sessions import _SessionStatePayload  # the framework's durable-state check
+        from agent_framework._sessions import (
+            _SessionStatePayload,  # the framework's durable-state check
+        )
     except ImportError:  # pragma: no cover - a framework version without it
         _SessionStatePayload = None  # type: ignore[assignment,misc]  # noqa: N806
     payload = session.to_dict()

@@ -39,8 +39,6 @@ result = await Runner.run(agent, "What did I say?", session=session)   # sees tu
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
 import uuid
 from collections.abc import Awaitable, Mapping
 from typing import Any, Callable, TypeVar, cast
@@ -62,27 +60,18 @@ from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
 from ._items import ItemsConnection, fast_path_for
+from ._names import session_name_for
 
 __all__ = ["StepwiseSession", "stepwise_name"]
 
 _T = TypeVar("_T")
 
 # Stepwise session names (the server's rule): [A-Za-z0-9._-], 1-64, no "..", not reserved.
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_DEVICE = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])$")
 # Metadata key holding the SDK's session id.
 METADATA_KEY = "openai_agents_session_id"
 # Attempts of one write when other writers keep taking the next version.
 _MAX_CONFLICTS = 20
 _MAX_TITLE_CHARS = 500
-
-
-def _valid_name(name: str) -> bool:
-    if not _NAME.match(name) or ".." in name:
-        return False
-    if name.lower() in {"index", "metadata", "."}:
-        return False
-    return not _DEVICE.match(name.split(".", 1)[0].upper())
 
 
 def stepwise_name(session_id: str) -> str:
@@ -92,12 +81,7 @@ def stepwise_name(session_id: str) -> str:
     ``oa-<readable part>-<first 16 hex digits of the SHA-256 of its UTF-8>`` (the readable
     part keeps up to 40 of its letters, digits, ``_`` and ``-``; other runs become ``-``).
     """
-    if _valid_name(session_id):
-        return session_id
-    raw = session_id.encode("utf-8", "surrogatepass")
-    digest = hashlib.sha256(raw).hexdigest()[:16]
-    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", session_id).strip("-_")[:40].strip("-_")
-    return f"oa-{readable}-{digest}" if readable else f"oa-{digest}"
+    return session_name_for(session_id, "oa")
 
 
 def _title(session_id: str) -> str:

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
-import re
 import uuid
 from typing import Any, Awaitable, Iterable, Mapping, Sequence, TypeVar, cast
 
@@ -40,6 +38,7 @@ from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
 from ._items import ItemsConnection, fast_path_for
+from ._names import session_name_for
 
 __all__ = ["StepwiseMessageHistory", "StepwiseAutosave", "stepwise_name"]
 
@@ -48,28 +47,14 @@ _T = TypeVar("_T")
 # Metadata key holding the conversation id; item key holding the message.
 METADATA_KEY = "pydantic_ai_conversation"
 MESSAGE_KEY = "pydantic_ai"
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_DEVICE = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])$")
 _MAX_CONFLICTS = 20
 _MAX_MIRROR_CHARS = 64 * 1024
-
-
-def _valid_name(name: str) -> bool:
-    if not _NAME.match(name) or ".." in name:
-        return False
-    if name.lower() in {"index", "metadata", "."}:
-        return False
-    return not _DEVICE.match(name.split(".", 1)[0].upper())
 
 
 def stepwise_name(conversation: str) -> str:
     """The Stepwise session name a conversation id maps to: the id itself when it is a valid
     Stepwise name, else ``pa-<readable part>-<16 hex digits of its SHA-256>``."""
-    if _valid_name(conversation):
-        return conversation
-    digest = hashlib.sha256(conversation.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", conversation).strip("-_")[:40].strip("-_")
-    return f"pa-{readable}-{digest}" if readable else f"pa-{digest}"
+    return session_name_for(conversation, "pa")
 
 
 def _cut(text: str) -> str:

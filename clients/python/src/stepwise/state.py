@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import hashlib
 import json
 import logging
-import re
 import threading
 import time
 import weakref
@@ -64,6 +62,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
+from ._names import session_name_for
 
 __all__ = ["StepwiseState", "state_session_name"]
 
@@ -71,8 +70,6 @@ logger = logging.getLogger("stepwise.state")
 
 M = TypeVar("M", bound=BaseModel)
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_DEVICE = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])$")
 # Metadata of the Stepwise session (the key) and of the execution holding the snapshots.
 METADATA_KEY = "stepwise_state_key"
 EXECUTION_MARK = "stepwise_state"
@@ -82,22 +79,10 @@ _MAX_TITLE_CHARS = 500
 _MAX_BACKOFF = 5.0
 
 
-def _valid_name(name: str) -> bool:
-    if not _NAME.match(name) or ".." in name:
-        return False
-    if name.lower() in {"index", "metadata", "."}:
-        return False
-    return not _DEVICE.match(name.split(".", 1)[0].upper())
-
-
 def state_session_name(key: str) -> str:
     """The Stepwise session name a session key maps to (a valid name as it is, any other string
     ``st-<readable part>-<first 16 hex digits of its SHA-256>``)."""
-    if _valid_name(key):
-        return key
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", key).strip("-_")[:40].strip("-_")
-    return f"st-{readable}-{digest}" if readable else f"st-{digest}"
+    return session_name_for(key, "st")
 
 
 def _check_key(session: str) -> str:
