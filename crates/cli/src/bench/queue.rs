@@ -199,7 +199,9 @@ where
                 result
             }
             .await;
-            // Connections of the dropped store may linger a moment: force them off.
+            // The dropped store's background tasks close their connections as they notice;
+            // give them a moment, then force off any that linger.
+            tokio::time::sleep(Duration::from_millis(500)).await;
             let dropped = client
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                 .await;
