@@ -2,10 +2,10 @@
 //! server do not share a runtime or cores' scheduler), measuring messages accepted per
 //! second by a running server: N clients, one session each, posting messages back to back.
 //! Start the server with `--rate-limit-per-sec 0` (the per-key limit would refuse most).
-//! `serve` always runs at least one worker: to measure intake alone (the API and the
-//! store's write path), hold it in a long demo step (`STEPWISE_DEMO_STEP_MS=600000 stepwise
-//! serve --workers 1 ...`); with more workers and short steps, it measures intake while the
-//! demo agents run what was accepted.
+//! `serve` always runs at least one worker, and the demo agent answers these messages at once,
+//! so the workers run what was accepted as it comes; a node holds intake to a few messages at
+//! a time while its runs work, so `serve --intake-concurrency 64` measures intake alone (the
+//! API and the store's write path) and the default measures it beside busy workers.
 
 use std::time::Duration;
 
