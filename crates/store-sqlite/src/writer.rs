@@ -3,12 +3,12 @@
 //! inside a savepoint so one failing job rolls back alone, commits once (group commit),
 //! and only then answers the callers and publishes the committed events.
 //!
-//! Two lanes: new work (a user's message queueing an execution, a new session) comes over
+//! Two lanes: new work (a user's message queueing an execution) comes over
 //! an intake channel of its own, everything else (claims, steps, finishing executions,
 //! events) over the work channel. A batch takes every queued work job first and intake
-//! jobs only up to a share of them ([`INTAKE_PER_WORK_JOB`]; all of them when no work
-//! waits), so a burst of messages slows its own senders, not the executions already
-//! running: they keep their turn at every commit.
+//! jobs only up to a share of them (half as many, at least [`MIN_INTAKE_PER_BATCH`]; all of
+//! them when no work waits), so a burst of messages slows its own senders, not the
+//! executions already running: they keep their turn at every commit.
 //!
 //! A step append, most of the writes, needs no savepoint: it checks everything before it
 //! writes ([`Writer::submit_checked`]), so when it fails it has written nothing, unless
@@ -163,7 +163,7 @@ impl Writer {
     }
 
     /// [`write`](Self::write) on the intake lane: new work (a message that queues an
-    /// execution, a new session), which yields to the work already running.
+    /// execution), which yields to the work already running.
     pub(crate) async fn write_intake<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
@@ -265,6 +265,11 @@ struct WriterState {
 /// bench queue` measures it), while a store with no work waiting takes all intake at once.
 const INTAKE_PER_WORK_JOB: f64 = 0.5;
 
+/// Intake jobs a batch may take however little work waits: one or two workers' jobs must not
+/// cut intake to one message a commit (it would lose group commit). How much intake reaches the
+/// writer at all is the engine's to hold (`--intake-concurrency`).
+const MIN_INTAKE_PER_BATCH: usize = 16;
+
 /// The writer's two inputs (see the module's docs).
 struct Lanes {
     work: mpsc::Receiver<Job>,
@@ -288,7 +293,7 @@ impl Lanes {
         let share = if work == 0 {
             max_batch
         } else {
-            ((work as f64 * INTAKE_PER_WORK_JOB).ceil() as usize).max(1)
+            ((work as f64 * INTAKE_PER_WORK_JOB).ceil() as usize).max(MIN_INTAKE_PER_BATCH)
         };
         let mut taken = intake;
         while taken < share && jobs.len() < max_batch {
