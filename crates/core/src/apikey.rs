@@ -13,6 +13,14 @@ pub fn generate_api_key() -> Result<String, getrandom::Error> {
     Ok(format!("{KEY_PREFIX}{}", hex(&bytes)))
 }
 
+/// A random token for a worker's lease on an execution: `lease_` and 32 hex digits (128
+/// bits from the OS), so no one can guess another worker's lease.
+pub fn generate_lease_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("lease_{}", hex(&bytes)))
+}
+
 /// The stored form of a key: hex SHA-256 of the secret.
 pub fn hash_api_key(secret: &str) -> String {
     hex(&Sha256::digest(secret.as_bytes()))

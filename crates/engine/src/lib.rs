@@ -23,8 +23,9 @@ use std::pin::Pin;
 pub use agent::{Agent, AgentContext, AgentError, AgentRegistry, Decision, DeltaSink};
 pub use demo::{DEMO_AGENT, DemoAgent};
 pub use engine::{
-    AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, ExternalSnapshot, ExternalStep,
+    AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, ExternalSnapshot, ExternalStep, Heartbeat,
     MAX_TOOL_CALLS_PER_STEP, MessageInput, MessageNote, OpenExternal, Publisher, Submitted,
+    WORKER_ONLINE_WITHIN, WorkerClaim,
 };
 pub use tools::{Tool, ToolError, ToolSet, ToolSpec};
 

@@ -137,6 +137,9 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Conflict(message) => ApiError::conflict(message),
             StoreError::InvalidState(message) => ApiError::invalid_state(message),
+            StoreError::LeaseLost(message) => {
+                ApiError::new(StatusCode::CONFLICT, "lease_lost", message)
+            }
             StoreError::NotFound(what) => ApiError::not_found(what),
             StoreError::Unavailable(message) => {
                 tracing::error!(%message, "storage unavailable");

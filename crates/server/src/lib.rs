@@ -27,6 +27,7 @@ mod runs;
 mod schemas;
 mod sessions;
 mod ui_assets;
+mod workers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -253,6 +254,20 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .route(
             "/ai-sdk/chat/{chat_id}/cancel",
             post(ai_sdk::cancel::cancel::<S>),
+        )
+        .route("/agents", get(workers::agents::list::<S>))
+        .route("/workers/claim", post(workers::claim::claim::<S>))
+        .route(
+            "/executions/{id}/heartbeat",
+            post(workers::heartbeat::heartbeat::<S>),
+        )
+        .route(
+            "/executions/{id}/deltas",
+            post(workers::deltas::deltas::<S>),
+        )
+        .route(
+            "/executions/{id}/release",
+            post(workers::release::release::<S>),
         )
         .route("/ag-ui", post(ag_ui::run::run::<S>))
         .route("/ag-ui/connect", post(ag_ui::connect::connect::<S>))

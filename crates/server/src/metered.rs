@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use stepwise_core::Timestamp;
 use stepwise_core::{Event, Execution, Id, Message, Session, SessionDocument, Snapshot, Step};
 use stepwise_store::{
-    Ack, ApiKeyRecord, Claim, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
+    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
     NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result, RetentionLock,
     RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreStats,
-    Tenant, Transition,
+    Tenant, Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 
@@ -97,7 +97,7 @@ pub fn observe(what: Timed, took: Duration) {
     }
 }
 
-/// Claim queries the workers sent (`claim_next` and `claim_batch` calls, one each), for
+/// Claim queries the workers sent (one per `claim_matching` call), for
 /// `stepwise_claim_queries_total`.
 static CLAIM_QUERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -276,24 +276,25 @@ impl<S: Store> Store for Metered<S> {
             .await
     }
 
-    async fn claim_next(
+    async fn claim_matching(
         &self,
-        worker: &str,
-        lease: Duration,
-        max_attempts: u32,
-    ) -> Result<Option<Claim>> {
-        CLAIM_QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.claim_next(worker, lease, max_attempts).await
-    }
-
-    async fn claim_batch(
-        &self,
+        filter: &ClaimFilter,
         workers: &[String],
         lease: Duration,
         max_attempts: u32,
     ) -> Result<Vec<Claim>> {
         CLAIM_QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.claim_batch(workers, lease, max_attempts).await
+        self.inner
+            .claim_matching(filter, workers, lease, max_attempts)
+            .await
+    }
+
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+        self.inner.record_worker(tenant, worker).await
+    }
+
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
+        self.inner.list_workers(tenant, since).await
     }
 
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {

@@ -265,7 +265,9 @@ impl Modify for MiddlewareResponses {
         crate::checkpoints::get_thread::doc, crate::checkpoints::delete_thread::doc, crate::checkpoints::copy::doc,
         crate::checkpoints::delete_for_runs::doc, crate::checkpoints::prune::doc,
         crate::ai_sdk::chat::doc, crate::ai_sdk::stream::doc, crate::ai_sdk::cancel::doc,
-        crate::ag_ui::run::doc, crate::ag_ui::connect::doc
+        crate::ag_ui::run::doc, crate::ag_ui::connect::doc,
+        crate::workers::agents::doc, crate::workers::claim::doc, crate::workers::heartbeat::doc,
+        crate::workers::deltas::doc, crate::workers::release::doc
     ),
     components(schemas(
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
@@ -289,7 +291,12 @@ impl Modify for MiddlewareResponses {
         crate::checkpoints::schema::ResolvedBlob,
         DataFrame, crate::ai_sdk::chat::ChatBody, crate::ai_sdk::chat::UiMessage, crate::ai_sdk::chat::UiPart,
         crate::ag_ui::RunAgentInput, crate::ag_ui::AgUiMessage, crate::ag_ui::ResumeEntry,
-        crate::ag_ui::ResumeStatus
+        crate::ag_ui::ResumeStatus,
+        crate::workers::agents::AgentInfo, crate::workers::agents::AgentList,
+        crate::workers::claim::AgentAnnouncement, crate::workers::claim::ClaimBody,
+        crate::workers::claim::ClaimedExecution, crate::workers::claim::ClaimList,
+        crate::workers::heartbeat::HeartbeatBody, crate::workers::heartbeat::HeartbeatAnswer,
+        crate::workers::deltas::DeltaBody
     )),
     modifiers(&BearerAuth, &MiddlewareResponses),
     security(("bearer" = []))

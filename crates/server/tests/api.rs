@@ -5,21 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, wait_for};
+use common::{TestServer, assert_error, wait_for};
 use serde_json::{Value, json};
 use stepwise_core::apikey::{generate_api_key, hash_api_key};
 use stepwise_server::ServerConfig;
 use stepwise_store::{Store, Tenant};
-
-fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str, what: &str) {
-    assert_eq!(status, expected_status, "{what}: {body}");
-    assert_eq!(body["error"]["code"], json!(code), "{what}: {body}");
-    assert!(body["error"]["message"].is_string(), "{what}: {body}");
-    assert!(
-        body["error"].get("field").is_some(),
-        "{what}: field is always present: {body}"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_answers_a_4xx_json_error_never_a_5xx() {

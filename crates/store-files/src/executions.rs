@@ -7,7 +7,7 @@ use stepwise_core::{Execution, ExecutionStatus, Id, Timestamp};
 use stepwise_store::rules::{
     attempts_exhausted, check_transition, gave_up_message, lease_expired, lease_until,
 };
-use stepwise_store::{Claim, NewExecution, Result, StoreError, Tenant, Transition};
+use stepwise_store::{Claim, ClaimFilter, NewExecution, Result, StoreError, Tenant, Transition};
 
 use crate::state::{ExecEntry, Key, Lease};
 use crate::{FileStore, check_depth, tenant_state};
@@ -138,6 +138,7 @@ impl FileStore {
 
     pub(crate) async fn queue_claim_next(
         &self,
+        filter: &ClaimFilter,
         worker: &str,
         lease: Duration,
         max_attempts: u32,
@@ -149,8 +150,9 @@ impl FileStore {
             // Running executions whose worker stopped renewing its lease, oldest first.
             let mut stale: Vec<(Timestamp, Id, Key)> = state
                 .all_executions()
-                .filter(|(_, e)| {
+                .filter(|(k, e)| {
                     e.execution.status == ExecutionStatus::Running
+                        && filter.allows(&k.tenant, &e.execution.agent_type)
                         && e.lease
                             .as_ref()
                             .is_some_and(|l| lease_expired(l.expires_at, now))
@@ -193,9 +195,10 @@ impl FileStore {
                 // older pending one; executions without a session never wait.
                 let mut pending: Vec<(Timestamp, Id, Key)> = state
                     .all_executions()
-                    .filter(|(_, e)| {
+                    .filter(|(k, e)| {
                         e.execution.status == ExecutionStatus::Pending
                             && e.execution.parent_execution_id.is_none()
+                            && filter.allows(&k.tenant, &e.execution.agent_type)
                     })
                     .map(|(k, e)| (e.execution.created_at, e.execution.id, k.clone()))
                     .collect();

@@ -44,10 +44,10 @@ use stepwise_core::{
     Timestamp, system_clock,
 };
 use stepwise_store::{
-    Ack, ApiKeyRecord, Claim, CleanupReport, EventHub, Loaded, MessageQuery, NewEvent,
+    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, EventHub, Loaded, MessageQuery, NewEvent,
     NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
     RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
-    StoreError, StoreStats, Tenant, Transition,
+    StoreError, StoreStats, Tenant, Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 
@@ -98,6 +98,8 @@ pub(crate) struct Shared {
     writable: std::sync::atomic::AtomicBool,
     /// Another tenant's subscriptions listen here: it never sends.
     nowhere: broadcast::Sender<Arc<Event>>,
+    /// Worker processes seen (kept in memory: they are gone with the process anyway).
+    workers: Mutex<std::collections::HashMap<(String, String), WorkerSeen>>,
     /// Holds the folder's lock for as long as the store is open.
     _lock: File,
 }
@@ -172,6 +174,7 @@ impl FileStore {
             save_errors: AtomicU64::new(0),
             writable: std::sync::atomic::AtomicBool::new(true),
             nowhere: broadcast::channel(1).0,
+            workers: Mutex::default(),
             _lock: lock,
         });
         let thread_shared = shared.clone();
@@ -382,13 +385,66 @@ impl Store for FileStore {
         self.execution_transition(tenant, id, transition).await
     }
 
-    async fn claim_next(
+    async fn claim_matching(
         &self,
-        worker: &str,
+        filter: &ClaimFilter,
+        workers: &[String],
         lease: Duration,
         max_attempts: u32,
-    ) -> Result<Option<Claim>> {
-        self.queue_claim_next(worker, lease, max_attempts).await
+    ) -> Result<Vec<Claim>> {
+        let mut claims = Vec::with_capacity(workers.len());
+        for worker in workers {
+            match self
+                .queue_claim_next(filter, worker, lease, max_attempts)
+                .await
+            {
+                Ok(Some(claim)) => claims.push(claim),
+                Ok(None) => break,
+                Err(e) if claims.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(worker, error = %e, "claiming work failed after some claims");
+                    break;
+                }
+            }
+        }
+        Ok(claims)
+    }
+
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+        let forget_before = worker.last_seen_at.0
+            - stepwise_store::rules::FORGET_WORKERS_AFTER.as_micros() as i64;
+        let mut workers = self
+            .inner
+            .shared
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        workers.retain(|_, w| w.last_seen_at.0 >= forget_before);
+        workers.insert(
+            (tenant.as_str().to_string(), worker.worker_id.clone()),
+            worker,
+        );
+        Ok(())
+    }
+
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
+        let workers = self
+            .inner
+            .shared
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut seen: Vec<WorkerSeen> = workers
+            .iter()
+            .filter(|((t, _), w)| t == tenant.as_str() && w.last_seen_at >= since)
+            .map(|(_, w)| w.clone())
+            .collect();
+        seen.sort_by(|a, b| {
+            b.last_seen_at
+                .cmp(&a.last_seen_at)
+                .then_with(|| a.worker_id.cmp(&b.worker_id))
+        });
+        Ok(seen)
     }
 
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {

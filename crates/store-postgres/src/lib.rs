@@ -32,6 +32,7 @@ mod snapshots;
 mod sql;
 mod stats;
 mod steps;
+mod workers;
 mod writer;
 
 use std::sync::Arc;
@@ -45,10 +46,10 @@ use stepwise_core::{
     Timestamp, system_clock,
 };
 use stepwise_store::{
-    Ack, ApiKeyRecord, Claim, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
+    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
     NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result, RetentionLock,
     RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreError,
-    StoreStats, Tenant, Transition,
+    StoreStats, Tenant, Transition, WorkerSeen,
 };
 use tokio::sync::{broadcast, watch};
 
@@ -375,22 +376,22 @@ impl Store for PgStore {
         queue::signal(self).await
     }
 
-    async fn claim_next(
+    async fn claim_matching(
         &self,
-        worker: &str,
-        lease: Duration,
-        max_attempts: u32,
-    ) -> Result<Option<Claim>> {
-        queue::claim_next(self, worker, lease, max_attempts).await
-    }
-
-    async fn claim_batch(
-        &self,
+        filter: &ClaimFilter,
         workers: &[String],
         lease: Duration,
         max_attempts: u32,
     ) -> Result<Vec<Claim>> {
-        queue::claim_batch(self, workers, lease, max_attempts).await
+        queue::claim_matching(self, filter, workers, lease, max_attempts).await
+    }
+
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+        workers::record(self, tenant, worker).await
+    }
+
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
+        workers::list(self, tenant, since).await
     }
 
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {

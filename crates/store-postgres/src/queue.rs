@@ -8,14 +8,16 @@ use std::time::Duration;
 
 use stepwise_core::{Execution, Id};
 use stepwise_store::rules::{attempts_exhausted, gave_up_message, lease_until};
-use stepwise_store::{Claim, Result, Tenant};
+use stepwise_store::{Claim, ClaimFilter, Result, Tenant};
 
 use crate::PgStore;
 use crate::sql::{self, args, count, execution_cols, map_pg, pg};
 
 /// A running execution whose worker stopped renewing its lease. SKIP LOCKED: a row another
 /// node is claiming right now is not waited for, it is that node's.
+/// `$2`: the agent types the claim may take (`NULL`: any); `$3` its tenant (`NULL`: any).
 const NEXT_EXPIRED: &str = "SELECT id, tenant_id, attempts FROM executions WHERE status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at < $1 \
+     AND ($2::text[] IS NULL OR agent_type = ANY($2)) AND ($3::text IS NULL OR tenant_id = $3) \
      ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED";
 const FAIL_INTERRUPTED: &str = "UPDATE executions SET status = 'failed', error_message = $1, completed_at = $2, updated_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3";
 const RECLAIM_EXPIRED: &str = concat!(
@@ -24,13 +26,15 @@ const RECLAIM_EXPIRED: &str = concat!(
 );
 /// The oldest runnable heads (see `migrations/V3__queue_heads.sql`), read without locks:
 /// each is then taken with its session's advisory lock, tried, not waited for.
-const NEXT_HEADS: &str = "SELECT queue_key, execution_id FROM queue_heads WHERE queue_key <> ALL($1) \
-     ORDER BY created_at, execution_id LIMIT $2";
+/// A claim limited to some agent types or a tenant passes over the heads it may not take.
+const NEXT_HEADS: &str = "SELECT h.queue_key FROM queue_heads h JOIN executions e ON e.id = h.execution_id WHERE h.queue_key <> ALL($1) \
+     AND ($3::text[] IS NULL OR e.agent_type = ANY($3)) AND ($4::text IS NULL OR e.tenant_id = $4) \
+     ORDER BY h.created_at, h.execution_id LIMIT $2";
 /// The session's lock, if no other transaction holds it.
 const TRY_LOCK_HEAD: &str = "SELECT pg_try_advisory_xact_lock(queue_head_lock($1)) AS locked";
 /// The session's head as it is now (under its lock), with what the claim answers.
 const HEAD_OF: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM queue_heads h JOIN executions e ON e.id = h.execution_id \
-     WHERE h.queue_key = $1 AND e.status = 'pending'";
+     WHERE h.queue_key = $1 AND e.status = 'pending' AND ($2::text[] IS NULL OR e.agent_type = ANY($2)) AND ($3::text IS NULL OR e.tenant_id = $3)";
 /// How many heads a claim reads past the ones it needs (others may be taken meanwhile).
 const SPARE_HEADS: i64 = 8;
 const CLAIM_PENDING: &str = concat!(
@@ -85,29 +89,12 @@ pub(crate) async fn signal(store: &PgStore) {
     store.inner.relay.queue.notified().await
 }
 
-/// An expired lease first (failing executions interrupted too often), else the next
-/// pending execution; `None` when there is nothing to run.
-pub(crate) async fn claim_next(
+/// [`Store::claim_matching`](stepwise_store::Store::claim_matching): the claims one
+/// after another in one transaction (each sees the ones before it: a session claimed here
+/// has an execution running), one commit.
+pub(crate) async fn claim_matching(
     store: &PgStore,
-    worker: &str,
-    lease: Duration,
-    max_attempts: u32,
-) -> Result<Option<Claim>> {
-    let mut claims = claim_batch(
-        store,
-        std::slice::from_ref(&worker.to_string()),
-        lease,
-        max_attempts,
-    )
-    .await?;
-    Ok(claims.pop())
-}
-
-/// [`Store::claim_batch`](stepwise_store::Store::claim_batch): the claims one after
-/// another in one transaction (each sees the ones before it: a session claimed here has
-/// an execution running), one commit.
-pub(crate) async fn claim_batch(
-    store: &PgStore,
+    filter: &ClaimFilter,
     workers: &[String],
     lease: Duration,
     max_attempts: u32,
@@ -116,7 +103,11 @@ pub(crate) async fn claim_batch(
     let until = lease_until(now, lease).0;
     let mut client = store.client().await?;
     let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-    let mut heads = Heads::default();
+    let mut heads = Heads {
+        agent_types: filter.agent_types.clone(),
+        tenant: filter.tenant.clone(),
+        ..Heads::default()
+    };
     let mut claimed = Vec::with_capacity(workers.len());
     for (n, worker) in workers.iter().enumerate() {
         let wanted = (workers.len() - n) as i64;
@@ -142,6 +133,8 @@ pub(crate) async fn claim_batch(
 /// tried (taken or held by another transaction): not read again.
 #[derive(Default)]
 struct Heads {
+    agent_types: Option<Vec<String>>,
+    tenant: Option<String>,
     unread_done: bool,
     queued: std::collections::VecDeque<Id>,
     tried: Vec<Id>,
@@ -156,7 +149,15 @@ impl Heads {
     ) -> Result<Option<Id>> {
         if self.queued.is_empty() && !self.unread_done {
             let rows = tx
-                .query_typed(NEXT_HEADS, args![self.tried.clone(), wanted + SPARE_HEADS])
+                .query_typed(
+                    NEXT_HEADS,
+                    args![
+                        self.tried.clone(),
+                        wanted + SPARE_HEADS,
+                        self.agent_types.clone(),
+                        self.tenant.clone()
+                    ],
+                )
                 .await
                 .map_err(map_pg)?;
             for row in &rows {
@@ -185,7 +186,10 @@ async fn claim_one(
 ) -> Result<Option<(Execution, String, Option<String>)>> {
     loop {
         let expired = tx
-            .query_typed_opt(NEXT_EXPIRED, args![now])
+            .query_typed_opt(
+                NEXT_EXPIRED,
+                args![now, heads.agent_types.clone(), heads.tenant.clone()],
+            )
             .await
             .map_err(map_pg)?;
         let Some(row) = expired else { break };
@@ -220,7 +224,10 @@ async fn claim_one(
         // Under the lock: the head as it is now (another node may have claimed it since
         // it was read).
         let Some(row) = tx
-            .query_typed_opt(HEAD_OF, args![key])
+            .query_typed_opt(
+                HEAD_OF,
+                args![key, heads.agent_types.clone(), heads.tenant.clone()],
+            )
             .await
             .map_err(map_pg)?
         else {

@@ -10,7 +10,7 @@ use stepwise_store::rules::{
     lease_until,
 };
 use stepwise_store::{
-    Claim, NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition,
+    Claim, ClaimFilter, NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition,
 };
 
 use crate::mirrored::insert_announced;
@@ -39,14 +39,20 @@ const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?
      resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
      attempts = CASE WHEN ?1 = 'paused' THEN 0 ELSE attempts END \
      WHERE id = ?7 AND tenant_id = ?8";
-const NEXT_EXPIRED_LEASE: &str = "SELECT id, tenant_id, attempts FROM executions WHERE status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at < ?1 ORDER BY created_at, id LIMIT 1";
+/// `?2`: the agent types a claim may take as a JSON array (`NULL`: any); `?3` its tenant
+/// (`NULL`: any).
+const NEXT_EXPIRED_LEASE: &str = "SELECT id, tenant_id, attempts FROM executions WHERE status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at < ?1 \
+     AND (?2 IS NULL OR agent_type IN (SELECT value FROM json_each(?2))) AND (?3 IS NULL OR tenant_id = ?3) ORDER BY created_at, id LIMIT 1";
 const FAIL_INTERRUPTED: &str = "UPDATE executions SET status = 'failed', error_message = ?1, completed_at = ?2, updated_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?3";
 const TAKE_OVER: &str = "UPDATE executions SET lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, updated_at = ?3 WHERE id = ?4";
 /// The oldest runnable head (see `migrations/V3__queue_heads.sql`): a session's oldest
 /// pending top-level execution while nothing of it runs. One index probe at any depth;
 /// `CROSS JOIN` keeps the heads' order as the outer loop whatever the statistics say.
+/// A claim limited to some agent types or a tenant passes over the heads it may not take
+/// (one primary-key probe each).
 const NEXT_PENDING: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM queue_heads h CROSS JOIN executions e \
-     WHERE e.id = h.execution_id ORDER BY h.created_at, h.execution_id LIMIT 1";
+     WHERE e.id = h.execution_id AND (?1 IS NULL OR e.agent_type IN (SELECT value FROM json_each(?1))) AND (?2 IS NULL OR e.tenant_id = ?2) \
+     ORDER BY h.created_at, h.execution_id LIMIT 1";
 const START: &str = "UPDATE executions SET status = 'running', lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, \
      resume_answer = NULL, started_at = COALESCE(started_at, ?3), updated_at = ?3 WHERE id = ?4";
 const RENEW: &str = "UPDATE executions SET lease_expires_at = ?1 WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
@@ -235,33 +241,25 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn queue_claim_next(
+    /// [`Store::claim_matching`](stepwise_store::Store::claim_matching): the claims one
+    /// after another in one writer job (one transaction, one commit).
+    pub(crate) async fn queue_claim_matching(
         &self,
-        worker: &str,
-        lease: Duration,
-        max_attempts: u32,
-    ) -> Result<Option<Claim>> {
-        let mut claims = self
-            .queue_claim_batch(&[worker.to_string()], lease, max_attempts)
-            .await?;
-        Ok(claims.pop())
-    }
-
-    /// [`Store::claim_batch`](stepwise_store::Store::claim_batch): the claims one after
-    /// another in one writer job (one transaction, one commit).
-    pub(crate) async fn queue_claim_batch(
-        &self,
+        filter: &ClaimFilter,
         workers: &[String],
         lease: Duration,
         max_attempts: u32,
     ) -> Result<Vec<Claim>> {
         let workers = workers.to_vec();
+        let agent_types = filter.agent_types_json();
+        let tenant = filter.tenant.clone();
         let now = self.now();
         let until = lease_until(now, lease);
         self.write(move |conn, _| {
+            let filter = (agent_types.as_deref(), tenant.as_deref());
             let mut claims = Vec::with_capacity(workers.len());
             for worker in &workers {
-                match claim_one(conn, worker, now, until, max_attempts)? {
+                match claim_one(conn, filter, worker, now, until, max_attempts)? {
                     Some(claim) => claims.push(claim),
                     None => break,
                 }
@@ -317,6 +315,7 @@ impl SqliteStore {
 /// execution of a session with nothing running. `None` when there is nothing to run.
 fn claim_one(
     conn: &Connection,
+    (agent_types, tenant): (Option<&str>, Option<&str>),
     worker: &str,
     now: Timestamp,
     until: Timestamp,
@@ -326,7 +325,9 @@ fn claim_one(
         let expired: Option<(Bid, String, i64)> = conn
             .prepare_cached(NEXT_EXPIRED_LEASE)
             .and_then(|mut s| {
-                s.query_row(params![now.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                s.query_row(params![now.0, agent_types, tenant], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
                     .optional()
             })
             .map_err(map_sqlite)?;
@@ -355,7 +356,9 @@ fn claim_one(
     let pending: Option<(Bid, String, Option<String>)> = conn
         .prepare_cached(NEXT_PENDING)
         .and_then(|mut s| {
-            s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            s.query_row(params![agent_types, tenant], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
                 .optional()
         })
         .map_err(map_sqlite)?;

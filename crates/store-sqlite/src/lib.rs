@@ -25,6 +25,7 @@ mod rows;
 mod sessions;
 mod snapshots;
 mod steps;
+mod workers;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -40,11 +41,11 @@ use stepwise_core::{
     Timestamp, system_clock,
 };
 use stepwise_store::{
-    Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, CleanupReport,
+    Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, ClaimFilter, CleanupReport,
     EventHub, Loaded, MessageQuery, NewCheckpoint, NewEvent, NewExecution, NewMessage, NewSession,
     NewSnapshot, NewStep, Page, PageRequest, PruneStrategy, PutWrites, Result, RetentionLock,
     RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreError,
-    StoreStats, Tenant, ThreadInfo, Transition,
+    StoreStats, Tenant, ThreadInfo, Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 
@@ -412,22 +413,23 @@ impl Store for SqliteStore {
         self.execution_transition(tenant, id, transition).await
     }
 
-    async fn claim_next(
+    async fn claim_matching(
         &self,
-        worker: &str,
-        lease: Duration,
-        max_attempts: u32,
-    ) -> Result<Option<Claim>> {
-        self.queue_claim_next(worker, lease, max_attempts).await
-    }
-
-    async fn claim_batch(
-        &self,
+        filter: &ClaimFilter,
         workers: &[String],
         lease: Duration,
         max_attempts: u32,
     ) -> Result<Vec<Claim>> {
-        self.queue_claim_batch(workers, lease, max_attempts).await
+        self.queue_claim_matching(filter, workers, lease, max_attempts)
+            .await
+    }
+
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+        self.worker_record(tenant, worker).await
+    }
+
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
+        self.worker_list(tenant, since).await
     }
 
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {

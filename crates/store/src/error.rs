@@ -18,6 +18,11 @@ pub enum StoreError {
     /// The row exists but is in a state that does not allow this (a finished execution).
     #[error("{0}")]
     InvalidState(String),
+    /// A worker's lease on an execution is not current (expired and taken over, the
+    /// execution paused, cancelled or finished, or not its lease at all): the worker's
+    /// write is refused and nothing is written.
+    #[error("{0}")]
+    LeaseLost(String),
     /// A row the call refers to does not exist for this tenant.
     #[error("{0} not found")]
     NotFound(&'static str),

@@ -181,21 +181,38 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     // --- the execution queue (all tenants: workers serve every tenant) ------------------
 
-    /// Claims the next runnable top-level execution (subagents are run inline by their
-    /// parent's worker, never claimed): the oldest `pending` one of a session with no
-    /// other execution running, or a `running` one whose worker's lease expired. Returns
-    /// `None` when there is nothing to do. Attempts over `max_attempts` fail the execution.
+    /// Claims up to one execution for each of `workers` among those `filter` allows, in
+    /// one transaction where the backend can: the `k`th claim's lease owner is
+    /// `workers[k]`. A claim takes a `running` execution whose worker's lease expired
+    /// first (attempts over `max_attempts` fail it instead), else the oldest `pending`
+    /// top-level execution of a session with no other execution running (subagents are
+    /// run inline by their parent's worker, never claimed). Fewer claims than workers
+    /// means nothing else was runnable.
+    fn claim_matching(
+        &self,
+        filter: &ClaimFilter,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Vec<Claim>>> + Send;
+    /// Claims the next runnable execution of any agent type and tenant (see
+    /// [`Store::claim_matching`]); `None` when there is nothing to do.
     fn claim_next(
         &self,
         worker: &str,
         lease: Duration,
         max_attempts: u32,
-    ) -> impl Future<Output = Result<Option<Claim>>> + Send;
-    /// Claims up to one execution for each of `workers`, as [`Store::claim_next`] would one
-    /// after another, in one transaction where the backend can: the `k`th claim's lease
-    /// owner is `workers[k]`. Fewer claims than workers means nothing else was runnable.
-    /// The default calls `claim_next` per worker; a failure after some claims answers with
-    /// those (the rest are claimed by a later call).
+    ) -> impl Future<Output = Result<Option<Claim>>> + Send {
+        async move {
+            let workers = [worker.to_string()];
+            let mut claims = self
+                .claim_matching(&ClaimFilter::any(), &workers, lease, max_attempts)
+                .await?;
+            Ok(claims.pop())
+        }
+    }
+    /// Claims up to one execution of any agent type and tenant for each of `workers`
+    /// (see [`Store::claim_matching`]).
     fn claim_batch(
         &self,
         workers: &[String],
@@ -203,19 +220,8 @@ pub trait Store: Clone + Send + Sync + 'static {
         max_attempts: u32,
     ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
         async move {
-            let mut claims = Vec::with_capacity(workers.len());
-            for worker in workers {
-                match self.claim_next(worker, lease, max_attempts).await {
-                    Ok(Some(claim)) => claims.push(claim),
-                    Ok(None) => break,
-                    Err(e) if claims.is_empty() => return Err(e),
-                    Err(e) => {
-                        tracing::warn!(worker, error = %e, "claiming work failed after some claims");
-                        break;
-                    }
-                }
-            }
-            Ok(claims)
+            self.claim_matching(&ClaimFilter::any(), workers, lease, max_attempts)
+                .await
         }
     }
     /// Extends the leases this worker holds on these executions; returns the ids it no
@@ -236,6 +242,20 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn queue_signal(&self) -> impl Future<Output = ()> + Send {
         std::future::pending()
     }
+
+    /// Records that a worker process of this tenant called (a claim or a heartbeat):
+    /// its agent types and the time. Workers not seen for a day are forgotten.
+    fn record_worker(
+        &self,
+        tenant: &Tenant,
+        worker: WorkerSeen,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// The tenant's workers seen at or after `since`, most recent first.
+    fn list_workers(
+        &self,
+        tenant: &Tenant,
+        since: Timestamp,
+    ) -> impl Future<Output = Result<Vec<WorkerSeen>>> + Send;
 
     // --- steps ----------------------------------------------------------------------
 

@@ -234,6 +234,47 @@ impl Transition {
     }
 }
 
+/// Which executions a claim may take.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClaimFilter {
+    /// Only executions of these agent types (`None`: any type).
+    pub agent_types: Option<Vec<String>>,
+    /// Only this tenant's executions (`None`: every tenant, as the server's own workers).
+    pub tenant: Option<String>,
+}
+
+impl ClaimFilter {
+    /// Any execution of any tenant.
+    pub fn any() -> Self {
+        ClaimFilter::default()
+    }
+
+    /// Whether an execution of this tenant and agent type may be claimed.
+    pub fn allows(&self, tenant: &str, agent_type: &str) -> bool {
+        self.tenant.as_deref().is_none_or(|t| t == tenant)
+            && self
+                .agent_types
+                .as_ref()
+                .is_none_or(|types| types.iter().any(|t| t == agent_type))
+    }
+
+    /// The agent types as a JSON array (for SQL `json_each`), `None` for any type.
+    pub fn agent_types_json(&self) -> Option<String> {
+        self.agent_types
+            .as_ref()
+            .map(|types| serde_json::to_string(types).unwrap_or_else(|_| "[]".into()))
+    }
+}
+
+/// A worker process seen by the server: what it runs and when it last called.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSeen {
+    pub worker_id: String,
+    /// The agent types it announced: `[{type, description, config_schema}]`.
+    pub agents: Value,
+    pub last_seen_at: Timestamp,
+}
+
 /// An execution handed to a worker, with what it needs to continue.
 #[derive(Debug, Clone)]
 pub struct Claim {

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Snapshot, StepBody, StepKind};
 use stepwise_store::{
-    NewExecution, NewSnapshot, NewStep, Result, StepAppend, Store, StoreError, Tenant,
+    NewExecution, NewSnapshot, NewStep, Result, StepAppend, Store, Tenant,
 };
 
 use super::finish::{Driver, Outcome};
@@ -64,24 +64,6 @@ impl<S: Store> Engine<S> {
                 json!({}),
             )
             .await;
-        Ok(execution)
-    }
-
-    /// An execution an external agent drives: `NotFound` when there is none, `InvalidState`
-    /// when one of the server's agents runs it.
-    pub async fn external_execution(&self, tenant: &Tenant, id: Id) -> Result<Execution> {
-        let execution = self
-            .inner
-            .store
-            .get_execution(tenant, id)
-            .await?
-            .ok_or(StoreError::NotFound("execution"))?;
-        if execution.agent_type != EXTERNAL_AGENT {
-            return Err(StoreError::InvalidState(format!(
-                "this execution is run by the server's '{}' agent; only external executions take steps over HTTP",
-                execution.agent_type
-            )));
-        }
         Ok(execution)
     }
 

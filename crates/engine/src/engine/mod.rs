@@ -12,6 +12,7 @@ mod cancel;
 mod decisions;
 mod external;
 mod finish;
+mod leases;
 mod publish;
 mod snapshots;
 mod step_loop;
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use stepwise_core::{EventType, Execution, Id, Message, Role, StepError};
-use stepwise_store::{Ack, StepAppend, Store, Tenant};
+use stepwise_store::{Ack, ClaimFilter, StepAppend, Store, Tenant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -39,6 +40,7 @@ use crate::agent::{AgentContext, AgentRegistry};
 use crate::tools::ToolSet;
 
 pub use external::{ExternalSnapshot, ExternalStep, OpenExternal};
+pub use leases::{Heartbeat, WORKER_ONLINE_WITHIN, WorkerClaim};
 pub use publish::{MessageNote, Publisher};
 
 /// Executions of this type are driven over HTTP by an agent outside the server; workers
@@ -177,6 +179,11 @@ struct Inner<S: Store> {
     tools: Arc<ToolSet>,
     config: EngineConfig,
     doorbell: Notify,
+    /// Rung with every doorbell ring and queue signal: wakes every waiting claim of the
+    /// worker processes (`POST /v1/workers/claim`), not just one.
+    worker_bell: Notify,
+    /// When each worker process was last recorded in the store.
+    presence: leases::Presence,
     /// Messages being queued at once on this node while runs are working (see
     /// [`intake_permits`]).
     intake: tokio::sync::Semaphore,
@@ -225,6 +232,8 @@ impl<S: Store> Engine<S> {
                 thinking: AtomicUsize::new(0),
                 config,
                 doorbell: Notify::new(),
+                worker_bell: Notify::new(),
+                presence: leases::Presence::default(),
                 running: Mutex::new(HashMap::new()),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
@@ -252,14 +261,34 @@ impl<S: Store> Engine<S> {
         &self.inner.agents
     }
 
-    /// Whether messages may name this agent type.
+    /// Whether this server runs this agent type itself (a built-in agent).
     pub fn can_run(&self, agent_type: &str) -> bool {
         self.inner.agents.contains(agent_type)
     }
 
-    /// Wakes an idle worker: there is work.
+    /// Whether executions of this agent type are run by worker processes: any valid
+    /// agent name that is neither built in nor `external`.
+    pub fn is_worker_agent(&self, agent_type: &str) -> bool {
+        agent_type != EXTERNAL_AGENT
+            && !self.can_run(agent_type)
+            && stepwise_core::name::validate_name(agent_type).is_ok()
+    }
+
+    /// What this server's own workers claim: the built-in agents' executions (and paused
+    /// external ones the user resumed), of every tenant.
+    fn builtin_claims(&self) -> ClaimFilter {
+        let mut agent_types = self.inner.agents.names();
+        agent_types.push(EXTERNAL_AGENT.to_string());
+        ClaimFilter {
+            agent_types: Some(agent_types),
+            tenant: None,
+        }
+    }
+
+    /// Wakes an idle worker, and every worker process waiting in a claim: there is work.
     pub fn ring(&self) {
         self.inner.doorbell.notify_one();
+        self.inner.worker_bell.notify_waiters();
     }
 
     /// How many executions this process is running now.

@@ -54,11 +54,13 @@ impl<S: Store> Engine<S> {
                         "external executions are opened with POST /v1/sessions/{id}/executions",
                     ));
                 }
-                if !self.can_run(&choice.agent_type) {
+                // A built-in agent, or a worker's (queued until a worker of it claims it).
+                if !self.can_run(&choice.agent_type) && !self.is_worker_agent(&choice.agent_type)
+                {
                     return Err(StoreError::invalid(
                         "agent.type",
                         format!(
-                            "unknown agent type '{}'; known: {}",
+                            "'{}' is not an agent type: built-in ones are {}; a worker's is a name of 1-64 characters [A-Za-z0-9._-]",
                             choice.agent_type,
                             self.inner.agents.names().join(", ")
                         ),
@@ -136,14 +138,15 @@ impl<S: Store> Engine<S> {
 
         // The execution, the user's message, the "queued" line and their events are one
         // write (one commit).
-        let mut queued_line = NewMessage::new(session_id, Role::Info, "Execution queued");
+        let queued_text = self.queued_text(tenant, &agent.agent_type).await;
+        let mut queued_line = NewMessage::new(session_id, Role::Info, queued_text.clone());
         queued_line.metadata = MessageNote::kind("status").to_metadata();
         let queued = NewEvent {
             session_id,
             message_id: None,
             execution_id: None,
             event_type: EventType::ExecutionQueued,
-            content: "Execution queued".into(),
+            content: queued_text,
             metadata: json!({}),
         };
         let (execution, messages) = store
@@ -173,6 +176,20 @@ impl<S: Store> Engine<S> {
             message,
             execution,
         })
+    }
+
+    /// The "queued" line: for a worker's agent, whether a worker of it is online (else the
+    /// execution waits for one).
+    async fn queued_text(&self, tenant: &Tenant, agent_type: &str) -> String {
+        if !self.is_worker_agent(agent_type) {
+            return "Execution queued".into();
+        }
+        match self.worker_online(tenant, agent_type).await {
+            Ok(false) => format!(
+                "Execution queued for agent '{agent_type}': no worker of it is online; it runs when one connects"
+            ),
+            _ => format!("Execution queued for agent '{agent_type}'"),
+        }
     }
 
     /// The session's latest top-level execution (a subagent's parent, not the subagent).

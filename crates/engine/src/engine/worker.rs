@@ -43,6 +43,7 @@ impl<S: Store> Engine<S> {
     async fn claimer_loop(self, prefix: String) {
         let config = &self.inner.config;
         let shutdown = self.inner.shutdown.clone();
+        let filter = self.builtin_claims();
         let (free_tx, mut free_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         for n in 0..config.workers.max(1) {
             let _ = free_tx.send(format!("worker-{prefix}-{n}"));
@@ -65,7 +66,7 @@ impl<S: Store> Engine<S> {
             let retry_soon = match self
                 .inner
                 .store
-                .claim_batch(&free, config.lease, config.max_attempts)
+                .claim_matching(&filter, &free, config.lease, config.max_attempts)
                 .await
             {
                 Ok(claims) => {
@@ -105,7 +106,10 @@ impl<S: Store> Engine<S> {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.inner.doorbell.notified() => {}
-                _ = self.inner.store.queue_signal() => {}
+                _ = self.inner.store.queue_signal() => {
+                    // Another node queued work: the worker processes waiting here look too.
+                    self.inner.worker_bell.notify_waiters();
+                }
                 _ = tokio::time::sleep(wait) => {}
             }
         }

@@ -11,7 +11,7 @@ use stepwise_core::{Step, StepBody, StepKind};
 use stepwise_engine::ExternalStep;
 use stepwise_store::Store;
 
-use super::{MAX_TOOL_CALLS_PER_STEP, load_external, schema, typed_body};
+use super::{LeaseHeader, MAX_TOOL_CALLS_PER_STEP, load_external, schema, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
@@ -73,6 +73,7 @@ pub async fn append_step<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
+    lease: LeaseHeader,
     ApiJson(input): ApiJson<Value>,
 ) -> ApiResult<impl IntoResponse> {
     let input: StepInput = typed_body(
@@ -84,7 +85,7 @@ pub async fn append_step<S: Store>(
             "/token_usage/total",
         ],
     )?;
-    let execution = load_external(&state, &caller, &id).await?;
+    let execution = load_external(&state, &caller, &id, &lease).await?;
     let step = check(input, execution.step_count)?;
     let appended = state
         .engine

@@ -8,7 +8,7 @@ use serde_json::Value;
 use stepwise_core::Execution;
 use stepwise_store::Store;
 
-use super::{load_external, schema};
+use super::{LeaseHeader, load_external, schema};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
@@ -28,9 +28,10 @@ pub async fn complete<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
+    lease: LeaseHeader,
     ApiJson(body): ApiJson<CompleteBody>,
 ) -> ApiResult<Json<Execution>> {
-    let execution = load_external(&state, &caller, &id).await?;
+    let execution = load_external(&state, &caller, &id, &lease).await?;
     if let Some(text) = &body.final_message
         && text.chars().count() > MAX_CONTENT_CHARS
     {

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use stepwise_core::Execution;
 use stepwise_store::Store;
 
-use super::{MAX_ERROR_CHARS, load_external, schema};
+use super::{LeaseHeader, MAX_ERROR_CHARS, load_external, schema};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
@@ -23,9 +23,10 @@ pub async fn fail<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
+    lease: LeaseHeader,
     ApiJson(body): ApiJson<FailBody>,
 ) -> ApiResult<Json<Execution>> {
-    let execution = load_external(&state, &caller, &id).await?;
+    let execution = load_external(&state, &caller, &id, &lease).await?;
     if body.error_message.trim().is_empty() || body.error_message.chars().count() > MAX_ERROR_CHARS
     {
         return Err(ApiError::invalid(

@@ -64,12 +64,50 @@ async fn load<S: Store>(state: &AppState<S>, caller: &Caller, id: &str) -> ApiRe
         .ok_or_else(|| ApiError::not_found("execution"))
 }
 
-/// The caller's external execution with this id (422 when a built-in agent runs it).
+/// The caller's external or worker execution with this id, checked for a write: 422 when
+/// a built-in agent runs it, 409 `lease_lost` when a worker's execution comes without its
+/// current lease (see `docs/workers.md`).
 async fn load_external<S: Store>(
     state: &AppState<S>,
     caller: &Caller,
     id: &str,
+    lease: &LeaseHeader,
 ) -> ApiResult<Execution> {
     let id = path_id(id, "id")?;
-    Ok(state.engine.external_execution(&caller.tenant, id).await?)
+    Ok(state
+        .engine
+        .driven_execution(&caller.tenant, id, lease.0.as_deref())
+        .await?)
 }
+
+/// The `Stepwise-Lease` header: the lease of a worker's claim, sent with every write.
+#[derive(Debug, Default)]
+pub struct LeaseHeader(pub Option<String>);
+
+/// The longest lease token taken (they are 38 characters).
+const MAX_LEASE_CHARS: usize = 128;
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for LeaseHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(value) = parts.headers.get(LEASE_HEADER) else {
+            return Ok(LeaseHeader(None));
+        };
+        match value.to_str() {
+            Ok(text) if !text.is_empty() && text.len() <= MAX_LEASE_CHARS => {
+                Ok(LeaseHeader(Some(text.to_string())))
+            }
+            _ => Err(ApiError::invalid(
+                LEASE_HEADER,
+                format!("the {LEASE_HEADER} header must be a lease token of at most {MAX_LEASE_CHARS} characters"),
+            )),
+        }
+    }
+}
+
+/// The header a worker's writes carry their lease in.
+pub const LEASE_HEADER: &str = "stepwise-lease";

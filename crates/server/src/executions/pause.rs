@@ -7,7 +7,7 @@ use serde::Deserialize;
 use stepwise_core::Execution;
 use stepwise_store::Store;
 
-use super::{load_external, schema};
+use super::{LeaseHeader, load_external, schema};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
@@ -25,9 +25,10 @@ pub async fn pause<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
+    lease: LeaseHeader,
     ApiJson(body): ApiJson<PauseBody>,
 ) -> ApiResult<Json<Execution>> {
-    let execution = load_external(&state, &caller, &id).await?;
+    let execution = load_external(&state, &caller, &id, &lease).await?;
     if body.question.trim().is_empty() || body.question.chars().count() > MAX_CONTENT_CHARS {
         return Err(ApiError::invalid(
             "question",

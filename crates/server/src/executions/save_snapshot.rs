@@ -11,7 +11,7 @@ use stepwise_engine::ExternalSnapshot;
 use stepwise_store::Store;
 
 use super::schema::{self, MAX_AGENT_CHARS};
-use super::{load_external, typed_body};
+use super::{LeaseHeader, load_external, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
@@ -81,10 +81,11 @@ pub async fn save_snapshot<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
+    lease: LeaseHeader,
     ApiJson(input): ApiJson<Value>,
 ) -> ApiResult<impl IntoResponse> {
     let input: SnapshotInput = typed_body(input, &["/step_number"])?;
-    let execution = load_external(&state, &caller, &id).await?;
+    let execution = load_external(&state, &caller, &id, &lease).await?;
     let parent_snapshot_id = parent(&state, &caller, &input.parent_snapshot_id).await?;
     check_text("agent_id", &input.agent_id, MAX_AGENT_CHARS)?;
     check_text("agent_name", &input.agent_name, MAX_AGENT_CHARS)?;

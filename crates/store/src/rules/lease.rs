@@ -66,3 +66,7 @@ mod tests {
         assert!(gave_up_message(3).contains("interrupted 3 times"));
     }
 }
+
+/// How long a worker process that stopped calling stays listed (`GET /v1/agents`) before
+/// the store forgets it.
+pub const FORGET_WORKERS_AFTER: Duration = Duration::from_secs(24 * 3600);

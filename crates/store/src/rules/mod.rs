@@ -12,6 +12,8 @@ mod retention;
 
 pub use executions::{check_execution_with_messages, check_step_number, check_transition};
 pub use import_plan::ImportPlan;
-pub use lease::{attempts_exhausted, gave_up_message, lease_expired, lease_until};
+pub use lease::{
+    FORGET_WORKERS_AFTER, attempts_exhausted, gave_up_message, lease_expired, lease_until,
+};
 pub use names::{check_name, name_taken, rename_taken};
 pub use retention::{ExpiryCutoffs, is_stale};

@@ -1,0 +1,437 @@
+//! Executions run by worker processes — users' own agents behind the queue
+//! (`docs/workers.md`): claims that hand out a lease token with what the agent needs to
+//! continue, heartbeats, the lease check of every write a worker makes, live tokens, and
+//! handing an execution back.
+//!
+//! A lease token is the claim's lease owner in the store, so every rule of the queue holds
+//! for workers as for the server's own runners: one running execution per session, expired
+//! leases taken over with the attempt counted, attempts capped. Each write of a worker
+//! renews its lease before it writes: a lease that is no longer the execution's (expired
+//! and taken over, cancelled, paused, finished, forged) writes nothing, and a renewed one
+//! cannot expire during the write.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stepwise_core::{
+    Event, EventType, Execution, ExecutionStatus, Id, Memory, Session, Snapshot, Step, StepBody,
+    StepKind, Timestamp,
+};
+use stepwise_store::rules::lease_until;
+use stepwise_store::{
+    Claim, ClaimFilter, NewStep, Result, Store, StoreError, Tenant, WorkerSeen, restore_memory,
+};
+
+use super::{EXTERNAL_AGENT, Engine};
+
+/// A worker seen within this long counts as online (`GET /v1/agents`).
+pub const WORKER_ONLINE_WITHIN: Duration = Duration::from_secs(60);
+/// A worker's calls are written to the store at most this often (the rest only renew).
+const RECORD_WORKER_EVERY: Duration = Duration::from_secs(5);
+
+/// An execution handed to a worker process, with everything its agent needs to continue.
+#[derive(Debug, Clone)]
+pub struct WorkerClaim {
+    pub execution: Execution,
+    pub session: Option<Session>,
+    /// 1 for the first run; more after a lost worker (or a pause).
+    pub attempt: u32,
+    /// The lease token every write and heartbeat of this run carries.
+    pub lease: String,
+    pub lease_expires_at: Timestamp,
+    /// The user's answer when this claim resumes a pause.
+    pub resume_answer: Option<Value>,
+    /// The steps this execution saved so far (the answer included, as a `user_input` step).
+    pub steps: Vec<Step>,
+    /// The session's agent memory, as `GET /v1/sessions/{id}/memory` restores it.
+    pub memory: Option<Memory>,
+    /// This execution's latest snapshot.
+    pub snapshot: Option<Snapshot>,
+}
+
+/// What a heartbeat answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heartbeat {
+    /// When the renewed lease runs out (`None` once cancelled).
+    pub lease_expires_at: Option<Timestamp>,
+    /// The execution was cancelled: the worker stops its agent and writes nothing more.
+    pub cancel_requested: bool,
+}
+
+/// When each worker process was last written to the store, per tenant.
+#[derive(Default)]
+pub(super) struct Presence {
+    written: Mutex<HashMap<(String, String), (Instant, Value)>>,
+}
+
+impl<S: Store> Engine<S> {
+    /// Records that a worker process called, with the agent types it runs; written to the
+    /// store when it is new, its agents changed, or its last write is a few seconds old.
+    pub async fn note_worker(&self, tenant: &Tenant, worker_id: &str, agents: Option<&Value>) {
+        let key = (tenant.as_str().to_string(), worker_id.to_string());
+        let agents = {
+            let mut written = self
+                .inner
+                .presence
+                .written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let due = match (written.get(&key), agents) {
+                (None, None) => None,
+                (None, Some(agents)) => Some(agents.clone()),
+                (Some((at, known)), agents) => {
+                    let agents = agents.unwrap_or(known);
+                    (at.elapsed() >= RECORD_WORKER_EVERY || agents != known)
+                        .then(|| agents.clone())
+                }
+            };
+            if let Some(agents) = &due {
+                if written.len() > 10_000 {
+                    written.retain(|_, (at, _)| at.elapsed() < WORKER_ONLINE_WITHIN);
+                }
+                written.insert(key.clone(), (Instant::now(), agents.clone()));
+            }
+            due
+        };
+        let Some(agents) = agents else { return };
+        let seen = WorkerSeen {
+            worker_id: key.1,
+            agents,
+            last_seen_at: Timestamp::now(),
+        };
+        if let Err(e) = self.inner.store.record_worker(tenant, seen).await {
+            tracing::warn!(worker = worker_id, error = %e, "could not record a worker's call");
+        }
+    }
+
+    /// Whether a worker process running this agent type was seen lately.
+    pub async fn worker_online(&self, tenant: &Tenant, agent_type: &str) -> Result<bool> {
+        let since = Timestamp(Timestamp::now().0 - WORKER_ONLINE_WITHIN.as_micros() as i64);
+        let workers = self.inner.store.list_workers(tenant, since).await?;
+        Ok(workers.iter().any(|w| serves(w, agent_type)))
+    }
+
+    /// Claims up to `slots` executions of these agent types for a worker process of this
+    /// tenant, waiting up to `wait` for one to become runnable (woken at once by a message
+    /// queued on any node). Each claim is announced (`execution.started`) before it is
+    /// handed out.
+    pub async fn claim_for_worker(
+        &self,
+        tenant: &Tenant,
+        agent_types: Vec<String>,
+        slots: usize,
+        wait: Duration,
+    ) -> Result<Vec<WorkerClaim>> {
+        if slots == 0 {
+            return Ok(Vec::new());
+        }
+        let filter = ClaimFilter {
+            agent_types: Some(agent_types),
+            tenant: Some(tenant.as_str().to_string()),
+        };
+        let deadline = Instant::now() + wait;
+        let poll = self.inner.config.poll_interval.max(Duration::from_millis(100));
+        loop {
+            // Listening before looking: a message queued during the claim still wakes us.
+            let bell = self.inner.worker_bell.notified();
+            tokio::pin!(bell);
+            bell.as_mut().enable();
+            let claims = self.claim_leases(tenant, &filter, slots).await?;
+            let now = Instant::now();
+            if !claims.is_empty() || now >= deadline {
+                return Ok(claims);
+            }
+            // Also look again now and then: leases of lost workers expire unannounced.
+            let nap = (deadline - now).min(poll);
+            tokio::select! {
+                _ = &mut bell => {}
+                _ = tokio::time::sleep(nap) => {}
+                _ = self.inner.shutdown.cancelled() => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    async fn claim_leases(
+        &self,
+        tenant: &Tenant,
+        filter: &ClaimFilter,
+        slots: usize,
+    ) -> Result<Vec<WorkerClaim>> {
+        let config = &self.inner.config;
+        let mut tokens = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            tokens.push(stepwise_core::apikey::generate_lease_token().map_err(|e| {
+                StoreError::Backend(format!("no randomness for a lease token: {e}"))
+            })?);
+        }
+        let claims = self
+            .inner
+            .store
+            .claim_matching(filter, &tokens, config.lease, config.max_attempts)
+            .await?;
+        let mut handed = Vec::with_capacity(claims.len());
+        for (claim, token) in claims.into_iter().zip(tokens) {
+            match self.hand_out(tenant, claim, token).await {
+                Ok(claim) => handed.push(claim),
+                // Its lease runs out and the execution is claimed again.
+                Err(e) => tracing::warn!(error = %e, "could not prepare a worker's claim"),
+            }
+        }
+        Ok(handed)
+    }
+
+    /// Loads what the claim's agent needs, records the user's answer as a step, and
+    /// announces the run.
+    async fn hand_out(&self, tenant: &Tenant, claim: Claim, lease: String) -> Result<WorkerClaim> {
+        let store = &self.inner.store;
+        let Claim {
+            execution,
+            resume_answer,
+            ..
+        } = claim;
+        let lease_expires_at = lease_until(Timestamp::now(), self.inner.config.lease);
+        let mut steps = store.list_steps(tenant, execution.id).await?.items;
+        if let Some(answer) = &resume_answer
+            && steps.last().is_none_or(|s| s.kind != StepKind::UserInput)
+        {
+            let step_number = steps.last().map_or(1, |s| s.step_number + 1);
+            let text = match answer {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let appended = store
+                .append_step(
+                    tenant,
+                    NewStep {
+                        execution_id: execution.id,
+                        step_number,
+                        kind: StepKind::UserInput,
+                        body: StepBody {
+                            observations: Some(text),
+                            ..StepBody::default()
+                        },
+                    },
+                )
+                .await?
+                .await?;
+            steps.push(appended.step);
+        }
+        let session = match execution.session_id {
+            Some(id) => store.get_session(tenant, id).await?,
+            None => None,
+        };
+        let memory = match execution.session_id {
+            Some(id) => restore_memory(store, tenant, id).await?,
+            None => None,
+        };
+        let snapshot = match execution.last_snapshot_id {
+            Some(id) => store.get_snapshot(tenant, id).await?,
+            None => None,
+        };
+
+        let text = match (steps.last(), &resume_answer) {
+            (None, _) => "Execution started".to_string(),
+            (Some(_), Some(_)) => "Execution resumed".to_string(),
+            (Some(last), None) if execution.attempts > 1 => format!(
+                "Worker lost: resuming from step {}, attempt {}",
+                last.step_number + 1,
+                execution.attempts
+            ),
+            (Some(_), None) => "Execution resumed".to_string(),
+        };
+        if execution.parent_execution_id.is_none()
+            && let Some(session_id) = execution.session_id
+        {
+            self.say_status(tenant, session_id, execution.id, &text)
+                .await;
+        }
+        self.inner
+            .publisher
+            .emit(
+                tenant,
+                execution.session_id,
+                Some(execution.id),
+                EventType::ExecutionStarted,
+                &text,
+                json!({"attempt": execution.attempts, "lease_owner": "worker"}),
+            )
+            .await;
+        Ok(WorkerClaim {
+            attempt: execution.attempts.max(1),
+            execution,
+            session,
+            lease,
+            lease_expires_at,
+            resume_answer,
+            steps,
+            memory,
+            snapshot,
+        })
+    }
+
+    /// Renews a worker's lease on an execution, or says the execution was cancelled; a
+    /// lease that is no longer current is `LeaseLost`.
+    pub async fn worker_heartbeat(&self, tenant: &Tenant, id: Id, lease: &str) -> Result<Heartbeat> {
+        let execution = self.load_execution(tenant, id).await?;
+        match self.renew(tenant, &execution, lease).await {
+            Ok(lease_expires_at) => Ok(Heartbeat {
+                lease_expires_at: Some(lease_expires_at),
+                cancel_requested: false,
+            }),
+            Err(StoreError::LeaseLost(_))
+                if self.load_execution(tenant, id).await?.status == ExecutionStatus::Cancelled =>
+            {
+                Ok(Heartbeat {
+                    lease_expires_at: None,
+                    cancel_requested: true,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An execution an agent outside the server drives, checked for this write: `NotFound`
+    /// when there is none; `InvalidState` when one of the server's agents runs it;
+    /// `LeaseLost` when a worker's execution comes without its current lease (renewed
+    /// here: it cannot run out during the write). An `external` execution needs no lease.
+    pub async fn driven_execution(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        lease: Option<&str>,
+    ) -> Result<Execution> {
+        let execution = self.load_execution(tenant, id).await?;
+        if self.can_run(&execution.agent_type) {
+            return Err(StoreError::InvalidState(format!(
+                "this execution is run by the server's '{}' agent; only external and worker executions take steps over HTTP",
+                execution.agent_type
+            )));
+        }
+        match lease {
+            Some(lease) => {
+                self.renew(tenant, &execution, lease).await?;
+            }
+            None if execution.agent_type == EXTERNAL_AGENT => {}
+            None => {
+                return Err(StoreError::LeaseLost(format!(
+                    "this execution is run by a worker of agent '{}': send the lease of its claim in the Stepwise-Lease header",
+                    execution.agent_type
+                )));
+            }
+        }
+        Ok(execution)
+    }
+
+    /// Live tokens of a worker's (or an external agent's) run: `message.delta` to the
+    /// session's subscribers, never stored.
+    pub fn publish_delta(&self, tenant: &Tenant, execution: &Execution, text: &str) {
+        let Some(session_id) = execution.session_id else {
+            return;
+        };
+        self.inner.store.publish_live(
+            tenant,
+            Event {
+                id: 0,
+                session_id,
+                message_id: None,
+                execution_id: Some(execution.id),
+                event_type: EventType::MessageDelta,
+                content: text.to_string(),
+                metadata: json!({}),
+                timestamp: Timestamp::now(),
+            },
+        );
+    }
+
+    /// Hands a worker's execution back to the queue at once, without spending an attempt
+    /// (the worker is shutting down); the next claim continues it from its saved steps.
+    pub async fn release_for_worker(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        lease: &str,
+    ) -> Result<Execution> {
+        self.inner.store.release(lease, execution.id).await?;
+        let now = self.load_execution(tenant, execution.id).await?;
+        if now.status != ExecutionStatus::Pending {
+            return Err(StoreError::LeaseLost(lost_reason(&now)));
+        }
+        if let Some(session_id) = now.session_id
+            && now.parent_execution_id.is_none()
+        {
+            self.say_status(
+                tenant,
+                session_id,
+                now.id,
+                "Worker stopped: the execution waits for the next worker",
+            )
+            .await;
+        }
+        self.inner
+            .publisher
+            .emit(
+                tenant,
+                now.session_id,
+                Some(now.id),
+                EventType::ExecutionQueued,
+                "Execution handed back to the queue",
+                json!({}),
+            )
+            .await;
+        self.ring();
+        Ok(now)
+    }
+
+    async fn load_execution(&self, tenant: &Tenant, id: Id) -> Result<Execution> {
+        self.inner
+            .store
+            .get_execution(tenant, id)
+            .await?
+            .ok_or(StoreError::NotFound("execution"))
+    }
+
+    /// Renews `lease` on the execution; `LeaseLost` with the reason when it is not current.
+    async fn renew(&self, tenant: &Tenant, execution: &Execution, lease: &str) -> Result<Timestamp> {
+        let lease_s = self.inner.config.lease;
+        let until = lease_until(Timestamp::now(), lease_s);
+        let lost = self
+            .inner
+            .store
+            .renew_leases(lease, vec![execution.id], lease_s)
+            .await?;
+        if lost.is_empty() {
+            return Ok(until);
+        }
+        let now = self.load_execution(tenant, execution.id).await?;
+        Err(StoreError::LeaseLost(lost_reason(&now)))
+    }
+}
+
+/// Why a lease is not current, from the execution as it is now.
+fn lost_reason(execution: &Execution) -> String {
+    match execution.status {
+        ExecutionStatus::Cancelled => "the execution was cancelled: stop its agent".into(),
+        ExecutionStatus::Paused => {
+            "the execution is paused for the user's answer: its next claim continues it".into()
+        }
+        ExecutionStatus::Pending => {
+            "the execution went back to the queue: its next claim continues it".into()
+        }
+        ExecutionStatus::Running => format!(
+            "this is not the execution's current lease (attempt {} holds it: the lease expired and was taken over, or it was never this execution's)",
+            execution.attempts
+        ),
+        status => format!("the execution is already {status}"),
+    }
+}
+
+/// Whether a worker announced this agent type.
+fn serves(worker: &WorkerSeen, agent_type: &str) -> bool {
+    worker.agents.as_array().is_some_and(|agents| {
+        agents
+            .iter()
+            .any(|a| a.get("type").and_then(Value::as_str) == Some(agent_type))
+    })
+}

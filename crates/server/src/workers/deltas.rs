@@ -1,0 +1,60 @@
+//! `POST /v1/executions/{id}/deltas`: live tokens of a worker's (or an external agent's)
+//! run, sent to the session's subscribers as `message.delta` and never stored.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use stepwise_store::Store;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody, path_id};
+use crate::executions::LeaseHeader;
+use crate::schemas::IdPath;
+
+/// Longest text of one delta, in bytes.
+const MAX_DELTA_BYTES: usize = 64 * 1024;
+
+/// Text the agent is producing.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeltaBody {
+    /// Up to 64 KiB.
+    pub text: String,
+}
+
+pub async fn deltas<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    lease: LeaseHeader,
+    ApiJson(body): ApiJson<DeltaBody>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    if body.text.len() > MAX_DELTA_BYTES {
+        return Err(ApiError::invalid("text", "a delta is at most 64 KiB"));
+    }
+    let id = path_id(&id, "id")?;
+    let execution = state
+        .engine
+        .driven_execution(&caller.tenant, id, lease.0.as_deref())
+        .await?;
+    if execution.status != stepwise_core::ExecutionStatus::Running {
+        return Err(ApiError::invalid_state(format!(
+            "the execution is {}: only a running execution streams text",
+            execution.status
+        )));
+    }
+    state
+        .engine
+        .publish_delta(&caller.tenant, &execution, &body.text);
+    Ok((StatusCode::ACCEPTED, Json(json!({}))))
+}
+
+#[utoipa::path(post, path = "/v1/executions/{id}/deltas", tag = "workers", operation_id = "send_delta",
+    params(IdPath), request_body = DeltaBody,
+    responses((status = 202, description = "Sent to the session's live subscribers"), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "`lease_lost`"), (status = 422, body = ErrorBody)))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}

@@ -1,0 +1,411 @@
+//! Worker processes over HTTP (`docs/workers.md`), against a real node: claims with their
+//! lease and restore data, the long poll woken by a message, lease fencing after a lost
+//! worker, pause and answer, cancel seen by the heartbeat, handing back, tenants, and
+//! hostile input. The Python worker's own suite drives the same protocol with real
+//! processes killed and frozen.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestServer, assert_error, wait_for};
+use serde_json::{Value, json};
+use stepwise_core::apikey::{generate_api_key, hash_api_key};
+use stepwise_store::{Store, Tenant};
+
+const LEASE: &str = "stepwise-lease";
+
+fn claim_body(agent: &str, slots: u32, wait_s: f64) -> Value {
+    json!({"worker_id": "test-worker-1", "agents": [{"type": agent, "description": "Says hello"}],
+           "slots": slots, "wait_s": wait_s})
+}
+
+async fn claim(server: &TestServer, agent: &str, slots: u32, wait_s: f64) -> Vec<Value> {
+    let (status, body) = server
+        .post("/v1/workers/claim", claim_body(agent, slots, wait_s))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["items"].as_array().unwrap().clone()
+}
+
+/// Posts a message for `agent` to a new session: (session id, execution id).
+async fn message_for(server: &TestServer, agent: &str, content: &str) -> (String, String) {
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": content, "agent": {"type": agent}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    (
+        body["session_id"].as_str().unwrap().to_string(),
+        body["execution"]["id"].as_str().unwrap().to_string(),
+    )
+}
+
+async fn leased(
+    server: &TestServer,
+    path: &str,
+    lease: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
+    let mut request = server.client.post(server.url(path)).json(&body);
+    if let Some(lease) = lease {
+        request = request.header(LEASE, lease);
+    }
+    server.send(request).await
+}
+
+fn text(claim: &Value, key: &str) -> String {
+    claim[key].as_str().unwrap_or_default().to_string()
+}
+
+async fn step_count(server: &TestServer, execution: &str) -> usize {
+    let (_, steps) = server
+        .get(&format!("/v1/executions/{execution}/steps"))
+        .await;
+    steps["items"].as_array().unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_claims_writes_with_its_lease_and_completes() {
+    let server = TestServer::start().await;
+    let (session, execution) = message_for(&server, "greeter", "Ada").await;
+    // No worker yet: the message waits, and says so; the server's own workers leave it.
+    let messages = server.messages(&session).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["content"].as_str().unwrap_or_default().contains("no worker")),
+        "{messages:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.execution(&execution).await["status"], "pending");
+
+    let claims = claim(&server, "greeter", 4, 0.0).await;
+    assert_eq!(claims.len(), 1);
+    let c = &claims[0];
+    assert_eq!(c["execution"]["id"], json!(execution));
+    assert_eq!(c["execution"]["status"], "running");
+    assert_eq!(c["attempt"], 1);
+    assert_eq!(c["input_text"], "Ada");
+    assert_eq!(c["session"]["id"], json!(session));
+    assert_eq!(c["memory"]["steps"], json!([]));
+    assert_eq!(c["steps"], json!([]));
+    assert!(c["heartbeat_interval_s"].as_f64().unwrap() > 0.0);
+    let lease = text(c, "lease");
+    assert!(lease.starts_with("lease_"));
+
+    // The agent type is listed, with its worker online.
+    let (_, agents) = server.get("/v1/agents").await;
+    let greeter = agents["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["type"] == "greeter")
+        .cloned()
+        .unwrap();
+    assert_eq!(greeter["builtin"], false);
+    assert_eq!(greeter["workers_online"], 1);
+    assert_eq!(greeter["description"], "Says hello");
+    assert!(
+        agents["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["type"] == "demo" && a["builtin"] == true)
+    );
+
+    let steps = format!("/v1/executions/{execution}/steps");
+    let step = json!({"step_number": 1, "model_output": "Greeting", "observations": "said hello"});
+    // Without the lease, or with another one: refused, nothing written.
+    let (status, body) = leased(&server, &steps, None, step.clone()).await;
+    assert_error(status, &body, 409, "lease_lost", "no lease");
+    let (status, body) = leased(&server, &steps, Some("lease_forged"), step.clone()).await;
+    assert_error(status, &body, 409, "lease_lost", "forged lease");
+    assert_eq!(step_count(&server, &execution).await, 0);
+
+    let (status, body) = leased(&server, &steps, Some(&lease), step.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, _) = leased(&server, &steps, Some(&lease), step).await;
+    assert_eq!(status, 200, "the same step again writes nothing");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/deltas"),
+        Some(&lease),
+        json!({"text": "Hel"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/heartbeat"),
+        None,
+        json!({"lease": lease, "worker_id": "test-worker-1"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["cancel_requested"], false);
+
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/complete"),
+        Some(&lease),
+        json!({"output": "Hello, Ada", "final_message": "Hello, Ada"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "completed");
+    let messages = server.messages(&session).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["role"] == "assistant" && m["content"] == "Hello, Ada")
+    );
+    // A finished execution's lease is not current any more.
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/heartbeat"),
+        None,
+        json!({"lease": lease}),
+    )
+    .await;
+    assert_error(status, &body, 409, "lease_lost", "heartbeat after the end");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_claim_is_woken_by_a_message() {
+    let server = TestServer::start().await;
+    let waiting = {
+        let client = server.client.clone();
+        let url = server.url("/v1/workers/claim");
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&claim_body("planner", 1, 20.0))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, execution) = message_for(&server, "planner", "plan a trip").await;
+    let answer = waiting.await.unwrap();
+    assert_eq!(answer["items"][0]["execution"]["id"], json!(execution));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_workers_execution_is_taken_over_and_its_old_lease_is_fenced() {
+    let server = TestServer::start().await; // 5 s leases
+    let (session, execution) = message_for(&server, "coder", "write code").await;
+    let first = claim(&server, "coder", 1, 0.0).await.remove(0);
+    let old = text(&first, "lease");
+    let steps = format!("/v1/executions/{execution}/steps");
+    for n in 1..=2 {
+        let (status, body) = leased(
+            &server,
+            &steps,
+            Some(&old),
+            json!({"step_number": n, "model_output": format!("step {n}")}),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // The worker stops renewing: after its lease, another claim takes the execution over.
+    let second = wait_for(|| async {
+        let mut claims = claim(&server, "coder", 1, 1.0).await;
+        (!claims.is_empty()).then(|| claims.remove(0))
+    })
+    .await;
+    assert_eq!(second["execution"]["id"], json!(execution));
+    assert_eq!(second["attempt"], 2);
+    assert_eq!(second["steps"].as_array().unwrap().len(), 2);
+    let new = text(&second, "lease");
+    assert_ne!(new, old);
+    let messages = server.messages(&session).await;
+    assert!(
+        messages.iter().any(|m| m["content"]
+            == "Worker lost: resuming from step 3, attempt 2"),
+        "{messages:?}"
+    );
+
+    // The frozen worker wakes: every write and heartbeat of its lease is refused.
+    let (status, body) = leased(
+        &server,
+        &steps,
+        Some(&old),
+        json!({"step_number": 3, "model_output": "from the old worker"}),
+    )
+    .await;
+    assert_error(status, &body, 409, "lease_lost", "old lease step");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/complete"),
+        Some(&old),
+        json!({"output": "old"}),
+    )
+    .await;
+    assert_error(status, &body, 409, "lease_lost", "old lease complete");
+    let (status, _) = leased(
+        &server,
+        &steps,
+        Some(&new),
+        json!({"step_number": 3, "model_output": "from the new worker"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, listed) = server.get(&steps).await;
+    let outputs: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["model_output"].as_str().unwrap())
+        .collect();
+    assert_eq!(outputs, ["step 1", "step 2", "from the new worker"]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_answer_cancel_and_hand_back() {
+    let server = TestServer::start().await;
+    let (session, execution) = message_for(&server, "asker", "book a table").await;
+    let c = claim(&server, "asker", 1, 0.0).await.remove(0);
+    let lease = text(&c, "lease");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/pause"),
+        Some(&lease),
+        json!({"question": "For how many?"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "paused");
+    // The answer queues it again; the next claim carries the answer as a step.
+    let answered = server.message_to(&session, "four").await;
+    assert_eq!(answered["execution"]["id"], json!(execution));
+    let resumed = claim(&server, "asker", 1, 5.0).await.remove(0);
+    assert_eq!(resumed["resume_answer"], "four");
+    let steps = resumed["steps"].as_array().unwrap();
+    assert_eq!(steps.last().unwrap()["kind"], "user_input");
+    assert_eq!(steps.last().unwrap()["observations"], "four");
+
+    // Handing it back costs no attempt; the next claim gets the same attempt number.
+    let lease = text(&resumed, "lease");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/release"),
+        Some(&lease),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "pending");
+    let again = claim(&server, "asker", 1, 5.0).await.remove(0);
+    assert_eq!(again["attempt"], resumed["attempt"]);
+
+    // Cancel: the heartbeat says so, and writes are refused.
+    let lease = text(&again, "lease");
+    let (status, _) = server
+        .post(&format!("/v1/executions/{execution}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 202);
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/heartbeat"),
+        None,
+        json!({"lease": lease}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["cancel_requested"], true);
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/steps"),
+        Some(&lease),
+        json!({"model_output": "late"}),
+    )
+    .await;
+    assert_error(status, &body, 409, "lease_lost", "after cancel");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_claims_and_other_tenants_leases_are_refused() {
+    let mut server = TestServer::start().await;
+    for (body, field) in [
+        (claim_body("greeter", 10_000, 0.0), "slots"),
+        (claim_body("demo", 1, 0.0), "agents[0].type"),
+        (claim_body("../etc", 1, 0.0), "agents[0].type"),
+        (claim_body("greeter", 1, 600.0), "wait_s"),
+        (
+            json!({"worker_id": "w", "agents": [], "slots": 1}),
+            "agents",
+        ),
+        (
+            json!({"worker_id": "bad id!", "agents": [{"type": "x"}], "slots": 1}),
+            "worker_id",
+        ),
+    ] {
+        let (status, answer) = server.post("/v1/workers/claim", body).await;
+        assert_error(status, &answer, 400, "invalid_request", field);
+        assert_eq!(answer["error"]["field"], field);
+    }
+
+    let alice_key = generate_api_key().unwrap();
+    let bob_key = generate_api_key().unwrap();
+    for (tenant, key) in [("alice", &alice_key), ("bob", &bob_key)] {
+        let tenant = Tenant::new(tenant).unwrap();
+        server
+            .store
+            .create_api_key(&tenant, "u", None, &hash_api_key(key))
+            .await
+            .unwrap();
+    }
+    wait_for(|| async { (server.get("/v1/sessions").await.0 == 401).then_some(()) }).await;
+    server.token = Some(alice_key.clone());
+    let (_, execution) = message_for(&server, "greeter", "for alice").await;
+    let (_, other) = message_for(&server, "greeter", "also for alice").await;
+    let c = claim(&server, "greeter", 1, 0.0).await.remove(0);
+    let lease = text(&c, "lease");
+    assert_eq!(c["execution"]["id"], json!(execution));
+
+    // Bob sees neither Alice's worker nor her queued execution.
+    server.token = Some(bob_key);
+    let (_, agents) = server.get("/v1/agents").await;
+    assert!(
+        agents["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["type"] != "greeter"),
+        "bob sees no worker of alice: {agents}"
+    );
+    assert!(claim(&server, "greeter", 4, 0.0).await.is_empty());
+    // Her lease is not found for him, and writes nothing.
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/steps"),
+        Some(&lease),
+        json!({"model_output": "bob was here"}),
+    )
+    .await;
+    assert_error(status, &body, 404, "not_found", "another tenant's lease");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/heartbeat"),
+        None,
+        json!({"lease": lease}),
+    )
+    .await;
+    assert_error(status, &body, 404, "not_found", "another tenant's heartbeat");
+    server.token = Some(alice_key);
+    assert_eq!(step_count(&server, &execution).await, 0);
+    assert_eq!(server.execution(&other).await["status"], "pending");
+    server.stop().await;
+}
