@@ -169,6 +169,7 @@ fn sample_document() -> SessionDocument {
         related_id: Some("T-1".into()),
         initial_context_url: None,
         metadata: json!({"source": "test"}),
+        agent: None,
         last_execution_id: Some(execution_id),
         last_snapshot_id: None,
         message_count: 2,

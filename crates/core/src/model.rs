@@ -189,11 +189,24 @@ pub struct Session {
     pub related_id: Option<String>,
     pub initial_context_url: Option<String>,
     pub metadata: Value,
+    /// The agent a message that names none runs with (`null`: the server's default).
+    #[serde(default)]
+    pub agent: Option<SessionAgent>,
     pub last_execution_id: Option<Uuid>,
     pub last_snapshot_id: Option<Uuid>,
     pub message_count: u64,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+}
+
+/// A session's default agent: an agent type and its config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SessionAgent {
+    /// A built-in agent type or a worker's.
+    #[serde(rename = "type")]
+    pub agent_type: String,
+    #[serde(default)]
+    pub config: Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

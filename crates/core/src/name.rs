@@ -14,6 +14,21 @@ pub enum NameError {
 
 pub const MAX_NAME_LEN: usize = 64;
 
+/// What an agent type may be called: a letter or digit, then up to 63 of
+/// `[A-Za-z0-9._-]` (`AGENT_TYPE_PATTERN`).
+pub fn is_agent_type(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_NAME_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// [`is_agent_type`] as a regular expression (for JSON Schema).
+pub const AGENT_TYPE_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
+
 /// Checks a session name against seed 004's rules: `[A-Za-z0-9._-]`, 1–64 characters,
 /// no `..`, and none of the reserved names (`index`, `metadata`, OS device names).
 pub fn validate_name(name: &str) -> Result<(), NameError> {

@@ -387,6 +387,7 @@ fn build(parts: Parts) -> SessionDocument {
             related_id,
             initial_context_url,
             metadata,
+            agent: None,
             last_execution_id: executions.last().map(|e| e.id),
             last_snapshot_id: snapshots.last().map(|s| s.id),
             message_count,

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use stepwise_core::Timestamp;
 use stepwise_core::{Event, Execution, Id, Message, Session, SessionDocument, Snapshot, Step};
 use stepwise_store::{
-    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
-    NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result, RetentionLock,
-    RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreStats,
-    Tenant, Transition, WorkerSeen,
+    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, Loaded, MessageQuery, NewEvent,
+    NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
+    RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
+    StoreStats, Tenant, Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 

@@ -68,10 +68,10 @@ async fn bad_input_answers_a_4xx_json_error_never_a_5xx() {
             "unsupported_media_type",
         ),
         (
-            "unknown agent",
+            "not an agent type",
             client
                 .post(url("/v1/messages"))
-                .json(&json!({"content": "x", "agent": {"type": "nope"}})),
+                .json(&json!({"content": "x", "agent": {"type": "no such agent!"}})),
             400,
             "invalid_request",
         ),

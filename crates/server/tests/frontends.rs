@@ -352,7 +352,7 @@ async fn bad_front_end_requests_are_clear_errors() {
         ),
         (
             "/v1/ai-sdk/chat",
-            json!({"id": "x", "agent": {"type": "nope"}, "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
+            json!({"id": "x", "agent": {"type": "no such agent!"}, "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
             "agent.type",
         ),
         (

@@ -44,12 +44,7 @@ async fn message_for(server: &TestServer, agent: &str, content: &str) -> (String
     )
 }
 
-async fn leased(
-    server: &TestServer,
-    path: &str,
-    lease: Option<&str>,
-    body: Value,
-) -> (u16, Value) {
+async fn leased(server: &TestServer, path: &str, lease: Option<&str>, body: Value) -> (u16, Value) {
     let mut request = server.client.post(server.url(path)).json(&body);
     if let Some(lease) = lease {
         request = request.header(LEASE, lease);
@@ -75,9 +70,10 @@ async fn a_worker_claims_writes_with_its_lease_and_completes() {
     // No worker yet: the message waits, and says so; the server's own workers leave it.
     let messages = server.messages(&session).await;
     assert!(
-        messages
-            .iter()
-            .any(|m| m["content"].as_str().unwrap_or_default().contains("no worker")),
+        messages.iter().any(|m| m["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no worker")),
         "{messages:?}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -230,8 +226,9 @@ async fn a_lost_workers_execution_is_taken_over_and_its_old_lease_is_fenced() {
     assert_ne!(new, old);
     let messages = server.messages(&session).await;
     assert!(
-        messages.iter().any(|m| m["content"]
-            == "Worker lost: resuming from step 3, attempt 2"),
+        messages
+            .iter()
+            .any(|m| m["content"] == "Worker lost: resuming from step 3, attempt 2"),
         "{messages:?}"
     );
 
@@ -403,9 +400,70 @@ async fn hostile_claims_and_other_tenants_leases_are_refused() {
         json!({"lease": lease}),
     )
     .await;
-    assert_error(status, &body, 404, "not_found", "another tenant's heartbeat");
+    assert_error(
+        status,
+        &body,
+        404,
+        "not_found",
+        "another tenant's heartbeat",
+    );
     server.token = Some(alice_key);
     assert_eq!(step_count(&server, &execution).await, 0);
     assert_eq!(server.execution(&other).await["status"], "pending");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_default_agent_answers_its_messages() {
+    let server = TestServer::start().await;
+    let (status, session) = server
+        .post(
+            "/v1/sessions",
+            json!({"title": "t", "agent": {"type": "greeter", "config": {"tone": "warm"}}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{session}");
+    assert_eq!(
+        session["agent"],
+        json!({"type": "greeter", "config": {"tone": "warm"}})
+    );
+    let id = session["id"].as_str().unwrap().to_string();
+    let sent = server.message_to(&id, "hello").await;
+    assert_eq!(sent["execution"]["agent_type"], "greeter");
+    assert_eq!(sent["execution"]["agent_config"], json!({"tone": "warm"}));
+    // A message naming an agent still picks its own.
+    let (status, sent) = server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"content": "2+2", "agent": {"type": "demo"}}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    assert_eq!(sent["execution"]["agent_type"], "demo");
+    // Cleared: the server's default again. `external` and bad names are refused.
+    let (status, patched) = server
+        .send(
+            server
+                .client
+                .patch(server.url(&format!("/v1/sessions/{id}")))
+                .json(&json!({"agent": null})),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["agent"], Value::Null);
+    for bad in ["external", "no spaces", "-dash-first"] {
+        let (status, body) = server
+            .post("/v1/sessions", json!({"agent": {"type": bad}}))
+            .await;
+        assert_error(status, &body, 400, "invalid_request", bad);
+    }
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "hi", "session": {"agent": {"type": "planner"}}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["execution"]["agent_type"], "planner");
     server.stop().await;
 }

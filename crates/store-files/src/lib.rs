@@ -411,8 +411,8 @@ impl Store for FileStore {
     }
 
     async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
-        let forget_before = worker.last_seen_at.0
-            - stepwise_store::rules::FORGET_WORKERS_AFTER.as_micros() as i64;
+        let forget_before =
+            worker.last_seen_at.0 - stepwise_store::rules::FORGET_WORKERS_AFTER.as_micros() as i64;
         let mut workers = self
             .inner
             .shared
@@ -420,10 +420,14 @@ impl Store for FileStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         workers.retain(|_, w| w.last_seen_at.0 >= forget_before);
-        workers.insert(
-            (tenant.as_str().to_string(), worker.worker_id.clone()),
-            worker,
-        );
+        let key = (tenant.as_str().to_string(), worker.worker_id.clone());
+        // The newer call wins, never the other way round.
+        if workers
+            .get(&key)
+            .is_none_or(|known| known.last_seen_at <= worker.last_seen_at)
+        {
+            workers.insert(key, worker);
+        }
         Ok(())
     }
 

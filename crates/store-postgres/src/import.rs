@@ -11,8 +11,8 @@ use crate::PgStore;
 use crate::sql::{args, is_unique_violation, json_text, map_pg, pg};
 
 /// Rows are written as exported (counters, ids and times included).
-const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at, agent) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
 const INSERT_MESSAGE: &str = "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, \
@@ -69,7 +69,8 @@ async fn write(
             s.last_snapshot_id,
             s.message_count as i64,
             s.created_at.0,
-            s.updated_at.0
+            s.updated_at.0,
+            crate::sql::agent_text(&s.agent)
         ],
     )
     .await

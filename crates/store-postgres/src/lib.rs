@@ -46,10 +46,10 @@ use stepwise_core::{
     Timestamp, system_clock,
 };
 use stepwise_store::{
-    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, Loaded, MessageQuery, NewEvent, NewExecution,
-    NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result, RetentionLock,
-    RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreError,
-    StoreStats, Tenant, Transition, WorkerSeen,
+    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, Loaded, MessageQuery, NewEvent,
+    NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
+    RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
+    StoreError, StoreStats, Tenant, Transition, WorkerSeen,
 };
 use tokio::sync::{broadcast, watch};
 

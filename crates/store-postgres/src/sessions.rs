@@ -29,10 +29,11 @@ const LIST_SESSIONS: &str = concat!(
     session_cols!(),
     " FROM sessions WHERE tenant_id = $1"
 );
-/// A patch: each field is kept when its parameter is NULL.
+/// A patch: each field is kept when its parameter is NULL; the agent when `$8` is false.
 const UPDATE_SESSION: &str = concat!(
     "UPDATE sessions SET title = COALESCE($1, title), name = COALESCE($2, name), status = COALESCE($3, status), \
-     metadata = COALESCE($4, metadata), updated_at = $5 WHERE id = $6 AND tenant_id = $7 RETURNING ",
+     metadata = COALESCE($4, metadata), updated_at = $5, agent = CASE WHEN $8 THEN $9 ELSE agent END \
+     WHERE id = $6 AND tenant_id = $7 RETURNING ",
     session_cols!()
 );
 const SOFT_DELETE_SESSION: &str =
@@ -161,6 +162,8 @@ pub(crate) async fn update(
     let now = store.now();
     let metadata = patch.metadata.as_ref().map(json_text);
     let status = patch.status.map(|s| s.as_str().to_string());
+    let set_agent = patch.agent.is_some();
+    let agent = patch.agent.as_ref().and_then(crate::sql::agent_text);
     let client = store.client().await?;
     let row = client
         .query_typed_opt(
@@ -172,7 +175,9 @@ pub(crate) async fn update(
                 metadata,
                 now.0,
                 id,
-                tenant.as_str()
+                tenant.as_str(),
+                set_agent,
+                agent
             ],
         )
         .await

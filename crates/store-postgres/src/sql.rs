@@ -173,6 +173,13 @@ fn json(row: &Row, col: &str) -> Result<Value, StoreError> {
     Ok(serde_json::from_str(text).unwrap_or(Value::Null))
 }
 
+/// A session's default agent as stored (`NULL` for none).
+pub(crate) fn agent_text(agent: &Option<stepwise_core::SessionAgent>) -> Option<String> {
+    agent
+        .as_ref()
+        .and_then(|agent| serde_json::to_string(agent).ok())
+}
+
 fn u64_col(row: &Row, col: &str) -> Result<u64, StoreError> {
     Ok(get::<i64>(row, col)?.max(0) as u64)
 }
@@ -189,7 +196,7 @@ fn enum_col<T>(row: &Row, col: &str, parse: fn(&str) -> Option<T>) -> Result<T, 
 /// The columns [`session`] reads, as a literal for `concat!`.
 macro_rules! session_cols {
     () => {
-        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
+        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, agent, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
     };
 }
 pub(crate) use session_cols;
@@ -206,6 +213,8 @@ pub(crate) fn session(row: &Row) -> Result<Session, StoreError> {
         related_id: get(row, "related_id")?,
         initial_context_url: get(row, "initial_context_url")?,
         metadata: json(row, "metadata")?,
+        agent: get::<Option<String>>(row, "agent")?
+            .and_then(|text| serde_json::from_str(&text).ok()),
         last_execution_id: get(row, "last_execution_id")?,
         last_snapshot_id: get(row, "last_snapshot_id")?,
         message_count: u64_col(row, "message_count")?,

@@ -140,6 +140,9 @@ pg_conformance! {
     queue_concurrent_claim_batches
     queue_deep
     queue_model
+    queue_claim_filter
+    session_agent
+    workers_seen
     steps
     concurrent_step_writers
     session_cache

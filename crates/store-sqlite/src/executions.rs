@@ -328,7 +328,7 @@ fn claim_one(
                 s.query_row(params![now.0, agent_types, tenant], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })
-                    .optional()
+                .optional()
             })
             .map_err(map_sqlite)?;
         let Some((id, tenant, attempts)) = expired else {
@@ -359,7 +359,7 @@ fn claim_one(
             s.query_row(params![agent_types, tenant], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
-                .optional()
+            .optional()
         })
         .map_err(map_sqlite)?;
     let Some((id, tenant, answer)) = pending else {

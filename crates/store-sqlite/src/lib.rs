@@ -41,11 +41,11 @@ use stepwise_core::{
     Timestamp, system_clock,
 };
 use stepwise_store::{
-    Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, ClaimFilter, CleanupReport,
-    EventHub, Loaded, MessageQuery, NewCheckpoint, NewEvent, NewExecution, NewMessage, NewSession,
-    NewSnapshot, NewStep, Page, PageRequest, PruneStrategy, PutWrites, Result, RetentionLock,
-    RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store, StoreError,
-    StoreStats, Tenant, ThreadInfo, Transition, WorkerSeen,
+    Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, ClaimFilter,
+    CleanupReport, EventHub, Loaded, MessageQuery, NewCheckpoint, NewEvent, NewExecution,
+    NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, PruneStrategy, PutWrites,
+    Result, RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend,
+    Store, StoreError, StoreStats, Tenant, ThreadInfo, Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 

@@ -57,6 +57,13 @@ fn json(row: &Row<'_>, col: &str) -> rusqlite::Result<Value> {
     Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
+/// A session's default agent as stored (`NULL` for none).
+pub(crate) fn agent_text(agent: &Option<stepwise_core::SessionAgent>) -> Option<String> {
+    agent
+        .as_ref()
+        .and_then(|agent| serde_json::to_string(agent).ok())
+}
+
 pub(crate) fn json_text(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
@@ -79,7 +86,7 @@ fn enum_col<T>(row: &Row<'_>, col: &str, parse: fn(&str) -> Option<T>) -> rusqli
 /// The columns [`session`] reads, as a literal for `concat!` in statements.
 macro_rules! session_cols {
     () => {
-        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
+        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, agent, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
     };
 }
 pub(crate) use session_cols;
@@ -96,6 +103,9 @@ pub(crate) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
         related_id: row.get("related_id")?,
         initial_context_url: row.get("initial_context_url")?,
         metadata: json(row, "metadata")?,
+        agent: row
+            .get::<_, Option<String>>("agent")?
+            .and_then(|text| serde_json::from_str(&text).ok()),
         last_execution_id: opt_id(row, "last_execution_id")?,
         last_snapshot_id: opt_id(row, "last_snapshot_id")?,
         message_count: u64_col(row, "message_count")?,

@@ -8,7 +8,7 @@ use stepwise_store::{
     NewSession, Page, PageRequest, Result, SessionFilter, SessionPatch, Tenant, cursor,
 };
 
-use crate::rows::{self, bid, json_text, session_cols};
+use crate::rows::{self, agent_text, bid, json_text, session_cols};
 use crate::writer::map_sqlite;
 use crate::{SqliteStore, checkpoints, is_unique_violation};
 
@@ -30,7 +30,7 @@ const LIST_SESSIONS: &str = concat!(
     session_cols!(),
     " FROM sessions WHERE tenant_id = ?"
 );
-const UPDATE_SESSION: &str = "UPDATE sessions SET title = ?1, name = ?2, status = ?3, metadata = ?4, updated_at = ?5 WHERE id = ?6 AND tenant_id = ?7";
+const UPDATE_SESSION: &str = "UPDATE sessions SET title = ?1, name = ?2, status = ?3, metadata = ?4, updated_at = ?5, agent = ?8 WHERE id = ?6 AND tenant_id = ?7";
 const SOFT_DELETE: &str =
     "UPDATE sessions SET status = 'deleted', updated_at = ?1 WHERE id = ?2 AND tenant_id = ?3";
 
@@ -177,7 +177,8 @@ impl SqliteStore {
                         json_text(&s.metadata),
                         now.0,
                         bid(id),
-                        tenant
+                        tenant,
+                        agent_text(&s.agent)
                     ])
                 })
                 .map_err(|e| {

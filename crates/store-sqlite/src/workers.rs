@@ -9,7 +9,8 @@ use crate::SqliteStore;
 use crate::writer::map_sqlite;
 
 const UPSERT_WORKER: &str = "INSERT INTO workers (tenant_id, worker_id, agents, last_seen_at) VALUES (?1, ?2, ?3, ?4) \
-     ON CONFLICT (tenant_id, worker_id) DO UPDATE SET agents = excluded.agents, last_seen_at = MAX(last_seen_at, excluded.last_seen_at)";
+     ON CONFLICT (tenant_id, worker_id) DO UPDATE SET agents = CASE WHEN excluded.last_seen_at >= last_seen_at THEN excluded.agents ELSE agents END, \
+     last_seen_at = MAX(last_seen_at, excluded.last_seen_at)";
 const FORGET_WORKERS: &str = "DELETE FROM workers WHERE last_seen_at < ?1";
 const LIST_WORKERS: &str = "SELECT worker_id, agents, last_seen_at FROM workers WHERE tenant_id = ?1 AND last_seen_at >= ?2 \
      ORDER BY last_seen_at DESC, worker_id";

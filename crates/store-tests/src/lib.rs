@@ -90,6 +90,9 @@ macro_rules! __with_cases {
             queue_concurrent_claim_batches
             queue_deep
             queue_model
+            queue_claim_filter
+            session_agent
+            workers_seen
             steps
             concurrent_step_writers
             session_cache

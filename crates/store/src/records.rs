@@ -23,6 +23,7 @@ impl NewSession {
             related_id: self.related_id,
             initial_context_url: self.initial_context_url,
             metadata: self.metadata,
+            agent: None,
             last_execution_id: None,
             last_snapshot_id: None,
             message_count: 0,

@@ -51,6 +51,8 @@ pub struct SessionPatch {
     pub name: Option<String>,
     pub status: Option<SessionStatus>,
     pub metadata: Option<Value>,
+    /// `Some(None)` clears the session's default agent.
+    pub agent: Option<Option<stepwise_core::SessionAgent>>,
 }
 
 #[derive(Debug, Clone, Default)]

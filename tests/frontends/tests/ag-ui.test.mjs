@@ -189,7 +189,7 @@ test('bad input: a clear 400 with the field', async () => {
   const agentProps = await fetch(`${BASE}/v1/ag-ui`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ threadId: newChatId('thread'), runId: 'r', messages: [{ id: 'm', role: 'user', content: 'hi' }], forwardedProps: { agent: { type: 'nope' } } }),
+    body: JSON.stringify({ threadId: newChatId('thread'), runId: 'r', messages: [{ id: 'm', role: 'user', content: 'hi' }], forwardedProps: { agent: { type: 'no such agent!' } } }),
   });
   assert.equal(agentProps.status, 400);
   assert.equal((await agentProps.json()).error.field, 'agent.type');

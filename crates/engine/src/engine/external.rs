@@ -4,9 +4,7 @@
 
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Snapshot, StepBody, StepKind};
-use stepwise_store::{
-    NewExecution, NewSnapshot, NewStep, Result, StepAppend, Store, Tenant,
-};
+use stepwise_store::{NewExecution, NewSnapshot, NewStep, Result, StepAppend, Store, Tenant};
 
 use super::finish::{Driver, Outcome};
 use super::{EXTERNAL_AGENT, Engine};

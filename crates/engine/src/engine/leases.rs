@@ -83,8 +83,7 @@ impl<S: Store> Engine<S> {
                 (None, Some(agents)) => Some(agents.clone()),
                 (Some((at, known)), agents) => {
                     let agents = agents.unwrap_or(known);
-                    (at.elapsed() >= RECORD_WORKER_EVERY || agents != known)
-                        .then(|| agents.clone())
+                    (at.elapsed() >= RECORD_WORKER_EVERY || agents != known).then(|| agents.clone())
                 }
             };
             if let Some(agents) = &due {
@@ -132,7 +131,11 @@ impl<S: Store> Engine<S> {
             tenant: Some(tenant.as_str().to_string()),
         };
         let deadline = Instant::now() + wait;
-        let poll = self.inner.config.poll_interval.max(Duration::from_millis(100));
+        let poll = self
+            .inner
+            .config
+            .poll_interval
+            .max(Duration::from_millis(100));
         loop {
             // Listening before looking: a message queued during the claim still wakes us.
             let bell = self.inner.worker_bell.notified();
@@ -273,7 +276,12 @@ impl<S: Store> Engine<S> {
 
     /// Renews a worker's lease on an execution, or says the execution was cancelled; a
     /// lease that is no longer current is `LeaseLost`.
-    pub async fn worker_heartbeat(&self, tenant: &Tenant, id: Id, lease: &str) -> Result<Heartbeat> {
+    pub async fn worker_heartbeat(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        lease: &str,
+    ) -> Result<Heartbeat> {
         let execution = self.load_execution(tenant, id).await?;
         match self.renew(tenant, &execution, lease).await {
             Ok(lease_expires_at) => Ok(Heartbeat {
@@ -393,7 +401,12 @@ impl<S: Store> Engine<S> {
     }
 
     /// Renews `lease` on the execution; `LeaseLost` with the reason when it is not current.
-    async fn renew(&self, tenant: &Tenant, execution: &Execution, lease: &str) -> Result<Timestamp> {
+    async fn renew(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        lease: &str,
+    ) -> Result<Timestamp> {
         let lease_s = self.inner.config.lease;
         let until = lease_until(Timestamp::now(), lease_s);
         let lost = self

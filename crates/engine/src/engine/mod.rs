@@ -266,12 +266,12 @@ impl<S: Store> Engine<S> {
         self.inner.agents.contains(agent_type)
     }
 
-    /// Whether executions of this agent type are run by worker processes: any valid
-    /// agent name that is neither built in nor `external`.
+    /// Whether executions of this agent type are run by worker processes: any agent
+    /// type name ([`stepwise_core::name::is_agent_type`]) neither built in nor `external`.
     pub fn is_worker_agent(&self, agent_type: &str) -> bool {
         agent_type != EXTERNAL_AGENT
             && !self.can_run(agent_type)
-            && stepwise_core::name::validate_name(agent_type).is_ok()
+            && stepwise_core::name::is_agent_type(agent_type)
     }
 
     /// What this server's own workers claim: the built-in agents' executions (and paused

@@ -45,27 +45,12 @@ impl<S: Store> Engine<S> {
             .await
     }
 
+    /// The agent a message asks for, checked (see [`Engine::check_agent_type`]), else the
+    /// server's default (a session's default agent replaces that when it is submitted).
     pub fn choose_agent(&self, input: &MessageInput) -> Result<AgentChoice> {
         match &input.agent {
             Some(choice) => {
-                if choice.agent_type == EXTERNAL_AGENT {
-                    return Err(StoreError::invalid(
-                        "agent.type",
-                        "external executions are opened with POST /v1/sessions/{id}/executions",
-                    ));
-                }
-                // A built-in agent, or a worker's (queued until a worker of it claims it).
-                if !self.can_run(&choice.agent_type) && !self.is_worker_agent(&choice.agent_type)
-                {
-                    return Err(StoreError::invalid(
-                        "agent.type",
-                        format!(
-                            "'{}' is not an agent type: built-in ones are {}; a worker's is a name of 1-64 characters [A-Za-z0-9._-]",
-                            choice.agent_type,
-                            self.inner.agents.names().join(", ")
-                        ),
-                    ));
-                }
+                self.check_agent_type(&choice.agent_type)?;
                 Ok(choice.clone())
             }
             None => Ok(AgentChoice {
@@ -73,6 +58,28 @@ impl<S: Store> Engine<S> {
                 config: Value::Null,
             }),
         }
+    }
+
+    /// Whether messages may name this agent type: a built-in one, or a worker's (queued
+    /// until a worker of it claims it); never `external`.
+    pub fn check_agent_type(&self, agent_type: &str) -> Result<()> {
+        if agent_type == EXTERNAL_AGENT {
+            return Err(StoreError::invalid(
+                "agent.type",
+                "external executions are opened with POST /v1/sessions/{id}/executions",
+            ));
+        }
+        if !self.can_run(agent_type) && !self.is_worker_agent(agent_type) {
+            return Err(StoreError::invalid(
+                "agent.type",
+                format!(
+                    "'{}' is not an agent type: built-in ones are {}; a worker's is 1-64 characters of [A-Za-z0-9._-] starting with a letter or digit",
+                    agent_type,
+                    self.inner.agents.names().join(", ")
+                ),
+            ));
+        }
+        Ok(())
     }
 
     async fn submit_to_session(
@@ -86,6 +93,14 @@ impl<S: Store> Engine<S> {
         let store = &self.inner.store;
         let publisher = &self.inner.publisher;
         let session_id = session.id;
+        // A message that names no agent runs with its session's default agent.
+        let agent = match (&input.agent, &session.agent) {
+            (None, Some(default)) => AgentChoice {
+                agent_type: default.agent_type.clone(),
+                config: default.config.clone(),
+            },
+            _ => agent,
+        };
         // (The semaphore is closed only when the engine is dropped: never while `self` lives.)
         let _turn = if self.runs_working() {
             self.inner.intake.acquire().await.ok()

@@ -103,7 +103,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for LeaseHeader {
             }
             _ => Err(ApiError::invalid(
                 LEASE_HEADER,
-                format!("the {LEASE_HEADER} header must be a lease token of at most {MAX_LEASE_CHARS} characters"),
+                format!(
+                    "the {LEASE_HEADER} header must be a lease token of at most {MAX_LEASE_CHARS} characters"
+                ),
             )),
         }
     }

@@ -29,14 +29,39 @@ pub struct AgentBody {
     pub config: Option<Value>,
 }
 
-/// `agent.type`: the built-in agent types (the embedding application may register more).
-fn agent_type() -> utoipa::openapi::schema::Schema {
+/// `agent.type`: a built-in agent type or a worker's.
+pub(crate) fn agent_type() -> utoipa::openapi::schema::Schema {
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
-        .enum_values(Some(["demo", "tool-calling"]))
-        .description(Some("`demo`, `tool-calling` when a model server is configured, or an agent type the embedding application registered"))
+        .min_length(Some(1))
+        .max_length(Some(64))
+        .pattern(Some(stepwise_core::name::AGENT_TYPE_PATTERN))
+        .description(Some("`demo`, `tool-calling` when a model server is configured, an agent type the embedding application registered, or a worker's agent type (`GET /v1/agents`; queued until a worker of it claims it). Not `external`."))
         .build()
         .into()
+}
+
+impl AgentBody {
+    /// The agent as the engine takes it: its type checked for size, its config an object
+    /// or `null` (fields named under `field`). Whether the type can run is the engine's
+    /// to say (`Engine::choose_agent`).
+    pub(crate) fn checked(self, field: &str) -> ApiResult<AgentChoice> {
+        check_text(&format!("{field}.type"), &Some(self.agent_type.clone()), 64)?;
+        let config = match self.config {
+            None | Some(Value::Null) => Value::Null,
+            Some(config @ Value::Object(_)) => config,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    &format!("{field}.config"),
+                    format!("{field}.config must be a JSON object"),
+                ));
+            }
+        };
+        Ok(AgentChoice {
+            agent_type: self.agent_type,
+            config,
+        })
+    }
 }
 
 /// The answer of a post: the stored message and the execution queued for it.
@@ -93,26 +118,7 @@ impl MessageFields {
         check_related_type(config, "related_type", &related_type)?;
         check_text("related_id", &related_id, MAX_REF_CHARS)?;
         let context_url = canonical_url_opt("context_url", context_url)?;
-        let agent = match agent {
-            None => None,
-            Some(agent) => {
-                check_text("agent.type", &Some(agent.agent_type.clone()), 64)?;
-                let config = match agent.config {
-                    None | Some(Value::Null) => Value::Null,
-                    Some(config @ Value::Object(_)) => config,
-                    Some(_) => {
-                        return Err(ApiError::invalid(
-                            "agent.config",
-                            "agent.config must be a JSON object",
-                        ));
-                    }
-                };
-                Some(AgentChoice {
-                    agent_type: agent.agent_type,
-                    config,
-                })
-            }
-        };
+        let agent = agent.map(|agent| agent.checked("agent")).transpose()?;
         Ok(MessageInput {
             content,
             related_type,

@@ -56,12 +56,18 @@ pub async fn post_new_session<S: Store>(
     // Everything is checked before the session is created, so a bad message writes nothing:
     // the agent type by the engine's own rule, then the session.
     state.engine.choose_agent(&input)?;
-    let mut new = body
-        .session
-        .unwrap_or_default()
-        .validate(&state.config, "session.")?;
+    let session_body = body.session.unwrap_or_default();
+    let mut new = session_body.validate(&state.config, "session.")?;
+    let agent = session_body
+        .agent
+        .map(|agent| crate::sessions::session_agent(&state, agent))
+        .transpose()
+        .map_err(|e| {
+            let field = format!("session.{}", e.field.as_deref().unwrap_or("agent"));
+            e.with_field(field)
+        })?;
     new.user_id = caller.user_id.clone();
-    let session = state.store().create_session(&caller.tenant, new).await?;
+    let session = crate::sessions::create::create_with_agent(&state, &caller, new, agent).await?;
     let submitted = state
         .engine
         .submit_message_to(&caller.tenant, &caller.user_id, &session, input)

@@ -7,12 +7,14 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::Value;
 use stepwise_core::name::validate_name;
-use stepwise_store::{NewSession, Store};
+use stepwise_core::{Session, SessionAgent};
+use stepwise_store::{NewSession, SessionPatch, Store};
 
 use super::{MAX_REF_CHARS, MAX_TITLE_CHARS, check_metadata, check_text};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 use crate::limits::{canonical_url_opt, check_related_type};
+use crate::messages::AgentBody;
 use crate::{AppState, ServerConfig};
 
 /// A new session (every field optional). Also the `session` of `POST /v1/messages`.
@@ -30,6 +32,8 @@ pub struct CreateSessionBody {
     pub initial_context_url: Option<String>,
     #[schema(schema_with = crate::schemas::object_or_null)]
     pub metadata: Option<Value>,
+    /// The agent a message that names none runs with (default: the server's default).
+    pub agent: Option<AgentBody>,
 }
 
 impl CreateSessionBody {
@@ -72,7 +76,33 @@ pub async fn create<S: Store>(
     ApiJson(body): ApiJson<CreateSessionBody>,
 ) -> ApiResult<impl IntoResponse> {
     let mut new = body.validate(&state.config, "")?;
+    let agent = body
+        .agent
+        .map(|agent| super::session_agent(&state, agent))
+        .transpose()?;
     new.user_id = caller.user_id.clone();
-    let session = state.store().create_session(&caller.tenant, new).await?;
+    let session = create_with_agent(&state, &caller, new, agent).await?;
     Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// Creates the session, then sets its default agent when there is one.
+pub(crate) async fn create_with_agent<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    new: NewSession,
+    agent: Option<SessionAgent>,
+) -> ApiResult<Session> {
+    let session = state.store().create_session(&caller.tenant, new).await?;
+    let Some(agent) = agent else {
+        return Ok(session);
+    };
+    let patch = SessionPatch {
+        agent: Some(Some(agent)),
+        ..SessionPatch::default()
+    };
+    Ok(state
+        .store()
+        .update_session(&caller.tenant, session.id, patch)
+        .await?
+        .unwrap_or(session))
 }

@@ -90,3 +90,16 @@ pub fn paginate<T>(
         next_cursor,
     })
 }
+
+/// A session's default agent from a request: checked like a message's agent.
+pub(crate) fn session_agent<S: stepwise_store::Store>(
+    state: &crate::AppState<S>,
+    agent: crate::messages::AgentBody,
+) -> crate::error::ApiResult<stepwise_core::SessionAgent> {
+    let choice = agent.checked("agent")?;
+    state.engine.check_agent_type(&choice.agent_type)?;
+    Ok(stepwise_core::SessionAgent {
+        agent_type: choice.agent_type,
+        config: choice.config,
+    })
+}

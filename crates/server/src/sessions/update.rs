@@ -1,4 +1,5 @@
-//! `PATCH /v1/sessions/{id}`: changes a session's title, name, status or metadata.
+//! `PATCH /v1/sessions/{id}`: changes a session's title, name, status, metadata or default
+//! agent.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -12,6 +13,7 @@ use super::{MAX_TITLE_CHARS, check_metadata, check_text};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody, path_id};
+use crate::messages::AgentBody;
 use crate::schemas::IdPath;
 
 /// The statuses a client may set.
@@ -29,6 +31,19 @@ pub struct UpdateSessionBody {
     pub status: Option<String>,
     #[schema(schema_with = crate::schemas::object_or_null)]
     pub metadata: Option<Value>,
+    /// The session's default agent; `null` clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<AgentBody>, nullable)]
+    pub agent: Option<Option<AgentBody>>,
+}
+
+/// A field that is present: `null` is `Some(None)`, absent stays `None` (`default`).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 /// `status`: one of [`SETTABLE_STATUSES`], or `null`.
@@ -69,11 +84,17 @@ pub async fn update<S: Store>(
         None => None,
         some => Some(check_metadata("metadata", some)?),
     };
+    let agent = match body.agent {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(agent)) => Some(Some(super::session_agent(&state, agent)?)),
+    };
     let patch = SessionPatch {
         title: body.title,
         name: body.name,
         status,
         metadata,
+        agent,
     };
     let session = state
         .store()

@@ -42,7 +42,9 @@ pub struct AgentList {
 /// What the built-in agents do, for the list.
 fn builtin_description(agent_type: &str) -> &'static str {
     match agent_type {
-        "demo" => "Stepwise's demo agent: `steps: N`, `ask me`, `delegate: TASK`, arithmetic, `time`",
+        "demo" => {
+            "Stepwise's demo agent: `steps: N`, `ask me`, `delegate: TASK`, arithmetic, `time`"
+        }
         "tool-calling" => "An LLM agent with tools (the model configured for this server)",
         _ => "An agent built into this server",
     }

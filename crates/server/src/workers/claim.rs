@@ -112,7 +112,10 @@ fn check<S: Store>(
         let field = format!("agents[{n}].type");
         if !state.engine.is_worker_agent(&agent.agent_type) {
             let why = if state.engine.can_run(&agent.agent_type) || agent.agent_type == "external" {
-                format!("'{}' is an agent type of the server itself", agent.agent_type)
+                format!(
+                    "'{}' is an agent type of the server itself",
+                    agent.agent_type
+                )
             } else {
                 "an agent type is a name of 1-64 characters of [A-Za-z0-9._-]".to_string()
             };

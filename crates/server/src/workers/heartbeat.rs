@@ -51,7 +51,10 @@ pub async fn heartbeat<S: Store>(
         ));
     };
     if lease.is_empty() || lease.len() > 128 {
-        return Err(ApiError::invalid("lease", "a lease token is 1-128 characters"));
+        return Err(ApiError::invalid(
+            "lease",
+            "a lease token is 1-128 characters",
+        ));
     }
     let beat = state
         .engine
@@ -61,7 +64,10 @@ pub async fn heartbeat<S: Store>(
         .worker_id
         .filter(|w| !w.is_empty() && w.chars().count() <= MAX_WORKER_ID_CHARS)
     {
-        state.engine.note_worker(&caller.tenant, &worker_id, None).await;
+        state
+            .engine
+            .note_worker(&caller.tenant, &worker_id, None)
+            .await;
     }
     Ok(Json(HeartbeatAnswer {
         execution_id: id,

@@ -312,7 +312,11 @@ impl SseReader {
 /// An error answer: its status, its code, and the error shape of api.md.
 pub fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str, what: &str) {
     assert_eq!(status, expected_status, "{what}: {body}");
-    assert_eq!(body["error"]["code"], serde_json::json!(code), "{what}: {body}");
+    assert_eq!(
+        body["error"]["code"],
+        serde_json::json!(code),
+        "{what}: {body}"
+    );
     assert!(body["error"]["message"].is_string(), "{what}: {body}");
     assert!(
         body["error"].get("field").is_some(),

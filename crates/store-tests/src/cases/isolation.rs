@@ -194,6 +194,10 @@ async fn run_seed<S: Store>(store: &S, seed: u64) {
                     status: Some(SessionStatus::Completed),
                     name: Some("hijacked".into()),
                     metadata: Some(json!({"evil": true})),
+                    agent: Some(Some(stepwise_core::SessionAgent {
+                        agent_type: "evil".into(),
+                        config: json!({}),
+                    })),
                 };
                 assert_eq!(
                     ok(store.update_session(&me, theirs.id, patch).await, &what),

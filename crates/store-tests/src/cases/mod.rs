@@ -17,6 +17,7 @@ mod retention;
 pub(crate) mod sessions;
 mod snapshots;
 mod steps;
+mod workers;
 
 pub use api_keys::{api_keys, operations};
 pub use cache::{session_cache, session_message_cache};
@@ -40,3 +41,4 @@ pub use retention::{retention_cleanup, retention_mark_abandoned};
 pub use sessions::{list_sessions, list_sessions_pagination, session_names, sessions};
 pub use snapshots::snapshots;
 pub use steps::{concurrent_step_writers, fire_and_forget, steps};
+pub use workers::{queue_claim_filter, session_agent, workers_seen};

@@ -27,6 +27,9 @@ impl SessionPatch {
         if let Some(metadata) = self.metadata {
             session.metadata = metadata;
         }
+        if let Some(agent) = self.agent {
+            session.agent = agent;
+        }
         session.updated_at = now;
     }
 }
@@ -74,6 +77,7 @@ mod tests {
             name: Some("after".into()),
             status: Some(SessionStatus::Completed),
             metadata: Some(json!({"k": 2})),
+            agent: None,
         };
         patch.apply(&mut s, Timestamp(30));
         assert_eq!(s.title.as_deref(), Some("New"));
