@@ -467,3 +467,49 @@ async fn a_sessions_default_agent_answers_its_messages() {
     assert_eq!(body["execution"]["agent_type"], "planner");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_agent_runs_another_worker_agent_as_its_subagent() {
+    let server = TestServer::start().await;
+    let (session, parent) = message_for(&server, "planner", "plan and code").await;
+    let p = claim(&server, "planner", 1, 0.0).await.remove(0);
+    let (status, child) = server
+        .post(
+            &format!("/v1/sessions/{session}/executions"),
+            json!({"agent_type": "coder", "input": {"message": "write it"}, "parent_execution_id": parent}),
+        )
+        .await;
+    assert_eq!(status, 201, "{child}");
+    assert_eq!(child["status"], "pending");
+    let child_id = child["id"].as_str().unwrap().to_string();
+    // The coder's worker claims it while its parent runs.
+    let c = claim(&server, "coder", 1, 5.0).await.remove(0);
+    assert_eq!(c["execution"]["id"], json!(child_id));
+    assert_eq!(c["execution"]["parent_execution_id"], json!(parent));
+    let (status, _) = leased(
+        &server,
+        &format!("/v1/executions/{child_id}/complete"),
+        Some(&text(&c, "lease")),
+        json!({"output": "code written"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(server.execution(&child_id).await["output"], "code written");
+    let (status, _) = leased(
+        &server,
+        &format!("/v1/executions/{parent}/complete"),
+        Some(&text(&p, "lease")),
+        json!({"output": "planned", "final_message": "planned"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // A built-in type is not opened this way.
+    let (status, body) = server
+        .post(
+            &format!("/v1/sessions/{session}/executions"),
+            json!({"agent_type": "demo", "input": {}}),
+        )
+        .await;
+    assert_error(status, &body, 400, "invalid_request", "built-in subagent");
+    server.stop().await;
+}

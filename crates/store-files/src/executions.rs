@@ -197,14 +197,17 @@ impl FileStore {
                     .all_executions()
                     .filter(|(k, e)| {
                         e.execution.status == ExecutionStatus::Pending
-                            && e.execution.parent_execution_id.is_none()
                             && filter.allows(&k.tenant, &e.execution.agent_type)
                     })
                     .map(|(k, e)| (e.execution.created_at, e.execution.id, k.clone()))
                     .collect();
                 pending.sort_by_key(|x| (x.0, x.1));
                 for (created_at, id, key) in pending {
-                    if let Some(session) = key.session {
+                    // A pending subagent (a worker agent's) runs while its parent runs.
+                    let subagent = state
+                        .exec(&key.tenant, id)
+                        .is_some_and(|(_, e)| e.execution.parent_execution_id.is_some());
+                    if let Some(session) = key.session.filter(|_| !subagent) {
                         let Some(container) = state.session(&key.tenant, session) else {
                             continue;
                         };
@@ -212,6 +215,7 @@ impl FileStore {
                             o.execution.session_id == Some(session)
                                 && (o.execution.status == ExecutionStatus::Running
                                     || (o.execution.status == ExecutionStatus::Pending
+                                        && o.execution.parent_execution_id.is_none()
                                         && (o.execution.created_at, o.execution.id)
                                             < (created_at, id)))
                         });

@@ -65,6 +65,47 @@ impl<S: Store> Engine<S> {
         Ok(execution)
     }
 
+    /// Queues a pending execution of a worker's agent type in a session (a worker agent's
+    /// subagent when it has a parent: claimed by that type's workers while its parent
+    /// runs) and rings the workers.
+    pub async fn queue_for_worker(
+        &self,
+        tenant: &Tenant,
+        open: OpenExternal,
+        agent_type: String,
+    ) -> Result<Execution> {
+        let execution = self
+            .inner
+            .store
+            .create_execution(
+                tenant,
+                NewExecution {
+                    session_id: Some(open.session_id),
+                    parent_execution_id: open.parent_execution_id,
+                    user_id: open.user_id,
+                    agent_type,
+                    agent_config: open.agent_config,
+                    input: open.input,
+                    metadata: open.metadata,
+                    status: ExecutionStatus::Pending,
+                },
+            )
+            .await?;
+        self.inner
+            .publisher
+            .emit(
+                tenant,
+                execution.session_id,
+                Some(execution.id),
+                EventType::ExecutionQueued,
+                "Execution queued",
+                json!({}),
+            )
+            .await;
+        self.ring();
+        Ok(execution)
+    }
+
     /// Saves a posted step (durable when this returns) and, when it is new, publishes its
     /// `step.completed`. The same step again is `created: false`; another body at its
     /// number is a `Conflict`.

@@ -1,5 +1,6 @@
 //! `POST /v1/sessions/{id}/executions`: opens a running execution an agent outside the
-//! server drives over HTTP (steps, snapshots, then complete, fail or pause).
+//! server drives over HTTP (steps, snapshots, then complete, fail or pause), or queues
+//! one for a worker's agent type (a worker agent's subagent: `docs/workers.md`).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -40,10 +41,11 @@ pub async fn open<S: Store>(
     ApiJson(body): ApiJson<OpenExecutionBody>,
 ) -> ApiResult<impl IntoResponse> {
     let session_id = path_id(&id, "id")?;
-    if body.agent_type != EXTERNAL_AGENT {
+    let for_worker = state.engine.is_worker_agent(&body.agent_type);
+    if body.agent_type != EXTERNAL_AGENT && !for_worker {
         return Err(ApiError::invalid(
             "agent_type",
-            "agent_type must be \"external\"; other agents run from messages",
+            "agent_type must be \"external\" or a worker's agent type; built-in agents run from messages",
         ));
     }
     let agent_config = match body.agent_config {
@@ -72,7 +74,14 @@ pub async fn open<S: Store>(
         input: body.input,
         metadata,
     };
-    let execution: Execution = state.engine.open_external(&caller.tenant, open).await?;
+    let execution: Execution = if for_worker {
+        state
+            .engine
+            .queue_for_worker(&caller.tenant, open, body.agent_type)
+            .await?
+    } else {
+        state.engine.open_external(&caller.tenant, open).await?
+    };
     Ok((StatusCode::CREATED, Json(execution)))
 }
 

@@ -17,10 +17,14 @@ fn nullable(kind: Type) -> SchemaType {
 }
 
 /// `"external"`, the only agent type opened over HTTP.
+/// `external`, or a worker's agent type (queued for its workers).
 pub(super) fn external_agent_type() -> Object {
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .enum_values(Some([stepwise_engine::EXTERNAL_AGENT]))
+        .min_length(Some(1))
+        .max_length(Some(64))
+        .pattern(Some(stepwise_core::name::AGENT_TYPE_PATTERN))
+        .description(Some("`external` (a running execution this caller drives), or a worker's agent type (a pending execution its workers claim, e.g. a worker agent's subagent); not a built-in agent type"))
         .build()
 }
 
