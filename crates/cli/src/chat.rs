@@ -46,6 +46,10 @@ pub struct ChatArgs {
         value_name = "KEY"
     )]
     pub api_key: Option<String>,
+    /// Talk to this agent: a built-in one (`demo`) or a worker's (`/agents` lists them).
+    /// New sessions get it as their default agent, and every message names it.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
 }
 
 const HELP: &str = "\
@@ -53,6 +57,8 @@ Type a message to send it to the agent of the current session. Commands:
   /new [NAME]      start a new session (a name is made up when none is given)
   /switch NAME     continue another session (by name or id), with its history and memory
   /list            the sessions; * marks the current one
+  /agents          the agents you can talk to (built-in ones and workers'); * marks the chat's
+  /agent NAME      talk to another agent from now on (a built-in one or a worker's)
   /history         this session's messages, oldest first
   /export [FILE]   write this session's document to FILE (default NAME.json; - prints it)
   /delete NAME     delete a session
@@ -155,6 +161,8 @@ enum Outcome {
 
 struct Chat {
     api: Api,
+    /// The agent every message names (`--agent`, `/agent`); `None`: the session's default.
+    agent: Option<String>,
     tty: bool,
     current: Option<Session>,
     /// The last event id seen per session, so a stream opens where the last one stopped.
@@ -188,6 +196,7 @@ async fn run_client(api: Api, args: ChatArgs) -> anyhow::Result<()> {
 
     let mut chat = Chat {
         api,
+        agent: None,
         tty,
         current: None,
         last_event: HashMap::new(),
@@ -201,6 +210,9 @@ async fn run_client(api: Api, args: ChatArgs) -> anyhow::Result<()> {
             "Stepwise chat on {} — /help lists the commands, /quit leaves.",
             chat.api.base()
         );
+    }
+    if let Some(agent) = args.agent.as_deref() {
+        chat.use_agent(agent).await?;
     }
     if let Some(name) = args.session.as_deref() {
         chat.open(name)
@@ -308,6 +320,11 @@ impl Chat {
                 None => anyhow::bail!("/switch needs a session name: /switch NAME (see /list)"),
             },
             "/list" => self.list().await?,
+            "/agents" => self.list_agents().await?,
+            "/agent" => match arg {
+                Some(name) => self.use_agent(name).await?,
+                None => anyhow::bail!("/agent needs an agent type: /agent NAME (see /agents)"),
+            },
             "/history" => self.history().await?,
             "/export" => self.export(arg).await?,
             "/delete" => match arg {
@@ -317,6 +334,47 @@ impl Chat {
             other => anyhow::bail!("unknown command {other}; /help lists the commands"),
         }
         Ok(Flow::Continue)
+    }
+
+    /// `/agents`: the agent types, with whether a worker runs each now.
+    async fn list_agents(&mut self) -> anyhow::Result<()> {
+        for agent in self.api.agents().await? {
+            let mark = if self.agent.as_deref() == Some(agent.agent_type.as_str()) {
+                "*"
+            } else {
+                " "
+            };
+            let description = if agent.description.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", agent.description)
+            };
+            println!(
+                "{mark} {} ({}){description}",
+                agent.agent_type,
+                agent.availability()
+            );
+        }
+        Ok(())
+    }
+
+    /// `--agent NAME` and `/agent NAME`: the agent this chat's messages name from now on.
+    async fn use_agent(&mut self, name: &str) -> anyhow::Result<()> {
+        let agents = self.api.agents().await?;
+        match agents.iter().find(|a| a.agent_type == name) {
+            Some(agent) if agent.builtin || agent.workers_online.unwrap_or(0) > 0 => {
+                println!("talking to {name} ({})", agent.availability());
+            }
+            Some(agent) => println!(
+                "talking to {name}: {}; messages wait until one connects",
+                agent.availability()
+            ),
+            None => println!(
+                "talking to {name}: no worker of it has been seen; messages wait until one connects (/agents lists the others)"
+            ),
+        }
+        self.agent = Some(name.to_string());
+        Ok(())
     }
 
     /// `--session NAME`: that session if it exists, else a new one with that name.
@@ -359,7 +417,10 @@ impl Chat {
                 name
             }
         };
-        let session = self.api.create_session(&name).await?;
+        let session = self
+            .api
+            .create_session(&name, self.agent.as_deref())
+            .await?;
         println!("new session {}", session.label());
         self.select(session);
         Ok(())
@@ -508,7 +569,10 @@ impl Chat {
             self.new_session(None).await?;
         }
         let session = self.current()?;
-        let posted = self.api.send_message(&session.id, text).await?;
+        let posted = self
+            .api
+            .send_message(&session.id, text, self.agent.as_deref())
+            .await?;
         self.paused = false;
         match self.follow(&session, &posted).await? {
             Outcome::Finished => Ok(Flow::Continue),

@@ -497,3 +497,103 @@ fn ctrl_c_twice_quits_a_running_terminal_chat() {
         "the run is {status}"
     );
 }
+
+/// A worker process's agent, in a thread: claims one execution of `agent` from the
+/// server, posts a step and completes it with "Hello, <the message>".
+fn greeter_worker(url: &str, agent: &'static str) -> std::thread::JoinHandle<String> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let http = reqwest::Client::new();
+            let deadline = Instant::now() + DEADLINE;
+            let claim = loop {
+                assert!(Instant::now() < deadline, "no execution for the worker");
+                let answer: Value = http
+                    .post(format!("{url}/v1/workers/claim"))
+                    .json(
+                        &serde_json::json!({"worker_id": "chat-test", "slots": 1, "wait_s": 5,
+                        "agents": [{"type": agent, "description": "Says hello"}]}),
+                    )
+                    .send()
+                    .await
+                    .expect("claim")
+                    .json()
+                    .await
+                    .expect("claim body");
+                if let Some(claim) = answer["items"].get(0) {
+                    break claim.clone();
+                }
+            };
+            let id = claim["execution"]["id"].as_str().expect("id").to_string();
+            let lease = claim["lease"].as_str().expect("lease").to_string();
+            let input = claim["input_text"].as_str().unwrap_or_default().to_string();
+            let post = |path: &str, body: Value| {
+                http.post(format!("{url}/v1/executions/{id}/{path}"))
+                    .header("Stepwise-Lease", &lease)
+                    .json(&body)
+                    .send()
+            };
+            let step = post(
+                "steps",
+                serde_json::json!({"model_output": "Greeting", "observations": "said hello"}),
+            )
+            .await
+            .expect("step");
+            assert_eq!(step.status(), 201);
+            let answer = format!("Hello, {input}");
+            let done = post(
+                "complete",
+                serde_json::json!({"output": answer, "final_message": answer}),
+            )
+            .await
+            .expect("complete");
+            assert_eq!(done.status(), 200);
+            claim["execution"]["agent_type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+    })
+}
+
+#[test]
+fn the_chat_talks_to_a_workers_agent() {
+    let sandbox = Sandbox::new();
+    let serve = Serve::start(&sandbox);
+    let worker = greeter_worker(&serve.url, "greeter");
+    let out = sandbox.piped(
+        &[
+            "chat",
+            "--server",
+            &serve.url,
+            "--agent",
+            "greeter",
+            "--session",
+            "hi",
+        ],
+        "Ada\n/agents\n/quit\n",
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(worker.join().expect("worker"), "greeter");
+    let printed = lines(&stdout);
+    assert!(printed.contains(&"Hello, Ada"), "{stdout}");
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("* greeter (1 worker online)")),
+        "{stdout}"
+    );
+    assert!(
+        printed.iter().any(|l| l.trim_start().starts_with("demo (built-in)")),
+        "{stdout}"
+    );
+}

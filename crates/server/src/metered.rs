@@ -305,6 +305,10 @@ impl<S: Store> Store for Metered<S> {
         self.inner.release(worker, id).await
     }
 
+    async fn requeue(&self, worker: &str, id: Id) -> Result<()> {
+        self.inner.requeue(worker, id).await
+    }
+
     async fn queue_depth(&self) -> Result<u64> {
         self.inner.queue_depth().await
     }

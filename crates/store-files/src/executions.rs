@@ -283,7 +283,13 @@ impl FileStore {
         Ok(lost)
     }
 
-    pub(crate) async fn queue_release(&self, worker: &str, id: Id) -> Result<()> {
+    /// Back to the queue; `keep_attempt` counts the attempt it was claimed with.
+    pub(crate) async fn queue_release(
+        &self,
+        worker: &str,
+        id: Id,
+        keep_attempt: bool,
+    ) -> Result<()> {
         let now = self.now();
         let ack = {
             let mut state = self.lock();
@@ -301,7 +307,9 @@ impl FileStore {
             entry.lease = None;
             let e = &mut entry.execution;
             e.status = ExecutionStatus::Pending;
-            e.attempts = e.attempts.saturating_sub(1);
+            if !keep_attempt {
+                e.attempts = e.attempts.saturating_sub(1);
+            }
             e.updated_at = now;
             state.touch(&key, false);
             self.enqueue(&mut state, ())

@@ -456,7 +456,11 @@ impl Store for FileStore {
     }
 
     async fn release(&self, worker: &str, id: Id) -> Result<()> {
-        self.queue_release(worker, id).await
+        self.queue_release(worker, id, false).await
+    }
+
+    async fn requeue(&self, worker: &str, id: Id) -> Result<()> {
+        self.queue_release(worker, id, true).await
     }
 
     async fn queue_depth(&self) -> Result<u64> {

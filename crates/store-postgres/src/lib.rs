@@ -399,7 +399,11 @@ impl Store for PgStore {
     }
 
     async fn release(&self, worker: &str, id: Id) -> Result<()> {
-        queue::release(self, worker, id).await
+        queue::release(self, worker, id, false).await
+    }
+
+    async fn requeue(&self, worker: &str, id: Id) -> Result<()> {
+        queue::release(self, worker, id, true).await
     }
 
     async fn queue_depth(&self) -> Result<u64> {

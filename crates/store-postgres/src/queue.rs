@@ -44,7 +44,8 @@ const CLAIM_PENDING: &str = concat!(
 );
 const RENEW_LEASES: &str = "UPDATE executions SET lease_expires_at = $1 WHERE id = ANY($2) AND lease_owner = $3 AND status = 'running' RETURNING id";
 /// Back to pending (the attempt does not count) and the queue rung, in one statement.
-const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - 1, 0), updated_at = $1 \
+/// `$4`: 1 gives the attempt back (a release), 0 keeps it (a retry).
+const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - $4, 0), updated_at = $1 \
      WHERE id = $2 AND lease_owner = $3 AND status = 'running'";
 const QUEUE_DEPTH: &str = "SELECT COUNT(*) AS n FROM executions WHERE status = 'pending'";
 const NOTIFY_QUEUE: &str = "SELECT pg_notify('stepwise_queue', '')";
@@ -270,11 +271,18 @@ pub(crate) async fn renew_leases(
     Ok(ids.into_iter().filter(|id| !held.contains(id)).collect())
 }
 
-pub(crate) async fn release(store: &PgStore, worker: &str, id: Id) -> Result<()> {
+/// Back to the queue; `keep_attempt` counts the attempt it was claimed with.
+pub(crate) async fn release(
+    store: &PgStore,
+    worker: &str,
+    id: Id,
+    keep_attempt: bool,
+) -> Result<()> {
     let now = store.now();
+    let give_back = i32::from(!keep_attempt);
     let client = store.client().await?;
     let released = client
-        .execute_typed(RELEASE, args![now.0, id, worker])
+        .execute_typed(RELEASE, args![now.0, id, worker, give_back])
         .await
         .map_err(map_pg)?;
     if released > 0 {

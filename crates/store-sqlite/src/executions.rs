@@ -56,7 +56,8 @@ const NEXT_PENDING: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM queue
 const START: &str = "UPDATE executions SET status = 'running', lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, \
      resume_answer = NULL, started_at = COALESCE(started_at, ?3), updated_at = ?3 WHERE id = ?4";
 const RENEW: &str = "UPDATE executions SET lease_expires_at = ?1 WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
-const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), updated_at = ?1 \
+/// `?4`: 1 gives the attempt back (a release), 0 keeps it (a retry).
+const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = MAX(attempts - ?4, 0), updated_at = ?1 \
      WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
 const QUEUE_DEPTH: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending'";
 
@@ -293,12 +294,19 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn queue_release(&self, worker: &str, id: Id) -> Result<()> {
+    /// Back to the queue; `keep_attempt` counts the attempt it was claimed with.
+    pub(crate) async fn queue_release(
+        &self,
+        worker: &str,
+        id: Id,
+        keep_attempt: bool,
+    ) -> Result<()> {
         let worker = worker.to_string();
         let now = self.now();
+        let give_back = i64::from(!keep_attempt);
         self.write(move |conn, _| {
             conn.prepare_cached(RELEASE)
-                .and_then(|mut s| s.execute(params![now.0, bid(id), worker]))
+                .and_then(|mut s| s.execute(params![now.0, bid(id), worker, give_back]))
                 .map(|_| ())
                 .map_err(map_sqlite)
         })

@@ -232,8 +232,12 @@ pub trait Store: Clone + Send + Sync + 'static {
         ids: Vec<Id>,
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<Id>>> + Send;
-    /// Gives a claimed execution back to the queue at once (graceful shutdown).
+    /// Gives a claimed execution back to the queue at once (graceful shutdown); the
+    /// attempt it was claimed with does not count.
     fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
+    /// Puts a claimed execution back in the queue to be tried again (its agent failed
+    /// and asked for a retry); unlike [`Store::release`], the attempt counts.
+    fn requeue(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
     /// Executions waiting to run.
     fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send;
     /// Resolves when another process may have queued work for the workers (PostgreSQL:

@@ -47,6 +47,38 @@ pub struct Execution {
     pub status: String,
 }
 
+/// An agent type of `GET /v1/agents`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentInfo {
+    #[serde(rename = "type")]
+    pub agent_type: String,
+    #[serde(default)]
+    pub description: String,
+    pub builtin: bool,
+    pub workers_online: Option<u32>,
+    pub last_seen_at: Option<String>,
+}
+
+impl AgentInfo {
+    /// "built-in", "2 workers online", "no worker online (last seen ...)".
+    pub fn availability(&self) -> String {
+        match (self.builtin, self.workers_online.unwrap_or(0)) {
+            (true, _) => "built-in".to_string(),
+            (false, 0) => format!(
+                "no worker online (last seen {})",
+                self.last_seen_at.as_deref().unwrap_or("never")
+            ),
+            (false, 1) => "1 worker online".to_string(),
+            (false, n) => format!("{n} workers online"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct AgentList {
+    items: Vec<AgentInfo>,
+}
+
 /// The 202 answer of `POST /v1/sessions/{id}/messages`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Posted {
@@ -242,9 +274,19 @@ impl Api {
         Ok(None)
     }
 
-    pub async fn create_session(&self, name: &str) -> anyhow::Result<Session> {
-        self.post("/sessions", &serde_json::json!({ "name": name }))
-            .await
+    /// A new session; with an agent, that agent is its default.
+    pub async fn create_session(&self, name: &str, agent: Option<&str>) -> anyhow::Result<Session> {
+        let mut body = serde_json::json!({ "name": name });
+        if let Some(agent) = agent {
+            body["agent"] = serde_json::json!({ "type": agent });
+        }
+        self.post("/sessions", &body).await
+    }
+
+    /// The agent types the server's tenant can use (`GET /v1/agents`).
+    pub async fn agents(&self) -> anyhow::Result<Vec<AgentInfo>> {
+        let list: AgentList = self.get("/agents").await?;
+        Ok(list.items)
     }
 
     /// The user's and the assistant's messages, oldest first.
@@ -263,12 +305,19 @@ impl Api {
         self.get(&format!("/executions/{id}")).await
     }
 
-    pub async fn send_message(&self, session_id: &str, content: &str) -> anyhow::Result<Posted> {
-        self.post(
-            &format!("/sessions/{session_id}/messages"),
-            &serde_json::json!({ "content": content }),
-        )
-        .await
+    /// Sends a message; with an agent, that agent answers it.
+    pub async fn send_message(
+        &self,
+        session_id: &str,
+        content: &str,
+        agent: Option<&str>,
+    ) -> anyhow::Result<Posted> {
+        let mut body = serde_json::json!({ "content": content });
+        if let Some(agent) = agent {
+            body["agent"] = serde_json::json!({ "type": agent });
+        }
+        self.post(&format!("/sessions/{session_id}/messages"), &body)
+            .await
     }
 
     /// Asks the server to cancel; `false` when the execution had already finished (409).

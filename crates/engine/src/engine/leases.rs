@@ -225,8 +225,12 @@ impl<S: Store> Engine<S> {
             Some(id) => store.get_session(tenant, id).await?,
             None => None,
         };
+        // The memory before this execution: its own saved steps come as `steps`.
         let memory = match execution.session_id {
-            Some(id) => restore_memory(store, tenant, id).await?,
+            Some(id) => restore_memory(store, tenant, id).await?.map(|mut memory| {
+                memory.steps.retain(|s| s.execution_id != execution.id);
+                memory
+            }),
             None => None,
         };
         let snapshot = match execution.last_snapshot_id {
@@ -386,6 +390,54 @@ impl<S: Store> Engine<S> {
                 EventType::ExecutionQueued,
                 "Execution handed back to the queue",
                 json!({}),
+            )
+            .await;
+        self.ring();
+        Ok(now)
+    }
+
+    /// The agent of a worker's execution failed and asks for another try: back to the
+    /// queue with this attempt counted (the next claim continues from its saved steps),
+    /// or failed when the attempts are used up.
+    pub async fn retry_for_worker(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        lease: &str,
+        reason: String,
+    ) -> Result<Execution> {
+        let max = self.inner.config.max_attempts;
+        if execution.attempts >= max {
+            let reason = format!(
+                "{reason} (attempt {} of {max}: no retries left)",
+                execution.attempts
+            );
+            return self.fail_external(tenant, execution, reason).await;
+        }
+        self.inner.store.requeue(lease, execution.id).await?;
+        let now = self.load_execution(tenant, execution.id).await?;
+        if now.status != ExecutionStatus::Pending {
+            return Err(StoreError::LeaseLost(lost_reason(&now)));
+        }
+        if let Some(session_id) = now.session_id
+            && now.parent_execution_id.is_none()
+        {
+            let line = format!(
+                "Agent error on attempt {}: {}; trying again",
+                execution.attempts,
+                stepwise_core::summary::cut_chars(&reason, 500)
+            );
+            self.say_status(tenant, session_id, now.id, &line).await;
+        }
+        self.inner
+            .publisher
+            .emit(
+                tenant,
+                now.session_id,
+                Some(now.id),
+                EventType::ExecutionQueued,
+                "Execution queued again after an agent error",
+                json!({"attempt": execution.attempts}),
             )
             .await;
         self.ring();

@@ -17,6 +17,10 @@ use crate::schemas::IdPath;
 pub struct FailBody {
     #[schema(schema_with = schema::error_message)]
     pub error_message: String,
+    /// A worker's execution goes back to the queue to be tried again, while the server's
+    /// attempt limit allows (`docs/workers.md`); needs the worker's lease.
+    #[serde(default)]
+    pub retry: Option<bool>,
 }
 
 pub async fn fail<S: Store>(
@@ -34,15 +38,32 @@ pub async fn fail<S: Store>(
             format!("error_message must be 1 to {MAX_ERROR_CHARS} characters, not only spaces"),
         ));
     }
-    let done = state
-        .engine
-        .fail_external(&caller.tenant, &execution, body.error_message)
-        .await?;
+    let done = match (body.retry, lease.0.as_deref()) {
+        (Some(true), Some(lease)) => {
+            state
+                .engine
+                .retry_for_worker(&caller.tenant, &execution, lease, body.error_message)
+                .await?
+        }
+        (Some(true), None) => {
+            return Err(ApiError::invalid(
+                "retry",
+                "only a worker's execution (with its Stepwise-Lease) is retried",
+            ));
+        }
+        _ => {
+            state
+                .engine
+                .fail_external(&caller.tenant, &execution, body.error_message)
+                .await?
+        }
+    };
     Ok(Json(done))
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/fail", tag = "external agents", operation_id = "fail_execution",
     params(IdPath), request_body = FailBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Execution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

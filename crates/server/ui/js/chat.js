@@ -14,8 +14,8 @@ import {
 } from './steps.js';
 import { runStream, setConnectionNotice } from './stream.js';
 import {
-  SESSION_EVENT, SessionView, appendToStream, renderChips, renderHeader, scrollToBottom, setView,
-  showError, streamEl, updateEmpty, view,
+  SESSION_EVENT, SessionView, appendToStream, newSessionAgent, renderChips, renderHeader,
+  scrollToBottom, setView, showError, streamEl, updateEmpty, view,
 } from './view.js';
 
 function messageNode(msg, pending) {
@@ -196,6 +196,9 @@ export async function sendMessage(text) {
       if (ctx.related_type) fields.related_type = ctx.related_type;
       if (ctx.related_id) fields.related_id = ctx.related_id;
       if (ctx.context_url) fields.initial_context_url = ctx.context_url;
+      // The agent picked in the top bar becomes the session's agent (none: the server's default).
+      const agent = newSessionAgent();
+      if (agent) fields.agent = { type: agent };
       const session = await api('POST', '/v1/sessions', fields);
       if (current.closed) return;
       current.sessionId = session.id;

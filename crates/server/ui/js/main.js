@@ -10,7 +10,7 @@ import { historyOpen, initHistory, toggleHistory } from './history.js';
 import { closeInspector, initInspector } from './inspector.js';
 import { escapeHtml, renderMarkdown } from './markdown.js';
 import { ANSWER_EVENT, cancelRun } from './steps.js';
-import { renderChips, renderHeader, streamEl, updateEmpty, view } from './view.js';
+import { initAgentPicker, renderChips, renderHeader, streamEl, updateEmpty, view } from './view.js';
 
 function autosize(textarea) {
   textarea.style.height = 'auto';
@@ -50,13 +50,15 @@ function init() {
   updateEmpty();
   renderHeader();
   const sessionId = params.get('session');
+  let first;
   if (sessionId) {
-    openSession(sessionId);
+    first = openSession(sessionId);
   } else {
     input.focus();
     // Asks for an API key up front when the server wants one (the 401 path prompts).
-    api('GET', '/v1/sessions?limit=1').catch(() => {});
+    first = api('GET', '/v1/sessions?limit=1').catch(() => {});
   }
+  initAgentPicker(first);
 }
 
 // For the browser tests: the Markdown renderer, and a way to cut the live connection as a

@@ -4,7 +4,7 @@
 
 import { api } from './api.js';
 import { $, el } from './dom.js';
-import { clockTime, plural } from './format.js';
+import { clockTime, parseTime, plural } from './format.js';
 import { openInspector, refreshInspectorFor } from './inspector.js';
 import { stepOf } from './metadata.js';
 import {
@@ -34,6 +34,10 @@ export function newExecState(id) {
     group: null,
     groupUserCount: -1,
     stepNumbers: new Set(),
+    // Step numbers with a status line of their own, and the lines made from step events for
+    // steps without one (an external agent's or a worker's steps).
+    linedSteps: new Set(),
+    eventLines: new Map(),
     activity: '',
     streamNode: null,
     question: null,
@@ -125,6 +129,7 @@ function ensureGroup(exec, newSegmentOnUserMessage) {
       el('span', { class: 'badge badge-agent', hidden: true }),
       el('button', { type: 'button', class: 'btn btn-link btn-small exec-inspect', onclick: () => openInspector(exec.id) }, 'Inspect')));
   exec.group = group;
+  exec.groups = [...(exec.groups || []), group];
   exec.groupUserCount = view.userCount;
   exec.lineCount = 0;
   // A run resumed after a question gets a new group below the answer; counts are per group.
@@ -148,9 +153,7 @@ function ensureGroup(exec, newSegmentOnUserMessage) {
  * (`step_number`, `tool`, `kind`); the text is only shown, never parsed.
  */
 export function addStepLine(exec, msg) {
-  const group = ensureGroup(exec, true);
   const step = stepOf(msg.metadata);
-  if (step.number != null) addStepNumber(exec, step.number);
   const line = el('li', {
     class: `step-line line-${msg.role}`,
     'data-message-id': msg.id,
@@ -160,7 +163,63 @@ export function addStepLine(exec, msg) {
   },
   el('span', { class: 'step-text' }, msg.content),
   el('time', { datetime: msg.created_at || '', class: 'step-time' }, clockTime(msg.created_at)));
-  group.querySelector('.exec-lines').append(line);
+  // The step's event came first and drew a line for it: this one takes its place.
+  const drawn = step.number != null ? exec.eventLines.get(step.number) : null;
+  if (drawn && drawn.isConnected) {
+    drawn.replaceWith(line);
+  } else {
+    const group = ensureGroup(exec, true);
+    if (!group.dataset.startedAt && msg.created_at) group.dataset.startedAt = msg.created_at;
+    group.querySelector('.exec-lines').append(line);
+    exec.lineCount = (exec.lineCount || 0) + 1;
+  }
+  if (step.number != null) {
+    addStepNumber(exec, step.number);
+    exec.linedSteps.add(step.number);
+    exec.eventLines.delete(step.number);
+  }
+  refreshExec(exec);
+  scrollToBottom(false);
+}
+
+// The segment of a run (see ensureGroup) a step saved at `at` belongs to: the last one begun by then.
+function groupAt(exec, at) {
+  let found = null;
+  if (at != null) {
+    for (const group of exec.groups || []) {
+      const started = parseTime(group.dataset.startedAt);
+      if (group.isConnected && started != null && started <= at) found = group;
+    }
+  }
+  return found || ensureGroup(exec, true);
+}
+
+/**
+ * A line for a step whose agent writes no status line of its own (a worker's or another
+ * external agent's steps: the server only announces `step.completed`): the event's text and
+ * the step's tool. A status line of the same step that comes later replaces it; one already
+ * shown makes it unneeded. Placed by time, so a replayed history puts it in its segment.
+ */
+function addEventStepLine(exec, data, step) {
+  if (step.number == null || exec.linedSteps.has(step.number) || exec.eventLines.has(step.number)) return;
+  const at = parseTime(data.timestamp);
+  const group = groupAt(exec, at);
+  const text = data.content || `Step ${step.number}`;
+  const line = el('li', {
+    class: 'step-line line-info line-step-event',
+    'data-step-number': step.number,
+    'data-tool': step.tool,
+  },
+  el('span', { class: 'step-text' }, step.tool ? `${text} · ${step.tool}` : text),
+  el('time', { datetime: data.timestamp || '', class: 'step-time' }, clockTime(data.timestamp)));
+  const lines = group.querySelector('.exec-lines');
+  const later = at == null ? null : [...lines.children].find((li) => {
+    const t = parseTime(li.querySelector('time') && li.querySelector('time').getAttribute('datetime'));
+    return t != null && t > at;
+  });
+  lines.insertBefore(line, later || null);
+  if (!group.dataset.startedAt && data.timestamp) group.dataset.startedAt = data.timestamp;
+  exec.eventLines.set(step.number, line);
   exec.lineCount = (exec.lineCount || 0) + 1;
   refreshExec(exec);
   scrollToBottom(false);
@@ -339,6 +398,7 @@ export function applyEvent(type, data) {
         if (type === 'step.completed') exec.activity = '';
         else exec.activity = data.content || (step.tool ? `calling ${step.tool}` : '');
         if (!exec.status || exec.status === 'pending') exec.status = 'running';
+        if (type === 'step.completed') addEventStepLine(exec, data, step);
         refreshExec(exec);
         refreshRunState();
         if (type === 'step.completed') refreshInspectorFor(exec);

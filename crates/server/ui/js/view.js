@@ -1,9 +1,10 @@
 // The open session's state (SessionView) and the conversation's DOM plumbing shared by the
-// chat and its step groups: appending, following the bottom, the header.
+// chat and its step groups: appending, following the bottom, the header and its agent picker.
 
+import { api } from './api.js';
 import { pageContext } from './context.js';
 import { $, el } from './dom.js';
-import { sessionLabel } from './format.js';
+import { plural, sessionLabel } from './format.js';
 import { safeUrl } from './markdown.js';
 
 /** Execution statuses of a run still going. */
@@ -125,6 +126,156 @@ export function renderHeader() {
   const same = session && (session.related_type || null) === pageContext.related_type && (session.related_id || null) === pageContext.related_id
     && (!pageContext.context_url || pageContext.context_url === session.initial_context_url);
   composerChips.hidden = composerChips.children.length === 0 || Boolean(same);
+  renderAgentPicker();
+}
+
+// ---- The agent picker in the top bar: the agent types of GET /v1/agents (the server's
+// built-in ones, and the ones worker processes run, with whether a worker of each is online),
+// refreshed when the picker is opened and every 15 s. With a session open it shows that
+// session's default agent and changes it (PATCH); with none open it picks the agent of the
+// session the first message creates. "default agent" names none: the server's default runs.
+
+const AGENTS_REFRESH_MS = 15000;
+// Opening the picker refreshes the list, at most this often.
+const AGENTS_OPEN_REFRESH_MS = 1000;
+
+const picker = {
+  agents: [],
+  // The agent type picked for the next new session ('' for the server's default).
+  next: '',
+  // `{view, type}`: the agent type just picked for that session, shown until the server answers.
+  pending: null,
+  loading: null,
+  loadedAt: 0,
+};
+
+/** The agent type the next new session is created with, or null for the server's default. */
+export function newSessionAgent() {
+  return picker.next || null;
+}
+
+function workerLabel(agent) {
+  const online = agent.workers_online || 0;
+  return online > 0 ? `online (${plural(online, 'worker')})` : 'offline';
+}
+
+// The options the select should hold: the default, the listed agents, and the shown value
+// when the list does not name it (a worker type no worker announced lately).
+function agentOptions(value) {
+  const options = [{ value: '', text: 'default agent', title: "The server's default agent", online: null }];
+  for (const agent of picker.agents) {
+    options.push({
+      value: agent.type,
+      text: `${agent.type} · ${agent.builtin ? 'built-in' : workerLabel(agent)}`,
+      title: agent.description || agent.type,
+      online: agent.builtin ? null : String((agent.workers_online || 0) > 0),
+    });
+  }
+  if (value && !picker.agents.some((a) => a.type === value)) {
+    options.push({ value, text: `${value} · no worker seen`, title: 'No worker announced this agent type lately', online: 'false' });
+  }
+  return options;
+}
+
+// Updates the options in place (an open dropdown keeps its place) and selects `value`.
+function fillAgentSelect(select, value) {
+  const options = agentOptions(value);
+  options.forEach((want, i) => {
+    let option = select.options[i];
+    if (!option || option.value !== want.value) {
+      option = el('option', { value: want.value });
+      select.add(option, i);
+    }
+    if (option.textContent !== want.text) option.textContent = want.text;
+    option.title = want.title;
+    if (want.online == null) option.removeAttribute('data-online');
+    else option.dataset.online = want.online;
+  });
+  while (select.options.length > options.length) select.remove(options.length);
+  select.value = value;
+  return options.find((o) => o.value === value);
+}
+
+/** Shows the open session's agent (disabled while the session loads), or the new session's. */
+function renderAgentPicker() {
+  const select = $('agent-select');
+  const isNew = !view.sessionId;
+  const session = view.session;
+  let value = picker.next;
+  if (!isNew) {
+    const pending = picker.pending && picker.pending.view === view ? picker.pending : null;
+    value = pending ? pending.type : ((session && session.agent && session.agent.type) || '');
+  }
+  const chosen = fillAgentSelect(select, value);
+  select.disabled = !isNew && !session;
+  select.dataset.agent = value || 'default';
+  const wrap = $('agent-picker');
+  if (chosen && chosen.online != null) wrap.dataset.online = chosen.online;
+  else delete wrap.dataset.online;
+  wrap.title = isNew ? 'The agent of the new session' : "This session's agent: a message runs with it";
+}
+
+// Sets the open session's default agent ('' clears it: the server's default).
+async function setSessionAgent(type) {
+  const current = view;
+  if (!current.sessionId || !current.session) return;
+  const pending = { view: current, type };
+  picker.pending = pending;
+  renderAgentPicker();
+  try {
+    const session = await api('PATCH', `/v1/sessions/${current.sessionId}`, { agent: type ? { type } : null });
+    if (!current.closed) current.session = session;
+  } catch (err) {
+    if (!current.closed) showError(`Could not change the agent: ${err.message}`);
+  } finally {
+    if (picker.pending === pending) picker.pending = null;
+  }
+  if (!current.closed) renderHeader();
+}
+
+/** Fetches the agent list again (one request at a time) and redraws the picker. */
+export function refreshAgents() {
+  if (picker.loading) return picker.loading;
+  picker.loading = (async () => {
+    try {
+      const data = await api('GET', '/v1/agents');
+      picker.agents = (data && data.items) || [];
+      picker.loadedAt = Date.now();
+      renderAgentPicker();
+    } catch (_) {
+      /* the picker keeps the list it has; the next refresh tries again */
+    } finally {
+      picker.loading = null;
+    }
+  })();
+  return picker.loading;
+}
+
+function refreshAgentsOnOpen() {
+  if (Date.now() - picker.loadedAt >= AGENTS_OPEN_REFRESH_MS) refreshAgents();
+}
+
+/**
+ * Wires the agent picker. The list first loads when `ready` settles (after the page's first
+ * request, so a server that wants a key asks for it once), then every 15 s while the page shows.
+ */
+export function initAgentPicker(ready) {
+  const select = $('agent-select');
+  renderAgentPicker();
+  select.addEventListener('change', () => {
+    if (!view.sessionId) {
+      picker.next = select.value;
+      renderAgentPicker();
+    } else {
+      setSessionAgent(select.value);
+    }
+  });
+  for (const type of ['mousedown', 'focus', 'keydown']) select.addEventListener(type, refreshAgentsOnOpen);
+  Promise.resolve(ready).finally(() => {
+    refreshAgents();
+    setInterval(() => { if (document.visibilityState !== 'hidden') refreshAgents(); }, AGENTS_REFRESH_MS);
+    document.addEventListener('visibilitychange', () => { if (document.visibilityState === 'visible') refreshAgentsOnOpen(); });
+  });
 }
 
 /** The top-level execution a subagent's execution runs under (itself when it has no parent). */
