@@ -593,7 +593,9 @@ fn the_chat_talks_to_a_workers_agent() {
         "{stdout}"
     );
     assert!(
-        printed.iter().any(|l| l.trim_start().starts_with("demo (built-in)")),
+        printed
+            .iter()
+            .any(|l| l.trim_start().starts_with("demo (built-in)")),
         "{stdout}"
     );
 }

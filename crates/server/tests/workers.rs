@@ -513,3 +513,66 @@ async fn a_worker_agent_runs_another_worker_agent_as_its_subagent() {
     assert_error(status, &body, 400, "invalid_request", "built-in subagent");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_error_is_retried_until_the_attempts_run_out() {
+    let server = TestServer::start().await; // 5 attempts
+    let (session, execution) = message_for(&server, "flaky", "try hard").await;
+    let c = claim(&server, "flaky", 1, 0.0).await.remove(0);
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/fail"),
+        Some(&text(&c, "lease")),
+        json!({"error_message": "the model timed out", "retry": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "pending", "back in the queue");
+    let messages = server.messages(&session).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["content"] == "Agent error on attempt 1: the model timed out; trying again")
+    );
+    // A string output completes with that answer when the worker names none.
+    let again = claim(&server, "flaky", 1, 5.0).await.remove(0);
+    assert_eq!(again["attempt"], 2);
+    let (status, _) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/complete"),
+        Some(&text(&again, "lease")),
+        json!({"output": "made it"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let messages = server.messages(&session).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["role"] == "assistant" && m["content"] == "made it")
+    );
+
+    // Used up: the last retry fails the execution.
+    let (_, doomed) = message_for(&server, "doomed", "never works").await;
+    let mut last = Value::Null;
+    for _ in 0..5 {
+        let c = claim(&server, "doomed", 1, 5.0).await.remove(0);
+        let (status, body) = leased(
+            &server,
+            &format!("/v1/executions/{doomed}/fail"),
+            Some(&text(&c, "lease")),
+            json!({"error_message": "broken", "retry": true}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        last = body;
+    }
+    assert_eq!(last["status"], "failed");
+    assert!(
+        last["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("no retries left")
+    );
+    server.stop().await;
+}

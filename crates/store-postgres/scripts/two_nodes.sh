@@ -4,7 +4,9 @@
 #      steps 1..N exactly once;
 #   2. an SSE stream on node A sees, live and in order, the events of an execution node B runs;
 #   3. kill -9 of the node running an execution: the other node takes it over after the lease
-#      expires and finishes it, steps 1..N exactly once.
+#      expires and finishes it, steps 1..N exactly once;
+#   4. a worker process waiting in a claim on node A gets the message posted to node B for its
+#      agent type (docs/workers.md), and its writes through node B complete it.
 # Then (with THROUGHPUT=1) executions per second, demo agent at 0 ms per step: one node vs two.
 #
 # Usage: crates/store-postgres/scripts/two_nodes.sh [path/to/stepwise]
@@ -94,6 +96,34 @@ if [ "$OWNER_PID" = "${PIDS[0]}" ]; then OTHER=$B; else OTHER=$A; fi
 wait_done "$OTHER" "$K"
 check_steps "$K"
 echo "ok: after kill -9 of the node running it, the other node finished it ($(sql "select attempts from executions where id = '$K'") attempts, steps 1..61 once)"
+
+# 4. A worker's claim waiting on the surviving node gets a message posted to the other one.
+WA=$OTHER
+WB=$A
+[ "$WA" = "$A" ] && WB=$B
+if ! curl -sf "$WB/readyz" >/dev/null; then
+  port=${WB##*:}
+  start "$port" 1 20 w.log
+fi
+t0=$(date +%s.%N)
+curl -s -X POST "$WA/v1/workers/claim" -H 'content-type: application/json' \
+  -d '{"worker_id": "two-nodes", "agents": [{"type": "relay-worker"}], "slots": 1, "wait_s": 20}' >"$WORK/claim.json" &
+CLAIM=$!
+sleep 0.5
+W=$(curl -s -X POST "$WB/v1/messages" -H 'content-type: application/json' \
+  -d '{"content": "hello worker", "agent": {"type": "relay-worker"}}' | json 'd["execution"]["id"]')
+wait $CLAIM
+t1=$(date +%s.%N)
+[ "$(json 'd["items"][0]["execution"]["id"]' <"$WORK/claim.json")" = "$W" ] || fail "the worker's claim on one node did not get the message posted to the other: $(cat "$WORK/claim.json")"
+LEASE=$(json 'd["items"][0]["lease"]' <"$WORK/claim.json")
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/executions/$W/steps" -H 'content-type: application/json' \
+  -H "Stepwise-Lease: $LEASE" -d '{"model_output": "relayed"}')
+[ "$code" = 201 ] || fail "a worker's step through the other node answered $code"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/executions/$W/complete" -H 'content-type: application/json' \
+  -H "Stepwise-Lease: $LEASE" -d '{"output": "done", "final_message": "done"}')
+[ "$code" = 200 ] || fail "a worker's complete through the other node answered $code"
+wait_done "$WA" "$W"
+echo "ok: a worker waiting on one node claimed a message posted to the other ($(python3 -c "print(round($t1 - $t0 - 0.5, 3))") s after it was posted) and finished it through that node"
 
 if [ "${THROUGHPUT:-0}" = 1 ]; then
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -1,6 +1,8 @@
 // A small in-memory stand-in for `stepwise serve`, for working on the UI without building the
 // Rust server. It follows docs/api.md closely enough for the UI (sessions, messages, executions,
-// steps, snapshots, SSE with replay) and runs the demo agent's rules. The browser tests run
+// steps, snapshots, SSE with replay, the agent list and sessions' agents) and runs the demo
+// agent's rules; a message for any other agent type waits in the queue, as for a worker that
+// is not running. The browser tests run
 // against the real server (run.sh); this is only a development aid:
 //   node tests/web/dev/mock-server.mjs [port]   (MOCK_API_KEY=secret to require a key)
 // With UPSTREAM=http://127.0.0.1:7777 it serves the UI files from disk and forwards everything
@@ -55,15 +57,22 @@ function addMessage(sessionId, role, content, executionId, extra = {}) {
 }
 
 function newSession(body) {
-  const s = { id: randomUUID(), tenant_id: 'local', user_id: 'local', name: body.name || null, title: body.title || null, status: 'active', related_type: body.related_type || null, related_id: body.related_id || null, initial_context_url: body.initial_context_url || null, metadata: body.metadata || {}, last_execution_id: null, last_snapshot_id: null, message_count: 0, created_at: now(), updated_at: now() };
+  const s = { id: randomUUID(), tenant_id: 'local', user_id: 'local', name: body.name || null, title: body.title || null, status: 'active', related_type: body.related_type || null, related_id: body.related_id || null, initial_context_url: body.initial_context_url || null, metadata: body.metadata || {}, agent: agentOf(body.agent), last_execution_id: null, last_snapshot_id: null, message_count: 0, created_at: now(), updated_at: now() };
   sessions.set(s.id, s);
   messages.set(s.id, []);
   events.set(s.id, []);
   return s;
 }
 
-function newExecution(sessionId, input, parent) {
-  const e = { id: randomUUID(), session_id: sessionId, parent_execution_id: parent || null, tenant_id: 'local', user_id: 'local', agent_type: 'demo', agent_config: {}, status: 'pending', input, output: null, last_snapshot_id: null, step_count: 0, token_usage: { input: 0, output: 0, total: 0 }, metadata: {}, error_message: null, attempts: 0, started_at: null, completed_at: null, created_at: now(), updated_at: now() };
+// A session's or message's `agent` as stored: `{type, config}` or null.
+function agentOf(agent) {
+  if (agent == null) return null;
+  if (typeof agent.type !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(agent.type)) throw new Error('agent.type must be 1-64 characters [A-Za-z0-9._-]');
+  return { type: agent.type, config: agent.config ?? null };
+}
+
+function newExecution(sessionId, input, parent, agentType = 'demo') {
+  const e = { id: randomUUID(), session_id: sessionId, parent_execution_id: parent || null, tenant_id: 'local', user_id: 'local', agent_type: agentType, agent_config: {}, status: 'pending', input, output: null, last_snapshot_id: null, step_count: 0, token_usage: { input: 0, output: 0, total: 0 }, metadata: {}, error_message: null, attempts: 0, started_at: null, completed_at: null, created_at: now(), updated_at: now() };
   executions.set(e.id, e);
   steps.set(e.id, []);
   snapshots.set(e.id, []);
@@ -188,12 +197,16 @@ function postMessage(sessionId, body) {
     setTimeout(() => run(latest), 10);
     return { session_id: sessionId, message: msg, execution: latest };
   }
-  const e = newExecution(sessionId, { content: body.content });
+  // The message's agent, else the session's, else the server's default (the demo agent).
+  const agentType = (agentOf(body.agent) || s.agent || { type: 'demo' }).type;
+  const e = newExecution(sessionId, { content: body.content }, null, agentType);
   msg.execution_id = e.id;
   s.last_execution_id = e.id;
-  addMessage(sessionId, 'info', 'Execution queued', e.id);
-  publish(sessionId, 'execution.queued', { execution_id: e.id, content: 'Execution queued' });
-  setTimeout(() => run(e), 10);
+  // No workers here: another agent type's execution stays queued (cancel still works).
+  const queued = agentType === 'demo' ? 'Execution queued' : `Execution queued for agent '${agentType}': no worker of it is online; it runs when one connects`;
+  addMessage(sessionId, 'info', queued, e.id);
+  publish(sessionId, 'execution.queued', { execution_id: e.id, content: queued });
+  if (agentType === 'demo') setTimeout(() => run(e), 10);
   return { session_id: sessionId, message: msg, execution: { ...e } };
 }
 
@@ -244,6 +257,9 @@ const server = http.createServer(async (req, res) => {
   if (apiKey && req.headers.authorization !== `Bearer ${apiKey}`) return error(res, 401, 'unauthorized', 'API key required');
   let m;
   try {
+    if (p === '/v1/agents' && req.method === 'GET') {
+      return send(res, 200, { items: [{ type: 'demo', description: "Stepwise's demo agent: `steps: N`, `ask me`, `delegate: TASK`, arithmetic, `time`", builtin: true, workers_online: null, last_seen_at: null, config_schema: null }] });
+    }
     if (p === '/v1/sessions' && req.method === 'GET') {
       const status = url.searchParams.get('status');
       const list = [...sessions.values()].filter((s) => (status ? s.status === status : s.status !== 'deleted')).sort((a, b) => b.updated_at.localeCompare(a.updated_at));
@@ -264,6 +280,7 @@ const server = http.createServer(async (req, res) => {
         const body = await readBody(req);
         if (body.title != null) s.title = body.title;
         if (body.status != null) s.status = body.status;
+        if (body.agent !== undefined) s.agent = agentOf(body.agent);
         s.updated_at = now();
         return send(res, 200, s);
       }

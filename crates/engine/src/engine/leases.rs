@@ -219,6 +219,20 @@ impl<S: Store> Engine<S> {
                 )
                 .await?
                 .await?;
+            if appended.created {
+                self.inner
+                    .publisher
+                    .step_event(
+                        tenant,
+                        execution.session_id,
+                        execution.id,
+                        EventType::StepCompleted,
+                        step_number,
+                        &format!("Completed step {step_number}"),
+                        None,
+                    )
+                    .await;
+            }
             steps.push(appended.step);
         }
         let session = match execution.session_id {
@@ -248,7 +262,9 @@ impl<S: Store> Engine<S> {
             ),
             (Some(_), None) => "Execution resumed".to_string(),
         };
+        // A resumed pause said "Execution resumed" when the answer came.
         if execution.parent_execution_id.is_none()
+            && resume_answer.is_none()
             && let Some(session_id) = execution.session_id
         {
             self.say_status(tenant, session_id, execution.id, &text)

@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use serde_json::Value;
 use stepwise_core::Execution;
+use stepwise_engine::EXTERNAL_AGENT;
 use stepwise_store::Store;
 
 use super::{LeaseHeader, load_external, schema};
@@ -40,9 +41,16 @@ pub async fn complete<S: Store>(
             format!("final_message is longer than {MAX_CONTENT_CHARS} characters"),
         ));
     }
+    // A worker's string output is its answer to the user when it names none.
+    let final_message = match (&body.final_message, &body.output) {
+        (None, Value::String(text)) if execution.agent_type != EXTERNAL_AGENT => {
+            Some(stepwise_core::summary::cut_chars(text, MAX_CONTENT_CHARS))
+        }
+        _ => body.final_message,
+    };
     let done = state
         .engine
-        .complete_external(&caller.tenant, &execution, body.output, body.final_message)
+        .complete_external(&caller.tenant, &execution, body.output, final_message)
         .await?;
     Ok(Json(done))
 }

@@ -213,10 +213,10 @@ function addEventStepLine(exec, data, step) {
   el('span', { class: 'step-text' }, step.tool ? `${text} · ${step.tool}` : text),
   el('time', { datetime: data.timestamp || '', class: 'step-time' }, clockTime(data.timestamp)));
   const lines = group.querySelector('.exec-lines');
-  const later = at == null ? null : [...lines.children].find((li) => {
-    const t = parseTime(li.querySelector('time') && li.querySelector('time').getAttribute('datetime'));
-    return t != null && t > at;
-  });
+  const timeOf = (li) => parseTime(li.querySelector('time') && li.querySelector('time').getAttribute('datetime'));
+  // Live, the step is the newest line; a replayed one goes before the first line after it.
+  const last = lines.lastElementChild;
+  const later = at == null || !last || !(timeOf(last) > at) ? null : [...lines.children].find((li) => timeOf(li) > at);
   lines.insertBefore(line, later || null);
   if (!group.dataset.startedAt && data.timestamp) group.dataset.startedAt = data.timestamp;
   exec.eventLines.set(step.number, line);

@@ -271,7 +271,7 @@ export function initAgentPicker(ready) {
     }
   });
   for (const type of ['mousedown', 'focus', 'keydown']) select.addEventListener(type, refreshAgentsOnOpen);
-  Promise.resolve(ready).finally(() => {
+  Promise.resolve(ready).catch(() => {}).then(() => {
     refreshAgents();
     setInterval(() => { if (document.visibilityState !== 'hidden') refreshAgents(); }, AGENTS_REFRESH_MS);
     document.addEventListener('visibilitychange', () => { if (document.visibilityState === 'visible') refreshAgentsOnOpen(); });

@@ -1,0 +1,197 @@
+"""Workers (docs/workers.md) measured from outside, against one `stepwise serve`:
+
+- **start latency**: a worker waits in `POST /v1/workers/claim`; a message for its agent type is
+  posted; the time until the claim answers with it (the server announces `execution.started` as
+  it hands the claim out), and the same from the server's own clocks (the user message's
+  `created_at` to the `execution.started` event's `timestamp`). `--rounds` messages, one at a
+  time; p50 and p99.
+- **throughput**: `--executions` one-step executions (each message in its own session) through a
+  Python `stepwise.worker.Worker` (`--concurrency`, default 16) whose agent saves one step and
+  answers, beside the same number through the built-in demo agent (`hi`: one step, then
+  `Echo: hi`), on the same server; executions per second from the first post to the last
+  completion.
+- **idle cost**: a `Worker` with nothing to do for `--idle-s` seconds: its requests (the
+  server's `stepwise_http_requests_total`) and the server process's CPU seconds in that time.
+
+    pip install ./clients/python
+    python clients/python/bench/bench_worker.py --stepwise-bin target/release/stepwise
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from stepwise import Stepwise
+from stepwise.testing import local_server
+from stepwise.worker import Worker
+
+AGENT = "bench-echo"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def ms(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(percentile(values, 0.5) * 1000, 3), "p99_ms": round(percentile(values, 0.99) * 1000, 3)}
+
+
+def parse_ts(text: str) -> float:
+    """RFC 3339 with microseconds to seconds."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def start_latency(url: str, rounds: int) -> dict[str, Any]:
+    """A raw claim waits; a message is posted; the claim's answer is timed."""
+    claim_body = {"worker_id": "bench-latency", "agents": [{"type": AGENT}], "slots": 1, "wait_s": 20}
+    client_side: list[float] = []
+    server_side: list[float] = []
+    with httpx.Client(base_url=url, timeout=30) as waiter, httpx.Client(base_url=url, timeout=30) as poster:
+        for n in range(rounds):
+            answer: dict[str, Any] = {}
+
+            def wait() -> None:
+                answer["claim"] = waiter.post("/v1/workers/claim", json=claim_body).json()
+                answer["at"] = time.perf_counter()
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            time.sleep(0.02)  # the claim is waiting
+            t0 = time.perf_counter()
+            posted = poster.post("/v1/messages", json={"content": f"m{n}", "agent": {"type": AGENT}}).json()
+            thread.join()
+            claim = answer["claim"]["items"][0]
+            client_side.append(answer["at"] - t0)
+            lease = {"Stepwise-Lease": claim["lease"]}
+            execution = claim["execution"]["id"]
+            poster.post(f"/v1/executions/{execution}/complete", json={"output": "ok"}, headers=lease).raise_for_status()
+            started = None
+            with poster.stream("GET", f"/v1/sessions/{posted['session_id']}/events",
+                               headers={"accept": "text/event-stream", "last-event-id": "0"}) as events:
+                for line in events.iter_lines():
+                    if line.startswith("data:"):
+                        event = json.loads(line[5:])
+                        if event.get("event_type") == "execution.started":
+                            started = parse_ts(event["timestamp"])
+                            break
+            if started is not None:
+                server_side.append(started - parse_ts(posted["message"]["created_at"]))
+    return {"rounds": rounds, "claim_answered_after_post": ms(client_side), "message_to_started_server_clock": ms(server_side)}
+
+
+def run_batch(client: Stepwise, executions: int, agent: str | None, pool: ThreadPoolExecutor) -> float:
+    """Posts `executions` messages (each a new session) and waits for all: executions/s."""
+    http = httpx.Client(base_url=client.base_url, timeout=60, limits=httpx.Limits(max_connections=32))
+
+    def post(n: int) -> str:
+        body: dict[str, Any] = {"content": "hi", "session": {"title": f"bench-{agent}-{n}"}}
+        if agent:
+            body["agent"] = {"type": agent}
+        response = http.post("/v1/messages", json=body)
+        response.raise_for_status()
+        return response.json()["execution"]["id"]
+
+    t0 = time.perf_counter()
+    ids = list(pool.map(post, range(executions)))
+    for execution in ids:
+        done = client.wait(execution, timeout=300)
+        assert done["status"] == "completed", done
+    return executions / (time.perf_counter() - t0)
+
+
+def throughput(url: str, executions: int, concurrency: int) -> dict[str, Any]:
+    worker = Worker(Stepwise(url), concurrency=concurrency)
+
+    @worker.agent(AGENT, description="Saves one step and answers")
+    def echo(run):  # noqa: ANN001, ANN202
+        run.step(model_output="Echoing", observations=run.input_text)
+        return f"Echo: {run.input_text}"
+
+    with Stepwise(url) as client, ThreadPoolExecutor(16) as pool:
+        run_batch(client, 20, None, pool)  # warm up both paths
+        with worker:
+            run_batch(client, 20, AGENT, pool)
+            demo = run_batch(client, executions, None, pool)
+            workers = run_batch(client, executions, AGENT, pool)
+    return {
+        "executions": executions,
+        "worker_concurrency": concurrency,
+        "demo_per_s": round(demo, 1),
+        "python_worker_per_s": round(workers, 1),
+        "ratio": round(workers / demo, 2),
+    }
+
+
+def requests_total(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(float(m.group(1)) for m in re.finditer(r"^stepwise_http_requests_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cost(url: str, pid: int | None, seconds: float) -> dict[str, Any]:
+    worker = Worker(Stepwise(url), concurrency=4)
+
+    @worker.agent("bench-idle")
+    def idle(run):  # noqa: ANN001, ANN202
+        return None
+
+    with worker:
+        time.sleep(2)  # connected and waiting
+        before_requests = requests_total(url)
+        before_cpu = cpu_seconds(pid) if pid else None
+        time.sleep(seconds)
+        requests = requests_total(url) - before_requests - 1  # less this scrape
+        cpu = cpu_seconds(pid) - before_cpu if pid and before_cpu is not None else None
+    return {
+        "seconds": seconds,
+        "requests": requests,
+        "requests_per_25_s": round(requests / seconds * 25, 2),
+        "server_cpu_s": None if cpu is None else round(cpu, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stepwise-bin", default=os.environ.get("STEPWISE_BIN"), help="the stepwise binary to start (default $STEPWISE_BIN)")
+    parser.add_argument("--rounds", type=int, default=200, help="messages for the start latency (default 200)")
+    parser.add_argument("--executions", type=int, default=500, help="executions per system for the throughput (default 500)")
+    parser.add_argument("--concurrency", type=int, default=16, help="the Python worker's concurrency (default 16)")
+    parser.add_argument("--idle-s", type=float, default=60.0, help="seconds of idle worker (default 60)")
+    parser.add_argument("--database", default=None, help="the server's database URL (default: a temporary SQLite file)")
+    args = parser.parse_args()
+
+    with local_server(binary=args.stepwise_bin, database=args.database, args=["--workers", "16"]) as server:
+        pid = server.pid
+        result = {
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "database": (args.database or "sqlite (temporary file)").split("@")[-1],
+            "start_latency": start_latency(server.url, args.rounds),
+            "throughput": throughput(server.url, args.executions, args.concurrency),
+            "idle_worker": idle_cost(server.url, pid, args.idle_s),
+        }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
