@@ -82,7 +82,7 @@ from smolagents.utils import AgentError, make_json_serializable
 
 from ._errors import StepwiseError
 
-__all__ = ["StepwiseMemory", "PAYLOAD_VERSION", "encode_step", "decode_step"]
+__all__ = ["StepwiseMemory", "PAYLOAD_VERSION", "encode_step", "decode_step", "memory_steps"]
 
 logger = logging.getLogger("stepwise.smolagents")
 
@@ -558,6 +558,50 @@ def decode_step(stored: dict, task: TaskStep | None = None) -> MemoryStep | None
         raise ValueError(f"{type(e).__name__}: {e}") from e
 
 
+def memory_steps(
+    memory: dict, *, restore_all_runs: bool = False, where: str = "the session"
+) -> list[MemoryStep]:
+    """The smolagents steps of a session's memory (``GET /v1/sessions/{id}/memory``, or a
+    worker claim's ``memory``): what ``StepwiseMemory.restore`` puts in an agent's memory.
+
+    Steps that hold no smolagents step, and final answers, are left out; steps whose payload
+    cannot be decoded are skipped with a warning. Unless ``restore_all_runs``, the steps start
+    at the session's last run that began with ``reset=True``. When the server restored only
+    part of the session (``restored: "summary"``), its summary comes first, as a ``TaskStep``.
+    """
+    steps: list[MemoryStep] = []
+    tasks: dict[Any, TaskStep] = {}  # each execution's TaskStep
+    for stored in memory.get("steps") or []:
+        try:
+            step = decode_step(stored, tasks.get(stored.get("execution_id")))
+        except ValueError as e:
+            logger.warning(
+                "stepwise: skipped step %s (number %s of execution %s) of %s: "
+                "its smolagents data cannot be decoded: %s",
+                stored.get("id"), stored.get("step_number"), stored.get("execution_id"),
+                where, e,
+            )
+            continue
+        if step is None:
+            logger.debug("stepwise: step %s holds no smolagents step; left out", stored.get("id"))
+            continue
+        if isinstance(step, FinalAnswerStep):
+            continue  # not part of an agent's memory
+        if (
+            isinstance(step, TaskStep)
+            and stored["output"]["smolagents"].get("reset")
+            and not restore_all_runs
+        ):
+            steps = []  # this run began by emptying the agent's memory
+        if isinstance(step, TaskStep):
+            tasks.setdefault(stored.get("execution_id"), step)
+        steps.append(step)
+    summary = memory.get("summary")
+    if memory.get("restored") == "summary" and isinstance(summary, dict) and summary.get("text"):
+        steps.insert(0, TaskStep(task=summary["text"]))
+    return steps
+
+
 # --- the background sender ----------------------------------------------------------------
 
 
@@ -910,38 +954,11 @@ class StepwiseMemory:
 
     def load(self) -> list[MemoryStep]:
         """The smolagents steps saved in this session (what ``restore`` puts in memory)."""
-        memory = self.client.get_memory(self.session_id)
-        steps: list[MemoryStep] = []
-        tasks: dict[Any, TaskStep] = {}  # each execution's TaskStep
-        for stored in memory.get("steps") or []:
-            try:
-                step = decode_step(stored, tasks.get(stored.get("execution_id")))
-            except ValueError as e:
-                logger.warning(
-                    "stepwise: skipped step %s (number %s of execution %s) of session %s: "
-                    "its smolagents data cannot be decoded: %s",
-                    stored.get("id"), stored.get("step_number"), stored.get("execution_id"),
-                    self.session_id, e,
-                )
-                continue
-            if step is None:
-                logger.debug("stepwise: step %s holds no smolagents step; left out", stored.get("id"))
-                continue
-            if isinstance(step, FinalAnswerStep):
-                continue  # not part of an agent's memory
-            if (
-                isinstance(step, TaskStep)
-                and stored["output"]["smolagents"].get("reset")
-                and not self.restore_all_runs
-            ):
-                steps = []  # this run began by emptying the agent's memory
-            if isinstance(step, TaskStep):
-                tasks.setdefault(stored.get("execution_id"), step)
-            steps.append(step)
-        summary = memory.get("summary")
-        if memory.get("restored") == "summary" and isinstance(summary, dict) and summary.get("text"):
-            steps.insert(0, TaskStep(task=summary["text"]))
-        return steps
+        return memory_steps(
+            self.client.get_memory(self.session_id),
+            restore_all_runs=self.restore_all_runs,
+            where=f"session {self.session_id}",
+        )
 
     def switch(self, agent: Any, session: str, **session_kwargs: Any) -> StepwiseMemory:
         """Makes ``session`` (a name or id; created when missing) this memory's session and

@@ -1,0 +1,46 @@
+"""A worker with two plain-function agents: `greeter` and `counter`.
+
+    stepwise serve &                                   # a server on http://127.0.0.1:7777
+    stepwise-worker greeter:worker                     # from this directory
+    curl -s -X POST http://127.0.0.1:7777/v1/messages -H 'Content-Type: application/json' \
+         -d '{"content": "Ada", "agent": {"type": "greeter"}}'
+
+Or run this file: `python greeter.py` (the same as `stepwise-worker greeter:worker`).
+"""
+
+import time
+
+from stepwise import Stepwise
+from stepwise.worker import Worker
+
+worker = Worker(Stepwise(), concurrency=4)
+
+
+@worker.agent("greeter", description="Says hello")
+def greeter(run):
+    run.step(model_output="Greeting the user", observations="said hello")
+    for word in ("Hello", ", ", run.input_text):
+        run.delta(word)  # live tokens for the web UI and `stepwise chat`
+    return f"Hello, {run.input_text}"
+
+
+@worker.agent("counter", description="Counts to ten, one step a second; survives a restart of this worker")
+def counter(run):
+    for n in range(len(run.steps) + 1, 11):  # after a lost worker: go on after the saved steps
+        run.check()  # stops here when the execution is cancelled or the worker shuts down
+        time.sleep(1)
+        run.step(model_output=f"step {n}", observations=str(n))
+    return "counted to 10"
+
+
+@worker.agent("asker", description="Asks for your name")
+def asker(run):
+    name = run.ask("What is your name?")  # pauses; your next message in the session answers
+    return f"Nice to meet you, {name}"
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    worker.run()
