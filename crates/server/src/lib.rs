@@ -229,6 +229,10 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
                 .post(executions::append_step::append_step::<S>),
         )
         .route(
+            "/executions/{id}/steps/batch",
+            post(executions::append_steps::append_steps::<S>),
+        )
+        .route(
             "/executions/{id}/snapshots",
             get(executions::list_snapshots::list_snapshots::<S>)
                 .post(executions::save_snapshot::save_snapshot::<S>),

@@ -576,3 +576,59 @@ async fn an_agent_error_is_retried_until_the_attempts_run_out() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_sent_in_a_batch_are_saved_in_order_once() {
+    let server = TestServer::start().await;
+    let (_, execution) = message_for(&server, "batcher", "many steps").await;
+    let c = claim(&server, "batcher", 1, 0.0).await.remove(0);
+    let lease = text(&c, "lease");
+    let batch = format!("/v1/executions/{execution}/steps/batch");
+    let steps = json!({"steps": [
+        {"model_output": "one"}, {"model_output": "two"}, {"step_number": 5, "model_output": "five"}, {"model_output": "six"}
+    ]});
+    let (status, body) = leased(&server, &batch, None, steps.clone()).await;
+    assert_error(
+        status,
+        &body,
+        409,
+        "lease_lost",
+        "a batch without the lease",
+    );
+    let (status, body) = leased(&server, &batch, Some(&lease), steps.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["created"], 4);
+    let numbers: Vec<u64> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [1, 2, 5, 6]);
+    // Sent again (a retry): nothing new. Another body at a stored number: 409.
+    let (status, body) = leased(
+        &server,
+        &batch,
+        Some(&lease),
+        json!({"steps": [{"step_number": 1, "model_output": "one"}, {"step_number": 2, "model_output": "two"}]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["created"], 0);
+    let (status, body) = leased(
+        &server,
+        &batch,
+        Some(&lease),
+        json!({"steps": [{"step_number": 7, "model_output": "seven"}, {"step_number": 2, "model_output": "changed"}]}),
+    )
+    .await;
+    assert_error(status, &body, 409, "conflict", "another body");
+    assert_eq!(
+        step_count(&server, &execution).await,
+        5,
+        "the step before the conflict is saved"
+    );
+    let (status, body) = leased(&server, &batch, Some(&lease), json!({"steps": []})).await;
+    assert_error(status, &body, 400, "invalid_request", "an empty batch");
+    server.stop().await;
+}

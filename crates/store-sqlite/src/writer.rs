@@ -431,15 +431,18 @@ const LINGER: Duration = Duration::from_micros(50);
 const ESCALATION_RETRY: Duration = Duration::from_millis(100);
 
 /// Under steady writes a PASSIVE checkpoint never catches up with the end of the WAL, so
-/// SQLite never starts it over and the file grows without end. Past the limit the writer
-/// takes its own turn to checkpoint everything and truncate the file (the queued writes
-/// wait for it, then go in one batch). Readers still on an older snapshot delay it up to
-/// the busy timeout; if it cannot finish, the next try is [`ESCALATION_RETRY`] later.
+/// SQLite never starts it over and the file grows without end. Past three quarters of the
+/// limit the writer takes its own turn to checkpoint everything and truncate the file (the
+/// queued writes wait for it, then go in one batch): the quarter left is the room the next
+/// batches have, so the limit holds (a batch is at most a few MB). Readers still on an
+/// older snapshot delay it up to the busy timeout; if it cannot finish, the next try is
+/// [`ESCALATION_RETRY`] later.
 fn keep_wal_bounded(conn: &Connection, state: &mut WriterState) {
     let size = std::fs::metadata(&state.wal.wal_path)
         .map(|m| m.len())
         .unwrap_or(0);
-    if size <= state.wal.limit_bytes || Instant::now() < state.next_escalation {
+    let threshold = state.wal.limit_bytes - state.wal.limit_bytes / 4;
+    if size <= threshold || Instant::now() < state.next_escalation {
         return;
     }
     let started = Instant::now();

@@ -152,6 +152,57 @@ impl<S: Store> Engine<S> {
         Ok(appended)
     }
 
+    /// Saves several posted steps in order with one wait for durability (the backend
+    /// commits them together), then publishes `step.completed` for the new ones. Each is
+    /// idempotent as [`Engine::append_external_step`]; the first that fails stops the batch
+    /// (those before it are saved).
+    pub async fn append_external_steps(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        steps: Vec<ExternalStep>,
+    ) -> Result<Vec<StepAppend>> {
+        let mut queued = Vec::with_capacity(steps.len());
+        for step in steps {
+            let tool = step.body.tool_calls.first().map(|c| c.name.clone());
+            let ack = self
+                .inner
+                .store
+                .append_step(
+                    tenant,
+                    NewStep {
+                        execution_id: execution.id,
+                        step_number: step.step_number,
+                        kind: step.kind,
+                        body: step.body,
+                    },
+                )
+                .await?;
+            queued.push((ack, tool));
+        }
+        let mut appended = Vec::with_capacity(queued.len());
+        for (ack, tool) in queued {
+            let done = ack.await?;
+            if done.created {
+                let n = done.step.step_number;
+                self.inner
+                    .publisher
+                    .step_event(
+                        tenant,
+                        execution.session_id,
+                        execution.id,
+                        EventType::StepCompleted,
+                        n,
+                        &format!("Completed step {n}"),
+                        tool.as_deref(),
+                    )
+                    .await;
+            }
+            appended.push(done);
+        }
+        Ok(appended)
+    }
+
     /// Saves a snapshot an external agent sends (durable when this returns).
     pub async fn save_external_snapshot(
         &self,

@@ -32,7 +32,7 @@ pub struct StepInput {
 }
 
 /// The step to save, checked: its kind, its number, its size.
-fn check(input: StepInput, step_count: u64) -> ApiResult<ExternalStep> {
+pub(super) fn check(input: StepInput, step_count: u64) -> ApiResult<ExternalStep> {
     let kind = match &input.kind {
         None => StepKind::Action,
         Some(text) => StepKind::parse(text).ok_or_else(|| {

@@ -4,6 +4,7 @@
 //! execution is a method of the engine (`Engine::complete_external`...).
 
 pub(crate) mod append_step;
+pub(crate) mod append_steps;
 pub(crate) mod cancel;
 pub(crate) mod complete;
 pub(crate) mod fail;

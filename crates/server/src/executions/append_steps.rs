@@ -1,0 +1,96 @@
+//! `POST /v1/executions/{id}/steps/batch`: several steps of an external agent (or a
+//! worker) in one request and one durable commit: 201 with each stored step and whether it
+//! was new (the same step again writes nothing; another body at a stored number is 409 and
+//! stops the batch there, the steps before it saved).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use stepwise_core::Step;
+use stepwise_store::Store;
+
+use super::append_step::{StepInput, check};
+use super::{LeaseHeader, load_external, typed_body};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use crate::schemas::IdPath;
+
+/// Most steps one batch takes.
+pub const MAX_BATCH_STEPS: usize = 1_000;
+
+/// Steps in order; one without `step_number` takes the number after the step before it
+/// (the first: after the execution's last step).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct StepBatch {
+    /// 1 to 1,000 steps.
+    pub steps: Vec<StepInput>,
+}
+
+/// The stored steps, in the batch's order.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct StepsAppended {
+    pub items: Vec<Step>,
+    /// How many of them were new (the others were stored already with the same body).
+    pub created: u32,
+}
+
+pub async fn append_steps<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    lease: LeaseHeader,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<(StatusCode, Json<StepsAppended>)> {
+    let count = body
+        .get("steps")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .ok_or_else(|| ApiError::invalid("steps", "steps must be an array of steps"))?;
+    if count == 0 || count > MAX_BATCH_STEPS {
+        return Err(ApiError::invalid(
+            "steps",
+            format!("a batch holds 1 to {MAX_BATCH_STEPS} steps"),
+        ));
+    }
+    let mut pointers = Vec::with_capacity(count * 4);
+    for n in 0..count {
+        for field in [
+            "step_number",
+            "token_usage/input",
+            "token_usage/output",
+            "token_usage/total",
+        ] {
+            pointers.push(format!("/steps/{n}/{field}"));
+        }
+    }
+    let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
+    let batch: StepBatch = typed_body(body, &pointers)?;
+    let execution = load_external(&state, &caller, &id, &lease).await?;
+    let mut last = execution.step_count;
+    let mut steps = Vec::with_capacity(batch.steps.len());
+    for (n, input) in batch.steps.into_iter().enumerate() {
+        let step = check(input, last).map_err(|e| {
+            let field = format!("steps[{n}].{}", e.field.as_deref().unwrap_or("step"));
+            e.with_field(field)
+        })?;
+        last = u64::from(step.step_number);
+        steps.push(step);
+    }
+    let appended = state
+        .engine
+        .append_external_steps(&caller.tenant, &execution, steps)
+        .await?;
+    let created = appended.iter().filter(|a| a.created).count() as u32;
+    let items = appended.into_iter().map(|a| a.step).collect();
+    Ok((StatusCode::CREATED, Json(StepsAppended { items, created })))
+}
+
+#[utoipa::path(post, path = "/v1/executions/{id}/steps/batch", tag = "external agents", operation_id = "append_steps",
+    params(IdPath), request_body = StepBatch,
+    responses((status = 201, body = StepsAppended), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}
