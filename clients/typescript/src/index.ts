@@ -8,12 +8,15 @@
 
 import type {
   AgentBody,
+  AgentList,
   AppendItemsBody,
   ChatBody,
   CheckpointPage,
   CheckpointStored,
   CheckpointTuple,
   CheckpointsDeleted,
+  ClaimBody,
+  ClaimList,
   CompleteBody,
   CopyThreadBody,
   CreateSessionBody,
@@ -22,6 +25,8 @@ import type {
   Execution,
   ExecutionList,
   FailBody,
+  HeartbeatAnswer,
+  HeartbeatBody,
   ItemsAdded,
   ItemsCleared,
   ItemsPage,
@@ -50,6 +55,7 @@ import type {
   Step,
   StepInput,
   StepList,
+  StepsAppended,
   Thread,
   ThreadCopied,
   UpdateSessionBody,
@@ -154,6 +160,15 @@ export interface EventsOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * The lease of a worker's claim, for the writes of the execution it claimed (docs/workers.md).
+ * Without it, a write to a worker's execution is 409 `lease_lost`.
+ */
+export interface LeaseOptions {
+  /** The claim's `lease`, sent as the `Stepwise-Lease` header. */
+  lease?: string;
+}
+
 /** A part of an AI SDK UI message stream, or an AG-UI event: a JSON object with a `type`. */
 export type StreamPart = { type: string; [key: string]: unknown };
 
@@ -170,6 +185,11 @@ interface Call {
 
 function enc(segment: string): string {
   return encodeURIComponent(segment);
+}
+
+/** The `Stepwise-Lease` header of a worker's write, when it has a lease. */
+function leaseHeaders(lease: string | undefined): Record<string, string> | undefined {
+  return lease === undefined ? undefined : { 'stepwise-lease': lease };
 }
 
 /** The Stepwise API. Every method answers what its endpoint answers, or throws a {@link StepwiseError}. */
@@ -245,7 +265,10 @@ export class Stepwise {
 
   // --- sessions ----------------------------------------------------------------------
 
-  /** `POST /v1/sessions` */
+  /**
+   * `POST /v1/sessions` (every field optional). `agent: {type, config?}` is the session's default
+   * agent: a message that names none runs with it (a built-in type, or a worker's from {@link agents}).
+   */
   createSession(body: CreateSessionBody = {}): Promise<Session> {
     return this.json({ method: 'POST', path: '/v1/sessions', body });
   }
@@ -265,7 +288,10 @@ export class Stepwise {
     return this.json({ method: 'GET', path: `/v1/sessions/${enc(id)}` });
   }
 
-  /** `PATCH /v1/sessions/{id}` */
+  /**
+   * `PATCH /v1/sessions/{id}`: the fields to change (absent: unchanged); `agent: null` drops the
+   * session's default agent, `agent: {type, config?}` sets it.
+   */
   updateSession(id: string, body: UpdateSessionBody): Promise<Session> {
     return this.json({ method: 'PATCH', path: `/v1/sessions/${enc(id)}`, body });
   }
@@ -310,7 +336,11 @@ export class Stepwise {
     return this.pages((cursor) => this.listExecutions(sessionId, { ...query, ...(cursor ? { cursor } : {}) }));
   }
 
-  /** `POST /v1/sessions/{id}/executions`: an external agent's execution. */
+  /**
+   * `POST /v1/sessions/{id}/executions`: with `agent_type: 'external'`, a running execution the
+   * caller drives itself; with a worker's agent type, a pending execution that type's workers
+   * claim (e.g. a worker agent's subagent, with `parent_execution_id`).
+   */
   openExecution(sessionId: string, body: OpenExecutionBody): Promise<Execution> {
     return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/executions`, body });
   }
@@ -406,9 +436,22 @@ export class Stepwise {
     return this.pages((cursor) => this.listSteps(executionId, { ...query, ...(cursor ? { cursor } : {}) }));
   }
 
-  /** `POST /v1/executions/{id}/steps`: an external agent's step (idempotent by `step_number`). */
-  appendStep(executionId: string, step: StepInput): Promise<Step> {
-    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/steps`, body: step });
+  /**
+   * `POST /v1/executions/{id}/steps`: an external agent's step (idempotent by `step_number`).
+   * A worker sends its claim's `lease`.
+   */
+  appendStep(executionId: string, step: StepInput, options: LeaseOptions = {}): Promise<Step> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/steps`, body: step, headers: leaseHeaders(options.lease) });
+  }
+
+  /**
+   * `POST /v1/executions/{id}/steps/batch`: 1 to 1,000 steps saved in order with one durable
+   * commit. A step without `step_number` takes the number after the one before it; each is
+   * idempotent as with {@link appendStep}, and another body at a stored number is a 409 that
+   * stops the batch there (the steps before it are saved). A worker sends its claim's `lease`.
+   */
+  appendSteps(executionId: string, steps: StepInput[], options: LeaseOptions = {}): Promise<StepsAppended> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/steps/batch`, body: { steps }, headers: leaseHeaders(options.lease) });
   }
 
   /** `GET /v1/executions/{id}/snapshots`: one page (without `state`). */
@@ -421,29 +464,88 @@ export class Stepwise {
     return this.pages((cursor) => this.listSnapshots(executionId, { ...query, ...(cursor ? { cursor } : {}) }));
   }
 
-  /** `POST /v1/executions/{id}/snapshots` */
-  saveSnapshot(executionId: string, body: SnapshotInput): Promise<Snapshot> {
-    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/snapshots`, body });
+  /** `POST /v1/executions/{id}/snapshots`. A worker sends its claim's `lease`. */
+  saveSnapshot(executionId: string, body: SnapshotInput, options: LeaseOptions = {}): Promise<Snapshot> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/snapshots`, body, headers: leaseHeaders(options.lease) });
   }
 
-  /** `POST /v1/executions/{id}/complete` */
-  completeExecution(executionId: string, body: CompleteBody): Promise<Execution> {
-    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/complete`, body });
+  /**
+   * `POST /v1/executions/{id}/complete`: `final_message` (or `output` when it is a string) becomes
+   * the assistant's message. A worker sends its claim's `lease`.
+   */
+  completeExecution(executionId: string, body: CompleteBody, options: LeaseOptions = {}): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/complete`, body, headers: leaseHeaders(options.lease) });
   }
 
-  /** `POST /v1/executions/{id}/fail` */
-  failExecution(executionId: string, body: FailBody): Promise<Execution> {
-    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/fail`, body });
+  /**
+   * `POST /v1/executions/{id}/fail`. With `retry: true` a worker's execution goes back to the
+   * queue (the next claim continues from its saved steps) while the server's attempt limit
+   * allows. A worker sends its claim's `lease`.
+   */
+  failExecution(executionId: string, body: FailBody, options: LeaseOptions = {}): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/fail`, body, headers: leaseHeaders(options.lease) });
   }
 
-  /** `POST /v1/executions/{id}/pause` */
-  pauseExecution(executionId: string, body: PauseBody): Promise<Execution> {
-    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/pause`, body });
+  /**
+   * `POST /v1/executions/{id}/pause`: asks the user `question`. A worker sends its claim's
+   * `lease`, which the pause releases: the user's answer queues the execution again, and the
+   * next claim carries it as `resume_answer`.
+   */
+  pauseExecution(executionId: string, body: PauseBody, options: LeaseOptions = {}): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/pause`, body, headers: leaseHeaders(options.lease) });
   }
 
   /** `GET /v1/snapshots/{id}` (with `state`). */
   getSnapshot(id: string): Promise<Snapshot> {
     return this.json({ method: 'GET', path: `/v1/snapshots/${enc(id)}` });
+  }
+
+  // --- workers -------------------------------------------------------------------------------
+
+  /**
+   * `GET /v1/agents`: the built-in agent types (`builtin: true`, `workers_online: null`) and the
+   * types the tenant's workers announced, with how many of their workers are online (seen in the
+   * last 60 s).
+   */
+  agents(): Promise<AgentList> {
+    return this.json({ method: 'GET', path: '/v1/agents' });
+  }
+
+  /**
+   * `POST /v1/workers/claim`: up to `slots` executions of the worker's `agents` types, as soon as
+   * one is runnable, else none after `wait_s` (0–25 s, default 25: a long poll). Each claim is
+   * `running`, with its `lease` for every write and heartbeat, the saved `steps`, the session's
+   * `memory`, the latest `snapshot` and, when it resumes a pause, the user's `resume_answer`.
+   * `slots: 0` only records that the worker is alive. `signal` ends the wait.
+   */
+  claim(body: ClaimBody, options: { signal?: AbortSignal } = {}): Promise<ClaimList> {
+    return this.json({ method: 'POST', path: '/v1/workers/claim', body, signal: options.signal });
+  }
+
+  /**
+   * `POST /v1/executions/{id}/heartbeat`: renews the lease (every `heartbeat_interval_s` of the
+   * claim). `cancel_requested: true` means the execution was cancelled: stop its agent and write
+   * nothing more. A lease that is no longer current is 409 `lease_lost`.
+   */
+  heartbeat(executionId: string, lease: string, body: Omit<HeartbeatBody, 'lease'> = {}): Promise<HeartbeatAnswer> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/heartbeat`, body: { ...body, lease } });
+  }
+
+  /**
+   * `POST /v1/executions/{id}/deltas`: text the agent is producing (up to 64 KiB), sent to the
+   * session's live subscribers as a `message.delta` event; never stored. A worker sends its
+   * claim's `lease`.
+   */
+  sendDelta(executionId: string, text: string, options: LeaseOptions = {}): Promise<void> {
+    return this.none({ method: 'POST', path: `/v1/executions/${enc(executionId)}/deltas`, body: { text }, headers: leaseHeaders(options.lease) });
+  }
+
+  /**
+   * `POST /v1/executions/{id}/release`: hands a claimed execution back to the queue (`pending`)
+   * without spending an attempt, e.g. when the worker shuts down.
+   */
+  release(executionId: string, lease: string): Promise<Execution> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/release`, headers: leaseHeaders(lease) });
   }
 
   // --- conversation items ------------------------------------------------------------------

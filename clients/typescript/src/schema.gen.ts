@@ -10,11 +10,40 @@ export type AgUiMessage = {
   role: string;
 };
 
+/** An agent type a worker runs. */
+export type AgentAnnouncement = {
+  /** The JSON Schema of its `agent.config` (an object, up to 64 KiB). */
+  config_schema?: unknown;
+  /** Up to 1,000 characters. */
+  description?: string | null;
+  /** `[A-Za-z0-9._-]`, 1-64 characters, not a built-in agent's name. */
+  type: string;
+};
+
 /** The agent that answers a message (the server's default when absent). */
 export type AgentBody = {
   config?: { [key: string]: unknown } | null;
-  /** `demo`, `tool-calling` when a model server is configured, or an agent type the embedding application registered */
-  type: "demo" | "tool-calling";
+  /** `demo`, `tool-calling` when a model server is configured, an agent type the embedding application registered, or a worker's agent type (`GET /v1/agents`; queued until a worker of it claims it). Not `external`. */
+  type: string;
+};
+
+/** One agent type. */
+export type AgentInfo = {
+  /** Run by the server itself (`true`) or by worker processes (`false`). */
+  builtin: boolean;
+  /** The JSON Schema of its `agent.config`, when its worker announced one. */
+  config_schema?: unknown;
+  description: string;
+  last_seen_at?: null | Timestamp;
+  /** The name a message's `agent.type` uses. */
+  type: string;
+  /** Worker processes running it seen in the last 60 seconds (`null` for built-in agents). */
+  workers_online?: number | null;
+};
+
+/** The agent types. */
+export type AgentList = {
+  items: AgentInfo[];
 };
 
 export type AppendBlob = {
@@ -83,6 +112,48 @@ export type CheckpointsDeleted = {
   deleted: number;
 };
 
+/** A claim. */
+export type ClaimBody = {
+  /** The agent types it runs (1-64). */
+  agents: AgentAnnouncement[];
+  /** How many executions it can take now (0-256; 0 only says it is alive). */
+  slots: number;
+  /** Seconds to wait when nothing is runnable (0-25, default 25). */
+  wait_s?: number | null;
+  /** The worker process's name: `[A-Za-z0-9._:-]`, 1-128 characters. */
+  worker_id: string;
+};
+
+/** The claimed executions, oldest first (empty when none was runnable within `wait_s`). */
+export type ClaimList = {
+  items: ClaimedExecution[];
+};
+
+/** An execution handed to a worker (see `docs/workers.md`). */
+export type ClaimedExecution = {
+  /** 1 for the first run, more after a lost worker. */
+  attempt: number;
+  execution: Execution;
+  /** How often to renew the lease, in seconds (a third of it). */
+  heartbeat_interval_s: number;
+  /** The execution's input (`{"message": ...}` for a user's message). */
+  input: unknown;
+  /** The input's text (its `message`), when it has one. */
+  input_text?: string | null;
+  /** The lease token: the `Stepwise-Lease` header of every write and heartbeat. */
+  lease: string;
+  lease_expires_at: Timestamp;
+  /** The lease's length in seconds. */
+  lease_s: number;
+  memory?: null | Memory;
+  /** The user's answer when this claim resumes a pause. */
+  resume_answer?: unknown;
+  session?: null | Session;
+  snapshot?: null | Snapshot;
+  /** The steps this execution saved so far. */
+  steps: Step[];
+};
+
 /** The execution's output and the answer to show the user. */
 export type CompleteBody = {
   final_message?: string | null;
@@ -103,6 +174,7 @@ export type CopyThreadBody = {
 
 /** A new session (every field optional). Also the `session` of `POST /v1/messages`. */
 export type CreateSessionBody = {
+  agent?: null | AgentBody;
   initial_context_url?: string | null;
   metadata?: { [key: string]: unknown } | null;
   name?: string | null;
@@ -121,6 +193,12 @@ export type DataFrame = {
 
 export type DeleteForRunsBody = {
   run_ids: string[];
+};
+
+/** Text the agent is producing. */
+export type DeltaBody = {
+  /** Up to 64 KiB. */
+  text: string;
 };
 
 /** A channel value, written once per `(checkpoint_ns, channel, version)`. */
@@ -237,6 +315,11 @@ export type ExecutionStatus = "pending" | "running" | "paused" | "completed" | "
 /** Why the execution failed. */
 export type FailBody = {
   error_message: string;
+  /**
+   * A worker's execution goes back to the queue to be tried again, while the server's
+   * attempt limit allows (`docs/workers.md`); needs the worker's lease.
+   */
+  retry?: boolean | null;
 };
 
 export type FullBlob = {
@@ -244,6 +327,21 @@ export type FullBlob = {
   data: string;
   type: string;
   version: string;
+};
+
+/** The renewed lease. */
+export type HeartbeatAnswer = {
+  /** The execution was cancelled: stop its agent, write nothing more. */
+  cancel_requested: boolean;
+  execution_id: string;
+  lease_expires_at?: null | Timestamp;
+};
+
+/** The lease to renew (here or in the `Stepwise-Lease` header). */
+export type HeartbeatBody = {
+  lease?: string | null;
+  /** The worker process sending it (counts it as online). */
+  worker_id?: string | null;
 };
 
 export type ItemsAdded = {
@@ -358,7 +456,8 @@ export type NewSessionMessageBody = {
 /** The execution to open. */
 export type OpenExecutionBody = {
   agent_config?: { [key: string]: unknown } | null;
-  agent_type: "external";
+  /** `external` (a running execution this caller drives), or a worker's agent type (a pending execution its workers claim, e.g. a worker agent's subagent); not a built-in agent type */
+  agent_type: string;
   input?: unknown;
   metadata?: { [key: string]: unknown } | null;
   parent_execution_id?: string | null;
@@ -473,6 +572,7 @@ export type RunAgentInput = {
 };
 
 export type Session = {
+  agent?: null | SessionAgent;
   created_at: Timestamp;
   id: string;
   initial_context_url?: string | null;
@@ -488,6 +588,13 @@ export type Session = {
   title?: string | null;
   updated_at: Timestamp;
   user_id: string;
+};
+
+/** A session's default agent: an agent type and its config. */
+export type SessionAgent = {
+  config?: unknown;
+  /** A built-in agent type or a worker's. */
+  type: string;
 };
 
 export type SessionDocument = {
@@ -566,6 +673,15 @@ export type Step = {
   tool_calls: ToolCall[];
 };
 
+/**
+ * Steps in order; one without `step_number` takes the number after the step before it
+ * (the first: after the execution's last step).
+ */
+export type StepBatch = {
+  /** 1 to 1,000 steps. */
+  steps: StepInput[];
+};
+
 export type StepBody = {
   code?: string | null;
   ended_at?: null | Timestamp;
@@ -596,6 +712,13 @@ export type StepKind = "task" | "system_prompt" | "planning" | "action" | "user_
 export type StepList = {
   items: Step[];
   next_cursor?: string | null;
+};
+
+/** The stored steps, in the batch's order. */
+export type StepsAppended = {
+  /** How many of them were new (the others were stored already with the same body). */
+  created: number;
+  items: Step[];
 };
 
 export type Thread = {
@@ -655,6 +778,7 @@ export type UiPart = {
 
 /** The fields to change (absent: unchanged). */
 export type UpdateSessionBody = {
+  agent?: null | AgentBody;
   metadata?: { [key: string]: unknown } | null;
   name?: string | null;
   status?: "active" | "completed" | "archived" | "closed" | null;
@@ -670,7 +794,9 @@ export const OPERATIONS = {
   ai_sdk_resume: { method: "GET", path: "/v1/ai-sdk/chat/{chat_id}/stream", params: ["path:chat_id"] },
   append_items: { method: "POST", path: "/v1/sessions/{id}/items", params: ["path:id"] },
   append_step: { method: "POST", path: "/v1/executions/{id}/steps", params: ["path:id"] },
+  append_steps: { method: "POST", path: "/v1/executions/{id}/steps/batch", params: ["path:id"] },
   cancel_execution: { method: "POST", path: "/v1/executions/{id}/cancel", params: ["path:id"] },
+  claim_executions: { method: "POST", path: "/v1/workers/claim", params: [] },
   clear_items: { method: "DELETE", path: "/v1/sessions/{id}/items", params: ["path:id","query:version","query:op_id"] },
   complete_execution: { method: "POST", path: "/v1/executions/{id}/complete", params: ["path:id"] },
   copy_thread: { method: "POST", path: "/v1/threads/{thread_id}/copy", params: ["path:thread_id"] },
@@ -688,7 +814,9 @@ export const OPERATIONS = {
   get_snapshot: { method: "GET", path: "/v1/snapshots/{id}", params: ["path:id"] },
   get_thread: { method: "GET", path: "/v1/threads/{thread_id}", params: ["path:thread_id"] },
   healthz: { method: "GET", path: "/healthz", params: [] },
+  heartbeat: { method: "POST", path: "/v1/executions/{id}/heartbeat", params: ["path:id"] },
   import_session: { method: "POST", path: "/v1/sessions/import", params: [] },
+  list_agents: { method: "GET", path: "/v1/agents", params: [] },
   list_all_checkpoints: { method: "GET", path: "/v1/checkpoints", params: ["query:checkpoint_ns","query:before","query:limit","query:cursor","query:filter"] },
   list_checkpoints: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints", params: ["path:thread_id","query:checkpoint_ns","query:before","query:limit","query:cursor","query:filter"] },
   list_executions: { method: "GET", path: "/v1/sessions/{id}/executions", params: ["path:id","query:limit","query:cursor"] },
@@ -709,7 +837,9 @@ export const OPERATIONS = {
   put_checkpoint: { method: "PUT", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", params: ["path:thread_id","path:checkpoint_id"] },
   put_checkpoint_writes: { method: "PUT", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes", params: ["path:thread_id","path:checkpoint_id"] },
   readyz: { method: "GET", path: "/readyz", params: [] },
+  release_execution: { method: "POST", path: "/v1/executions/{id}/release", params: ["path:id"] },
   save_snapshot: { method: "POST", path: "/v1/executions/{id}/snapshots", params: ["path:id"] },
+  send_delta: { method: "POST", path: "/v1/executions/{id}/deltas", params: ["path:id"] },
   update_session: { method: "PATCH", path: "/v1/sessions/{id}", params: ["path:id"] },
 } as const;
 

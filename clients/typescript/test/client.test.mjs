@@ -33,7 +33,8 @@ const METHODS = {
   list_all_checkpoints: 'listAllCheckpoints', get_thread: 'getThread', delete_thread: 'deleteThread',
   copy_thread: 'copyThread', delete_checkpoints_for_runs: 'deleteCheckpointsForRuns', prune_checkpoints: 'pruneCheckpoints',
   ai_sdk_chat: 'aiSdkChat', ai_sdk_resume: 'aiSdkResume', ai_sdk_cancel: 'aiSdkCancel', ag_ui_run: 'agUiRun',
-  ag_ui_connect: 'agUiConnect',
+  ag_ui_connect: 'agUiConnect', list_agents: 'agents', claim_executions: 'claim', heartbeat: 'heartbeat',
+  send_delta: 'sendDelta', release_execution: 'release', append_steps: 'appendSteps',
 };
 
 /** Reads a session's events until `done(event)` (with the stream's own reconnects). */
@@ -135,6 +136,175 @@ test('an external agent: its execution, steps, snapshots, pause, complete and fa
   assert.equal((await client.failExecution(failing.id, { error_message: 'broken' })).status, 'failed');
   const cancelled = await client.cancelExecution(execution.id);
   assert.equal(cancelled.id, execution.id);
+});
+
+test('steps in a batch: numbered in order, idempotent by step_number, a conflict stops the batch', async () => {
+  const session = await client.createSession({ title: 'batch' });
+  const execution = await client.openExecution(session.id, { agent_type: 'external' });
+  const first = await client.appendSteps(execution.id, [{ kind: 'task', model_output: 'a' }, { model_output: 'b' }, { kind: 'action', model_output: 'c' }]);
+  assert.equal(first.created, 3);
+  assert.deepEqual(first.items.map((s) => s.step_number), [1, 2, 3]);
+  assert.deepEqual(first.items.map((s) => s.kind), ['task', 'action', 'action']);
+  const again = await client.appendSteps(execution.id, [{ step_number: 3, kind: 'action', model_output: 'c' }, { model_output: 'd' }]);
+  assert.equal(again.created, 1);
+  assert.deepEqual(again.items.map((s) => s.step_number), [3, 4]);
+  const conflict = await client.appendSteps(execution.id, [{ step_number: 5, model_output: 'e' }, { step_number: 2, model_output: 'not b' }]).catch((e) => e);
+  assert.ok(conflict instanceof StepwiseError);
+  assert.equal(conflict.status, 409);
+  assert.deepEqual((await client.listSteps(execution.id)).items.map((s) => s.model_output), ['a', 'b', 'c', 'd', 'e']);
+  await assert.rejects(client.appendSteps(execution.id, []), (e) => e.status === 400 || e.status === 422);
+});
+
+/** A new worker agent type, its session (with the type as its default agent) and one queued message. */
+async function queued(content) {
+  const type = `ts-worker-${Date.now()}-${Math.random().toString(36).slice(2, 8)}`;
+  const session = await client.createSession({ title: 'worker', agent: { type } });
+  const accepted = await client.postMessage(session.id, { content });
+  return { type, session, execution: accepted.execution };
+}
+
+/** Claims one execution of `type` (waiting up to 5 s). */
+async function claimOne(type, workerId = 'ts-worker-1') {
+  const { items } = await client.claim({ worker_id: workerId, agents: [{ type, description: 'The TypeScript client tests' }], slots: 1, wait_s: 5 });
+  assert.equal(items.length, 1, `a claim of ${type}`);
+  return items[0];
+}
+
+test('workers: agents, a claim, heartbeat, deltas, steps and a snapshot with the lease, complete', async () => {
+  const builtin = (await client.agents()).items.find((a) => a.type === 'demo');
+  assert.equal(builtin.builtin, true);
+  assert.equal(builtin.workers_online, null);
+  const { type, session, execution } = await queued('hello worker');
+  assert.deepEqual(session.agent, { type, config: null });
+  assert.equal(execution.status, 'pending');
+  assert.equal(execution.agent_type, type);
+  assert.equal((await client.agents()).items.some((a) => a.type === type), false, 'not announced yet');
+
+  const claim = await claimOne(type);
+  assert.equal(claim.execution.id, execution.id);
+  assert.equal(claim.execution.status, 'running');
+  assert.equal(claim.session.id, session.id);
+  assert.equal(claim.attempt, 1);
+  assert.equal(claim.input_text, 'hello worker');
+  assert.deepEqual(claim.steps, []);
+  assert.equal(claim.resume_answer, null);
+  assert.ok(claim.lease.length > 0);
+  assert.ok(claim.heartbeat_interval_s > 0 && claim.heartbeat_interval_s < claim.lease_s);
+  const announced = (await client.agents()).items.find((a) => a.type === type);
+  assert.equal(announced.builtin, false);
+  assert.equal(announced.workers_online, 1);
+  assert.equal(announced.description, 'The TypeScript client tests');
+  assert.ok(announced.last_seen_at);
+
+  const { lease } = claim;
+  const beat = await client.heartbeat(execution.id, lease, { worker_id: 'ts-worker-1' });
+  assert.equal(beat.execution_id, execution.id);
+  assert.equal(beat.cancel_requested, false);
+  assert.ok(beat.lease_expires_at);
+
+  // A delta reaches the session's live subscribers (and is never stored).
+  const controller = new AbortController();
+  const delta = (async () => {
+    for await (const event of client.events(session.id, { signal: controller.signal })) {
+      if (event.event_type === 'message.delta') return event;
+    }
+  })();
+  let received;
+  delta.then((event) => { received = event; });
+  for (let i = 0; i < 100 && !received; i++) {
+    await client.sendDelta(execution.id, 'Hel', { lease });
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const event = await delta;
+  controller.abort();
+  assert.equal(event.id, null);
+  assert.equal(event.content, 'Hel');
+  assert.equal(event.execution_id, execution.id);
+
+  const step = await client.appendStep(execution.id, { step_number: 1, kind: 'action', model_output: 'thinking' }, { lease });
+  assert.equal(step.step_number, 1);
+  const batch = await client.appendSteps(execution.id, [{ kind: 'action', model_output: 'a' }, { kind: 'action', model_output: 'b' }], { lease });
+  assert.equal(batch.created, 2);
+  assert.deepEqual(batch.items.map((s) => s.step_number), [2, 3]);
+  const snapshot = await client.saveSnapshot(execution.id, { state: { n: 3 }, step_number: 3 }, { lease });
+  assert.equal(snapshot.execution_id, execution.id);
+  const completed = await client.completeExecution(execution.id, { output: 'Hello from TypeScript' }, { lease });
+  assert.equal(completed.status, 'completed');
+  assert.deepEqual((await client.listSteps(execution.id)).items.map((s) => s.model_output), ['thinking', 'a', 'b']);
+  const answers = (await client.listMessages(session.id, { roles: 'assistant' })).items.map((m) => m.content);
+  assert.deepEqual(answers, ['Hello from TypeScript']);
+  // Finished: the lease is no longer current.
+  await assert.rejects(client.heartbeat(execution.id, lease), (e) => e instanceof StepwiseError && e.status === 409 && e.code === 'lease_lost');
+});
+
+test('workers: 409 lease_lost without the lease; release, fail with retry, pause and resume, a subagent', async () => {
+  const { type, session, execution } = await queued('try me');
+  const claim = await claimOne(type);
+  const id = execution.id;
+  const lost = (e) => e instanceof StepwiseError && e.status === 409 && e.code === 'lease_lost';
+  await assert.rejects(client.appendStep(id, { step_number: 1, kind: 'action', model_output: 'no lease' }), lost);
+  await assert.rejects(client.appendStep(id, { step_number: 1, kind: 'action', model_output: 'forged' }, { lease: 'lease_00000000000000000000000000000000' }), lost);
+  await assert.rejects(client.appendSteps(id, [{ model_output: 'no lease' }]), lost);
+  await assert.rejects(client.saveSnapshot(id, { state: {} }), lost);
+  await assert.rejects(client.sendDelta(id, 'no lease'), lost);
+  await assert.rejects(client.completeExecution(id, { output: 'no lease' }), lost);
+  await assert.rejects(client.failExecution(id, { error_message: 'no lease' }), lost);
+  await assert.rejects(client.pauseExecution(id, { question: 'no lease' }), lost);
+  await assert.rejects(client.heartbeat(id, 'lease_00000000000000000000000000000000'), lost);
+  assert.deepEqual((await client.listSteps(id)).items, [], 'nothing written');
+  assert.equal((await client.getExecution(id)).status, 'running');
+
+  // Released: back in the queue without spending an attempt; the old lease is lost.
+  const released = await client.release(id, claim.lease);
+  assert.equal(released.status, 'pending');
+  const second = await claimOne(type, 'ts-worker-2');
+  assert.equal(second.execution.id, id);
+  assert.equal(second.attempt, 1);
+  assert.notEqual(second.lease, claim.lease);
+  await assert.rejects(client.appendStep(id, { step_number: 1, kind: 'action', model_output: 'old lease' }, { lease: claim.lease }), lost);
+  await client.appendStep(id, { step_number: 1, kind: 'action', model_output: 'first try' }, { lease: second.lease });
+
+  // fail {retry: true}: queued again; the next claim continues from the saved steps.
+  const retried = await client.failExecution(id, { error_message: 'flaky', retry: true }, { lease: second.lease });
+  assert.equal(retried.status, 'pending');
+  const third = await claimOne(type);
+  assert.equal(third.attempt, 2);
+  assert.deepEqual(third.steps.map((s) => s.model_output), ['first try']);
+
+  // pause: the user's answer queues it again, and the next claim carries it.
+  assert.equal((await client.pauseExecution(id, { question: 'which colour?' }, { lease: third.lease })).status, 'paused');
+  await assert.rejects(client.heartbeat(id, third.lease), lost);
+  await client.postMessage(session.id, { content: 'blue' });
+  const resumed = await claimOne(type);
+  assert.equal(resumed.execution.id, id);
+  assert.equal(resumed.resume_answer, 'blue');
+  assert.equal(resumed.steps.at(-1).kind, 'user_input');
+
+  // A subagent of the worker's own type: a pending execution its workers claim.
+  const sub = await client.openExecution(session.id, { agent_type: type, input: { task: 'sub' }, parent_execution_id: id });
+  assert.equal(sub.status, 'pending');
+  const subClaim = await claimOne(type);
+  assert.equal(subClaim.execution.id, sub.id);
+  assert.equal(subClaim.execution.parent_execution_id, id);
+  assert.equal((await client.completeExecution(sub.id, { output: { ok: true } }, { lease: subClaim.lease })).status, 'completed');
+  assert.equal((await client.failExecution(id, { error_message: 'gave up' }, { lease: resumed.lease })).status, 'failed');
+
+  // A built-in type cannot be claimed; slots 0 only says the worker is alive.
+  await assert.rejects(client.claim({ worker_id: 'ts-worker-1', agents: [{ type: 'demo' }], slots: 1, wait_s: 0 }), (e) => e.status === 400 && e.code === 'invalid_request');
+  assert.deepEqual((await client.claim({ worker_id: 'ts-worker-1', agents: [{ type }], slots: 0 })).items, []);
+});
+
+test('sessions: the default agent (create, change, drop)', async () => {
+  const session = await client.createSession({ title: 'agent', agent: { type: 'demo', config: { x: 1 } } });
+  assert.deepEqual(session.agent, { type: 'demo', config: { x: 1 } });
+  const worker = await client.updateSession(session.id, { agent: { type: 'ts-someone' } });
+  assert.equal(worker.agent.type, 'ts-someone');
+  const dropped = await client.updateSession(session.id, { agent: null });
+  assert.equal(dropped.agent, null);
+  assert.equal((await client.getSession(session.id)).agent, null);
+  const untouched = await client.updateSession(session.id, { title: 'renamed' });
+  assert.equal(untouched.agent, null);
+  await assert.rejects(client.createSession({ agent: { type: 'external' } }), (e) => e.status === 400);
 });
 
 test('conversation items', async () => {

@@ -136,17 +136,7 @@ impl<S: Store> Engine<S> {
             .await?
             .await?;
         if appended.created {
-            self.inner
-                .publisher
-                .step_event(
-                    tenant,
-                    execution.session_id,
-                    execution.id,
-                    EventType::StepCompleted,
-                    step_number,
-                    &format!("Completed step {step_number}"),
-                    tool.as_deref(),
-                )
+            self.announce_step(tenant, execution, step_number, tool.as_deref())
                 .await;
         }
         Ok(appended)
@@ -184,23 +174,34 @@ impl<S: Store> Engine<S> {
         for (ack, tool) in queued {
             let done = ack.await?;
             if done.created {
-                let n = done.step.step_number;
-                self.inner
-                    .publisher
-                    .step_event(
-                        tenant,
-                        execution.session_id,
-                        execution.id,
-                        EventType::StepCompleted,
-                        n,
-                        &format!("Completed step {n}"),
-                        tool.as_deref(),
-                    )
+                self.announce_step(tenant, execution, done.step.step_number, tool.as_deref())
                     .await;
             }
             appended.push(done);
         }
         Ok(appended)
+    }
+
+    /// `step.completed` of a step an agent outside the server saved.
+    pub(super) async fn announce_step(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        step_number: u32,
+        tool: Option<&str>,
+    ) {
+        self.inner
+            .publisher
+            .step_event(
+                tenant,
+                execution.session_id,
+                execution.id,
+                EventType::StepCompleted,
+                step_number,
+                &format!("Completed step {step_number}"),
+                tool,
+            )
+            .await;
     }
 
     /// Saves a snapshot an external agent sends (durable when this returns).

@@ -220,17 +220,7 @@ impl<S: Store> Engine<S> {
                 .await?
                 .await?;
             if appended.created {
-                self.inner
-                    .publisher
-                    .step_event(
-                        tenant,
-                        execution.session_id,
-                        execution.id,
-                        EventType::StepCompleted,
-                        step_number,
-                        &format!("Completed step {step_number}"),
-                        None,
-                    )
+                self.announce_step(tenant, &execution, step_number, None)
                     .await;
             }
             steps.push(appended.step);
@@ -382,34 +372,13 @@ impl<S: Store> Engine<S> {
         lease: &str,
     ) -> Result<Execution> {
         self.inner.store.release(lease, execution.id).await?;
-        let now = self.load_execution(tenant, execution.id).await?;
-        if now.status != ExecutionStatus::Pending {
-            return Err(StoreError::LeaseLost(lost_reason(&now)));
-        }
-        if let Some(session_id) = now.session_id
-            && now.parent_execution_id.is_none()
-        {
-            self.say_status(
-                tenant,
-                session_id,
-                now.id,
-                "Worker stopped: the execution waits for the next worker",
-            )
-            .await;
-        }
-        self.inner
-            .publisher
-            .emit(
-                tenant,
-                now.session_id,
-                Some(now.id),
-                EventType::ExecutionQueued,
-                "Execution handed back to the queue",
-                json!({}),
-            )
-            .await;
-        self.ring();
-        Ok(now)
+        self.back_in_queue(
+            tenant,
+            execution,
+            "Worker stopped: the execution waits for the next worker",
+            "Execution handed back to the queue",
+        )
+        .await
     }
 
     /// The agent of a worker's execution failed and asks for another try: back to the
@@ -431,6 +400,30 @@ impl<S: Store> Engine<S> {
             return self.fail_external(tenant, execution, reason).await;
         }
         self.inner.store.requeue(lease, execution.id).await?;
+        let line = format!(
+            "Agent error on attempt {}: {}; trying again",
+            execution.attempts,
+            stepwise_core::summary::cut_chars(&reason, 500)
+        );
+        self.back_in_queue(
+            tenant,
+            execution,
+            &line,
+            "Execution queued again after an agent error",
+        )
+        .await
+    }
+
+    /// After a release or a requeue: the execution as it is now (`LeaseLost` when the
+    /// lease was not current, so nothing moved), the session's line, the event and the
+    /// doorbell.
+    async fn back_in_queue(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        line: &str,
+        event: &str,
+    ) -> Result<Execution> {
         let now = self.load_execution(tenant, execution.id).await?;
         if now.status != ExecutionStatus::Pending {
             return Err(StoreError::LeaseLost(lost_reason(&now)));
@@ -438,12 +431,7 @@ impl<S: Store> Engine<S> {
         if let Some(session_id) = now.session_id
             && now.parent_execution_id.is_none()
         {
-            let line = format!(
-                "Agent error on attempt {}: {}; trying again",
-                execution.attempts,
-                stepwise_core::summary::cut_chars(&reason, 500)
-            );
-            self.say_status(tenant, session_id, now.id, &line).await;
+            self.say_status(tenant, session_id, now.id, line).await;
         }
         self.inner
             .publisher
@@ -452,8 +440,8 @@ impl<S: Store> Engine<S> {
                 now.session_id,
                 Some(now.id),
                 EventType::ExecutionQueued,
-                "Execution queued again after an agent error",
-                json!({"attempt": execution.attempts}),
+                event,
+                json!({"attempt": now.attempts}),
             )
             .await;
         self.ring();

@@ -18,6 +18,10 @@ pub fn lease_expired(expires_at: Timestamp, now: Timestamp) -> bool {
     expires_at < now
 }
 
+/// How long a worker process that stopped calling stays listed (`GET /v1/agents`) before
+/// the store forgets it.
+pub const FORGET_WORKERS_AFTER: Duration = Duration::from_secs(24 * 3600);
+
 /// Whether an execution whose lease ran out after `attempts` claims is failed instead of
 /// claimed again.
 pub fn attempts_exhausted(attempts: u32, max_attempts: u32) -> bool {
@@ -66,7 +70,3 @@ mod tests {
         assert!(gave_up_message(3).contains("interrupted 3 times"));
     }
 }
-
-/// How long a worker process that stopped calling stays listed (`GET /v1/agents`) before
-/// the store forgets it.
-pub const FORGET_WORKERS_AFTER: Duration = Duration::from_secs(24 * 3600);
