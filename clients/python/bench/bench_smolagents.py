@@ -12,7 +12,9 @@ database) and prints one JSON object:
   on the background thread; this is all the agent waits for.
 * ``callback_burst_us``: the same for 1,000 steps handed to the callback back to back.
 * ``sender``: those 1,000 steps, from the first one enqueued until ``flush()`` returns:
-  the steps per second the background sender stores (one ``POST .../steps`` each).
+  the steps per second the background sender stores (the steps queued together go out in
+  one ``POST .../steps/batch``; against a server without that endpoint, one
+  ``POST .../steps`` each).
 
 Options: ``--runs N`` (agent runs, default 200), ``--steps N`` (burst size, default 1000).
 """

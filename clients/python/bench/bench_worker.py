@@ -27,6 +27,8 @@ import os
 import platform
 import re
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -117,19 +119,27 @@ def run_batch(client: Stepwise, executions: int, agent: str | None, pool: Thread
 
 
 def throughput(url: str, executions: int, concurrency: int) -> dict[str, Any]:
-    worker = Worker(Stepwise(url), concurrency=concurrency)
+    """The worker runs in a process of its own (`worker_echo.py`), as a deployment runs it."""
+    env = {**os.environ, "STEPWISE_URL": url, "STEPWISE_BENCH_CONCURRENCY": str(concurrency),
+           "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    process = subprocess.Popen([sys.executable, "-m", "stepwise.worker", "worker_echo:worker"], env=env)
+    try:
+        with Stepwise(url) as client, ThreadPoolExecutor(16) as pool:
+            deadline = time.monotonic() + 60
+            def online() -> bool:
+                agents = httpx.get(f"{url}/v1/agents", timeout=10).json()["items"]
+                return any(a["type"] == AGENT and a["workers_online"] for a in agents)
 
-    @worker.agent(AGENT, description="Saves one step and answers")
-    def echo(run):  # noqa: ANN001, ANN202
-        run.step(model_output="Echoing", observations=run.input_text)
-        return f"Echo: {run.input_text}"
-
-    with Stepwise(url) as client, ThreadPoolExecutor(16) as pool:
-        run_batch(client, 20, None, pool)  # warm up both paths
-        with worker:
+            while not online():
+                assert time.monotonic() < deadline, "the worker did not connect"
+                time.sleep(0.2)
+            run_batch(client, 20, None, pool)  # warm up both paths
             run_batch(client, 20, AGENT, pool)
             demo = run_batch(client, executions, None, pool)
             workers = run_batch(client, executions, AGENT, pool)
+    finally:
+        process.terminate()
+        process.wait(30)
     return {
         "executions": executions,
         "worker_concurrency": concurrency,
