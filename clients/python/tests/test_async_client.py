@@ -108,6 +108,17 @@ async def test_external_execution_end_to_end(aclient: AsyncStepwise) -> None:
     assert [m["content"] async for m in aclient.list_messages(copy["id"])] == ["5"]
 
 
+async def test_append_steps(aclient: AsyncStepwise) -> None:
+    session = await aclient.create_session()
+    execution = await aclient.open_execution(session["id"], input={"q": "count"})
+    steps = [{"kind": "action", "model_output": str(n)} for n in range(1, 4)]
+    batch = await aclient.append_steps(execution["id"], steps, first_step_number=1)
+    assert ([s["step_number"] for s in batch["items"]], batch["created"]) == ([1, 2, 3], 3)
+    again = await aclient.append_steps(execution["id"], steps, first_step_number=1, return_items=False)
+    assert again is None
+    assert [s["model_output"] async for s in aclient.list_steps(execution["id"])] == ["1", "2", "3"]
+
+
 async def test_send_message_and_request(aclient: AsyncStepwise) -> None:
     answer = await aclient.send_message("6*7", session={"title": "async send"})
     assert str((await aclient.wait(answer["execution"]["id"], timeout=60))["output"]) == "42"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import socket
 import uuid
@@ -422,6 +423,46 @@ def test_append_step_with_a_step_number_is_retried() -> None:
         c.append_step("e1", {"step_number": 2}, step_number=3)
 
 
+def test_append_steps_is_retried_when_its_numbers_are_known() -> None:
+    answers = iter([httpx.Response(503), httpx.Response(201, json={"items": [], "created": 2})])
+    server = Counting(lambda request: next(answers))
+    with mock_client(server, retries=3) as c:
+        steps = [{"kind": "action"}, {"kind": "final_answer"}]
+        assert c.append_steps("e1", steps, first_step_number=4) == {"items": [], "created": 2}
+    assert server.count() == 2
+    for request in server.requests:
+        assert request.url.path == "/v1/executions/e1/steps/batch"
+        assert [s["step_number"] for s in json.loads(request.content)["steps"]] == [4, 5]
+    assert steps == [{"kind": "action"}, {"kind": "final_answer"}]  # the caller's dicts: unchanged
+
+    # The first step's own number fixes the others' too.
+    answers = iter([httpx.Response(500), httpx.Response(201, json={"items": [], "created": 1})])
+    server = Counting(lambda request: next(answers))
+    with mock_client(server, retries=3) as c:
+        c.append_steps("e1", ({"step_number": 7} for _ in range(1)))
+    assert server.count() == 2
+
+    # Without numbers the server numbers the steps: a retry could write them twice.
+    server = Counting(unavailable)
+    with mock_client(server, retries=3) as c:
+        with pytest.raises(StepwiseError) as e:
+            c.append_steps("e1", [{"kind": "action"}, {"kind": "action", "step_number": 2}])
+        assert e.value.status == 503
+        assert server.count() == 1
+
+        for bad, error in [
+            ([], ValueError),
+            ([{}] * 1_001, ValueError),
+            ({"kind": "action"}, TypeError),
+            (["action"], TypeError),
+        ]:
+            with pytest.raises(error):
+                c.append_steps("e1", bad)
+        with pytest.raises(ValueError):
+            c.append_steps("e1", [{}, {"step_number": 9}], first_step_number=1)
+        assert server.count() == 1
+
+
 def test_a_rate_limited_write_is_retried_as_it_wrote_nothing() -> None:
     answers = iter(
         [
@@ -543,6 +584,37 @@ def test_external_execution_end_to_end(client: Stepwise) -> None:
     cancelled = client.open_execution(session["id"], input="z")
     assert client.cancel_execution(cancelled["id"])["status"] in ("cancelled", "running")
     assert client.wait(cancelled["id"], timeout=60)["status"] == "cancelled"
+
+
+def test_append_steps_saves_a_batch_in_order_once(client: Stepwise) -> None:
+    session = client.create_session(name=unique("batch"))
+    execution = client.open_execution(session["id"], input={"task": "count"})
+    client.append_step(execution["id"], {"kind": "task", "observations": "count"}, step_number=1)
+    client.append_step(execution["id"], {"kind": "action", "model_output": "first"}, step_number=2)
+
+    batch = client.append_steps(
+        execution["id"], [{"kind": "action", "model_output": f"more {n}"} for n in range(3)]
+    )
+    assert [s["step_number"] for s in batch["items"]] == [3, 4, 5]
+    assert batch["created"] == 3
+    again = client.append_steps(
+        execution["id"],
+        [{"kind": "action", "model_output": f"more {n}"} for n in range(3)],
+        first_step_number=3,
+    )
+    assert [s["id"] for s in again["items"]] == [s["id"] for s in batch["items"]]
+    assert again["created"] == 0  # the same steps again: nothing written
+    quiet = [{"kind": "action", "model_output": "more 2"}]
+    assert client.append_steps(execution["id"], quiet, first_step_number=5, return_items=False) is None
+    with pytest.raises(StepwiseError) as e:
+        client.append_steps(
+            execution["id"], [{"kind": "action", "model_output": "more 2"}], first_step_number=3
+        )
+    assert e.value.code == "conflict"
+    assert [s["model_output"] for s in client.list_steps(execution["id"])] == [
+        None, "first", "more 0", "more 1", "more 2"
+    ]
+    assert client.get_execution(execution["id"])["step_count"] == 5
 
 
 def test_export_and_import(client: Stepwise) -> None:

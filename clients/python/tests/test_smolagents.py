@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+import httpx
 import pytest
 
 pytest.importorskip("smolagents")
@@ -31,8 +32,9 @@ from smolagents.models import (  # noqa: E402
     MessageRole,
     Model,
 )
-from smolagents.monitoring import TokenUsage  # noqa: E402
+from smolagents.monitoring import Timing, TokenUsage  # noqa: E402
 
+from stepwise import Stepwise  # noqa: E402
 from stepwise.smolagents import StepwiseMemory, decode_step, encode_step  # noqa: E402
 from stepwise.testing import local_server  # noqa: E402
 
@@ -308,6 +310,209 @@ def test_saving_does_not_block_the_agent(client, name):
     (execution,) = executions(client, memory.session_id)
     assert execution["status"] == "completed"
     assert len(steps_of(client, execution["id"])) == 5
+
+
+class HeldTransport(httpx.BaseTransport):
+    """The real HTTP transport, recording each request (method, path, JSON body); it can
+    hold the next request that matches at a gate (a server busy with it), or answer
+    requests itself (`answer` returns a response, or None to send them on)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.requests: list[tuple[str, str, Any]] = []
+        self.gate = threading.Event()
+        self.held = threading.Event()
+        self.hold: Callable[[str, str], bool] | None = None
+        self.answer: Callable[[str, str], httpx.Response | None] | None = None
+
+    def hold_next(self, predicate: Callable[[str, str], bool]) -> None:
+        self.gate.clear()
+        self.held.clear()
+        self.hold = predicate
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        method, path = request.method, request.url.path
+        if self.hold is not None and self.hold(method, path):
+            self.hold = None
+            self.held.set()
+            assert self.gate.wait(30), "the gate never opened"
+        self.requests.append((method, path, json.loads(request.content) if request.content else None))
+        if self.answer is not None:
+            answer = self.answer(method, path)
+            if answer is not None:
+                return answer
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def step_posts(self) -> list[tuple[str, list[int]]]:
+        """The requests that carried steps: ("one" | "batch", their step numbers)."""
+        found = []
+        for method, path, body in self.requests:
+            if method == "POST" and path.endswith("/steps"):
+                found.append(("one", [body["step_number"]]))
+            elif method == "POST" and path.endswith("/steps/batch"):
+                found.append(("batch", [step["step_number"] for step in body["steps"]]))
+        return found
+
+
+def is_step_post(method: str, path: str) -> bool:
+    return method == "POST" and (path.endswith("/steps") or path.endswith("/steps/batch"))
+
+
+def action_step(n: int) -> ActionStep:
+    return ActionStep(
+        step_number=n,
+        timing=Timing(start_time=1_700_000_000.0 + n, end_time=1_700_000_000.5 + n),
+        model_output=f"thought {n}",
+        observations=f"seen {n}",
+        token_usage=TokenUsage(10, 2),
+    )
+
+
+def held_memory(server, name: str, transport: HeldTransport, agent) -> tuple[StepwiseMemory, Any]:
+    """A memory whose run is open and whose task step is held at the transport's gate."""
+    memory = StepwiseMemory(Stepwise(server.url, transport=transport), session=name).attach(agent)
+    transport.hold_next(is_step_post)
+    state = memory._begin(agent, "many steps", True)
+    agent.memory.steps.append(TaskStep(task="many steps"))  # as `run` does
+    assert transport.held.wait(10)
+    return memory, state
+
+
+def test_queued_steps_go_out_in_batches_in_order_once(server, client, name):
+    transport = HeldTransport()
+    agent = tool_agent([])
+    memory, state = held_memory(server, name, transport, agent)
+    count = 2_500
+    for n in range(1, count + 1):  # queued while the server is busy with the task step
+        memory._on_step(action_step(n), agent=agent)
+    memory._on_step(FinalAnswerStep(output="all counted"), agent=agent)
+    assert memory.flush(timeout=0.05) is False
+    transport.gate.set()
+    assert memory.flush(timeout=120)
+    assert memory.errors == 0
+
+    total = count + 2  # the task, the actions, the final answer
+    posts = transport.step_posts()
+    # The task alone (the sender had found it alone), then the rest in batches of 1,000 at most.
+    assert posts == [
+        ("one", [1]),
+        ("batch", list(range(2, 1_002))),
+        ("batch", list(range(1_002, 2_002))),
+        ("batch", list(range(2_002, total + 1))),
+    ]
+    # The execution is completed only after its last step went out.
+    ends = [i for i, (method, path, _) in enumerate(transport.requests) if path.endswith("/complete")]
+    assert ends == [len(transport.requests) - 1]
+
+    stored = list(client.list_steps(state.execution_id, page_size=500))
+    assert [s["step_number"] for s in stored] == list(range(1, total + 1))
+    assert [s["kind"] for s in stored] == ["task"] + ["action"] * count + ["final_answer"]
+    assert [s["model_output"] for s in stored[1:-1]] == [f"thought {n}" for n in range(1, count + 1)]
+    execution = client.get_execution(state.execution_id)
+    assert (execution["status"], execution["step_count"]) == ("completed", total)
+
+    restored = StepwiseMemory(client, session=name).load()
+    assert [s.step_number for s in restored[1:]] == list(range(1, count + 1))
+
+
+def test_runs_queued_together_keep_their_order(server, client, name):
+    transport = HeldTransport()
+    agent = tool_agent(tool_script("first") + tool_script("second"))
+    memory = StepwiseMemory(Stepwise(server.url, transport=transport), session=name).attach(agent)
+    transport.hold_next(lambda method, path: method == "POST" and path.endswith("/executions"))
+    assert agent.run("First question") == "first"
+    assert transport.held.wait(10)
+    assert agent.run("Second question", reset=False) == "second"
+    transport.gate.set()
+    assert memory.flush()
+    assert memory.errors == 0
+
+    writes = [
+        (path.rsplit("/", 2)[-2] if path.endswith("/batch") else path.rsplit("/", 1)[-1],
+         [s["step_number"] for s in body["steps"]] if path.endswith("/batch") else None)
+        for method, path, body in transport.requests
+        if method == "POST" and "/executions" in path  # not the session's creation
+    ]
+    run = [("executions", None), ("steps", [1, 2, 3, 4, 5]), ("complete", None)]
+    assert writes == run + run
+    first, second = executions(client, memory.session_id)
+    for execution, answer in ((first, "first"), (second, "second")):
+        assert execution["status"] == "completed"
+        steps = steps_of(client, execution["id"])
+        assert [s["kind"] for s in steps] == ["task", "action", "action", "action", "final_answer"]
+        assert steps[-1]["model_output"] == answer
+
+
+def test_a_step_stored_with_another_body_fails_alone_in_a_batch(server, client, name, caplog):
+    transport = HeldTransport()
+    agent = tool_agent([])
+    memory, state = held_memory(server, name, transport, agent)
+    client.append_step(state.execution_id, {"kind": "action", "model_output": "someone else"}, step_number=3)
+    for n in range(1, 6):  # steps 2 to 6
+        memory._on_step(action_step(n), agent=agent)
+    with caplog.at_level(logging.ERROR, logger="stepwise.smolagents"):
+        transport.gate.set()
+        assert memory.flush()
+    # As when each step went alone: step 3 is not saved (logged, counted), the others are.
+    assert memory.errors == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        f"stepwise: step 3 of execution {state.execution_id} was not saved: "
+        "409 conflict: step 3 of this execution already exists with another body"
+    ]
+    stored = steps_of(client, state.execution_id)
+    assert [s["step_number"] for s in stored] == [1, 2, 3, 4, 5, 6]
+    assert [s["model_output"] for s in stored[1:]] == [
+        "thought 1", "someone else", "thought 3", "thought 4", "thought 5"
+    ]
+
+
+def test_a_batch_over_the_body_limit_is_split(server, client, name):
+    transport = HeldTransport()
+    agent = tool_agent([])
+    memory, state = held_memory(server, name, transport, agent)
+    for n in range(1, 5):  # each ~1.4 MB of JSON (the text twice): 4 are over the 4 MiB limit
+        step = action_step(n)
+        step.observations = f"{n}" * 700_000
+        memory._on_step(step, agent=agent)
+    transport.gate.set()
+    assert memory.flush(timeout=60)
+    assert memory.errors == 0
+    assert transport.step_posts() == [
+        ("one", [1]), ("batch", [2, 3, 4, 5]), ("batch", [2, 3]), ("batch", [4, 5])
+    ]
+    stored = steps_of(client, state.execution_id)
+    assert [len(s["observations"] or "") for s in stored] == [len("many steps")] + [700_000] * 4
+
+
+def test_a_server_without_the_batch_endpoint_gets_one_step_per_request(server, client, name):
+    transport = HeldTransport()
+
+    def no_batches(method: str, path: str) -> httpx.Response | None:
+        if path.endswith("/steps/batch"):
+            return httpx.Response(404, json={"error": {"code": "not_found", "message": "no such endpoint"}})
+        return None
+
+    transport.answer = no_batches
+    agent = tool_agent([])
+    memory, state = held_memory(server, name, transport, agent)
+    for n in range(1, 11):
+        memory._on_step(action_step(n), agent=agent)
+    transport.gate.set()
+    assert memory.flush()
+    transport.hold_next(is_step_post)
+    for n in range(11, 21):
+        memory._on_step(action_step(n), agent=agent)
+    assert transport.held.wait(10)
+    transport.gate.set()
+    assert memory.flush()
+    assert memory.errors == 0
+    posts = transport.step_posts()
+    assert posts[:2] == [("one", [1]), ("batch", list(range(2, 12)))]  # the one batch tried
+    assert posts[2:] == [("one", [n]) for n in range(2, 22)]
+    assert [s["step_number"] for s in steps_of(client, state.execution_id)] == list(range(1, 22))
 
 
 # --- loading ------------------------------------------------------------------------------

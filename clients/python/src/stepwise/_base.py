@@ -15,7 +15,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Generator, Generic, Iterable, Mapping, TypeVar, Union, cast
+from typing import Any, Generator, Generic, Iterable, Literal, Mapping, TypeVar, Union, cast, overload
 from urllib.parse import quote
 
 import httpx
@@ -29,6 +29,8 @@ DEFAULT_URL = "http://127.0.0.1:7777"
 
 # Execution statuses `wait()` keeps waiting on.
 _UNFINISHED = frozenset({"pending", "running"})
+# Most steps one `append_steps` request takes.
+MAX_BATCH_STEPS = 1_000
 # Methods retried by default with `request()`.
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
@@ -108,6 +110,8 @@ def looks_like_uuid(text: str) -> bool:
 def read_answer(call: Call, response: httpx.Response) -> Any:
     """The parsed body of a 2xx answer; a `StepwiseError` for any other."""
     status = response.status_code
+    if call.expect == "none" and 200 <= status < 300:
+        return None  # the body, if any, is not needed
     content = response.content
     parsed: Any = None
     parse_failed = False
@@ -125,8 +129,6 @@ def read_answer(call: Call, response: httpx.Response) -> Any:
             url=str(response.request.url) if _has_request(response) else call.path,
             reason=response.reason_phrase,
         )
-    if call.expect == "none":
-        return None
     if parse_failed:
         raise StepwiseError(
             "invalid_response",
@@ -702,9 +704,9 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
     ) -> _D:
         """Opens an execution for an agent that runs outside the server (``agent_type: external``).
 
-        Returns the execution, ``running``. Record its steps with `append_step`, its state
-        with `save_snapshot`, and end it with `complete_execution`, `fail_execution` or
-        `pause_execution`. Not retried.
+        Returns the execution, ``running``. Record its steps with `append_step` (several at
+        once with `append_steps`), its state with `save_snapshot`, and end it with
+        `complete_execution`, `fail_execution` or `pause_execution`. Not retried.
         """
         payload: dict[str, Any] = {"agent_type": "external", "input": input}
         payload.update(
@@ -751,6 +753,80 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 f"/v1/executions/{seg(execution_id, 'execution_id')}/steps",
                 json=payload,
                 idempotent=numbered,
+            )
+        )
+
+    @overload
+    def append_steps(
+        self,
+        execution_id: str,
+        steps: Iterable[Mapping[str, Any]],
+        *,
+        first_step_number: int | None = None,
+        return_items: Literal[True] = True,
+    ) -> _D: ...
+
+    @overload
+    def append_steps(
+        self,
+        execution_id: str,
+        steps: Iterable[Mapping[str, Any]],
+        *,
+        first_step_number: int | None = None,
+        return_items: Literal[False],
+    ) -> _None: ...
+
+    def append_steps(
+        self,
+        execution_id: str,
+        steps: Iterable[Mapping[str, Any]],
+        *,
+        first_step_number: int | None = None,
+        return_items: bool = True,
+    ) -> Any:
+        """Records several steps of an external execution in one request
+        (``POST /v1/executions/{id}/steps/batch``); returns ``{items, created}``: the stored
+        steps in order, and how many of them were new. With ``return_items=False`` it returns
+        ``None`` without reading the answer (the stored steps come back whole: reading them
+        costs about as much as sending them).
+
+        Each of `steps` holds the fields `append_step` takes; there are 1 to 1,000 of them.
+        A step without a ``step_number`` takes the number after the step before it (the
+        first: after the execution's last step). With `first_step_number` the steps are
+        numbered from it: ``first_step_number``, ``first_step_number + 1``, ... The server
+        saves them in order with one durable commit. Each step is idempotent as with
+        `append_step`: one already stored with the same body is not written again, one
+        stored with another body is a ``conflict`` (409) that stops the batch there (the
+        steps before it are saved). When the first step has a number, every number is
+        known, so the call is retried on connection failures, 5xx and 429; otherwise it is
+        never retried.
+        """
+        if isinstance(steps, Mapping) or not isinstance(steps, Iterable):
+            raise TypeError(f"steps must be a list of dicts, got {type(steps).__name__}")
+        payload: list[dict[str, Any]] = []
+        for n, step in enumerate(steps):
+            if not isinstance(step, Mapping):
+                raise TypeError(f"steps[{n}] must be a dict, got {type(step).__name__}")
+            item = dict(step)
+            if first_step_number is not None:
+                number = first_step_number + n
+                if item.get("step_number") is not None and item["step_number"] != number:
+                    raise ValueError(
+                        f"steps[{n}]['step_number']={item['step_number']} differs from "
+                        f"first_step_number + {n} = {number}"
+                    )
+                item["step_number"] = number
+            payload.append(item)
+        if not 1 <= len(payload) <= MAX_BATCH_STEPS:
+            raise ValueError(f"a batch holds 1 to {MAX_BATCH_STEPS} steps, got {len(payload)}")
+        numbered = payload[0].get("step_number") is not None
+        return self._run(
+            Call(
+                "POST",
+                f"/v1/executions/{seg(execution_id, 'execution_id')}/steps/batch",
+                json={"steps": payload},
+                idempotent=numbered,
+                expect="json" if return_items else "none",
             )
         )
 

@@ -30,7 +30,10 @@ How it hooks into smolagents (1.26):
   ``final_message`` is the answer as text) or ``failed`` with the error.
 * Nothing in the agent's thread waits for the network: the callback takes a shallow copy
   of the finished step and puts it on a queue, and a background thread converts and sends
-  it (``append_step(..., step_number=n)``, so a retried send never writes twice).
+  it (``append_step(..., step_number=n)``, so a retried send never writes twice). Steps
+  of a run that queued up while the thread was busy go out together, numbered, in one
+  ``append_steps`` request (up to 1,000); the run's open, complete and fail still come
+  in order, after the steps queued before them.
   ``flush()`` waits until everything queued so far is saved; interpreter exit flushes too.
 * A saved step is readable in Stepwise's terms (``kind``, ``model_output``, ``tool_calls``,
   ``code``, ``observations``, ``error``, ``token_usage``, ``started_at``/``ended_at``) and
@@ -657,9 +660,18 @@ _OPEN, _STEP, _COMPLETE, _FAIL, _MARK, _STOP = range(6)
 # The answers that mean the server has an operation already (a retried complete/fail).
 _DONE_CODES = {"invalid_state", "conflict"}
 
+# Most steps sent in one request (what `POST .../steps/batch` takes).
+_BATCH_MAX = 1_000
+
 
 class _Sender:
-    """One thread that sends a memory's operations in order."""
+    """One thread that sends a memory's operations in order.
+
+    Steps of one run that are queued together (the agent went faster than the server)
+    go out in one ``append_steps`` request, up to ``_BATCH_MAX`` of them; any other
+    operation (open, complete, fail, a flush mark) waits until the steps queued before it
+    are sent. A step found alone is sent with ``append_step``, as one request.
+    """
 
     def __init__(self, client: Any, memory: StepwiseMemory) -> None:
         self.client = client
@@ -669,6 +681,11 @@ class _Sender:
         self.lock = threading.Lock()
         self.errors = 0
         self.stopping = False
+        # Only a client whose class has `append_steps` (`Stepwise`) gets batches: a stand-in
+        # that forwards the client's other methods but has its own `append_step` keeps
+        # getting every step through it. Turned off too when the server has no batch
+        # endpoint (an older server).
+        self.batching = callable(getattr(type(client), "append_steps", None))
 
     def put(self, item: tuple) -> None:
         if self.thread is None:
@@ -705,8 +722,10 @@ class _Sender:
             self.thread.join(timeout)
 
     def _loop(self) -> None:
+        after: tuple | None = None  # taken from the queue behind a batch: handled next
         while True:
-            item = self.queue.get()
+            item = after if after is not None else self.queue.get()
+            after = None
             op = item[0]
             if op == _STOP:
                 return
@@ -714,10 +733,112 @@ class _Sender:
                 item[1].set()
                 continue
             try:
+                if op == _STEP and self.batching:
+                    batch, after = self._take_steps(item)
+                    if len(batch) > 1:
+                        self._send_steps(batch)
+                        continue
                 self._send(item)
             except Exception:  # never let the thread die
                 self.errors += 1
                 logger.exception("stepwise: could not save a smolagents step")
+
+    def _take_steps(self, first: tuple) -> tuple[list[tuple], tuple | None]:
+        """``first`` and the steps of its run queued right behind it (up to ``_BATCH_MAX``),
+        and the operation that stopped the batch, taken from the queue (or None)."""
+        batch = [first]
+        run = first[1]
+        while len(batch) < _BATCH_MAX:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return batch, None
+            if item[0] != _STEP or item[1] is not run:
+                return batch, item
+            batch.append(item)
+        return batch, None
+
+    def _send_steps(self, batch: list[tuple]) -> None:
+        """Sends steps of one run, numbered, in as few requests as the server takes."""
+        run = batch[0][1]
+        if run.execution_id is None:  # its execution could not be opened (logged then)
+            self.errors += len(batch)
+            return
+        memory = self.memory_ref()
+        save_model_input = memory.save_model_input if memory is not None else False
+        tool_inputs: dict[Any, dict[str, str]] = {}  # per agent_ref: the same for a run's steps
+        numbered: list[tuple[int, dict]] = []
+        for item in batch:
+            number, step, agent_ref = item[2], item[3], item[4]
+            try:
+                if agent_ref not in tool_inputs:
+                    tool_inputs[agent_ref] = _tool_inputs(agent_ref())
+                body = encode_step(
+                    step,
+                    save_model_input=save_model_input,
+                    tool_inputs=tool_inputs[agent_ref],
+                    extra=item[5] if len(item) > 5 else None,
+                    task_images=run.task_images,
+                )
+            except Exception:  # as for a step sent alone: this one is lost, not the others
+                self.errors += 1
+                logger.exception("stepwise: could not save a smolagents step")
+                continue
+            body["step_number"] = number
+            numbered.append((number, body))
+        self._post_steps(run.execution_id, numbered)
+
+    def _post_steps(self, eid: str, numbered: list[tuple[int, dict]]) -> None:
+        if not numbered:
+            return
+        if len(numbered) == 1 or not self.batching:
+            self._post_each(eid, numbered)
+            return
+        bodies = [body for _, body in numbered]
+        try:
+            self._call(lambda: self.client.append_steps(eid, bodies, return_items=False))
+        except StepwiseError as e:
+            first, last = numbered[0][0], numbered[-1][0]
+            if e.status == 413:  # over the server's body limit: in halves
+                half = len(numbered) // 2
+                self._post_steps(eid, numbered[:half])
+                self._post_steps(eid, numbered[half:])
+                return
+            if e.status is None or e.status >= 500 or e.status == 429:  # retried for retry_for
+                self.errors += len(numbered)
+                logger.error(
+                    "stepwise: steps %d to %d of execution %s were not saved: %s", first, last, eid, e
+                )
+                return
+            # Any other answer concerns one step or the endpoint (a 409 at a number stored
+            # with another body, a field the server refuses, a server without the batch
+            # endpoint): each step is sent alone, so that each one fares as it would have.
+            saved = self._post_each(eid, numbered)
+            if e.status in (404, 405) and saved:
+                self.batching = False
+                logger.info("stepwise: the server has no batch endpoint for steps: one request per step")
+        except Exception:  # not sent (a value the client cannot send?): each step alone too
+            self._post_each(eid, numbered)
+
+    def _post_each(self, eid: str, numbered: list[tuple[int, dict]]) -> int:
+        """Sends the steps one request each; returns how many were saved."""
+        saved = 0
+        for number, body in numbered:
+            try:
+                saved += self._post_step(eid, number, body)
+            except Exception:  # as the thread's loop does for a step sent alone
+                self.errors += 1
+                logger.exception("stepwise: could not save a smolagents step")
+        return saved
+
+    def _post_step(self, eid: str, number: int, body: dict) -> bool:
+        try:
+            self._call(lambda: self.client.append_step(eid, body, step_number=number))
+        except StepwiseError as e:
+            self.errors += 1
+            logger.error("stepwise: step %d of execution %s was not saved: %s", number, eid, e)
+            return False
+        return True
 
     def _send(self, item: tuple) -> None:
         op, run = item[0], item[1]
@@ -753,11 +874,7 @@ class _Sender:
                 extra=item[5] if len(item) > 5 else None,
                 task_images=run.task_images,
             )
-            try:
-                self._call(lambda: self.client.append_step(eid, body, step_number=number))
-            except StepwiseError as e:
-                self.errors += 1
-                logger.error("stepwise: step %d of execution %s was not saved: %s", number, eid, e)
+            self._post_step(eid, number, body)
             return
         if op == _COMPLETE:
             answer = item[2]
