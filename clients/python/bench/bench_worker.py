@@ -127,8 +127,7 @@ def throughput(url: str, executions: int, concurrency: int) -> dict[str, Any]:
         with Stepwise(url) as client, ThreadPoolExecutor(16) as pool:
             deadline = time.monotonic() + 60
             def online() -> bool:
-                agents = httpx.get(f"{url}/v1/agents", timeout=10).json()["items"]
-                return any(a["type"] == AGENT and a["workers_online"] for a in agents)
+                return any(a["type"] == AGENT and a["workers_online"] for a in client.list_agents()["items"])
 
             while not online():
                 assert time.monotonic() < deadline, "the worker did not connect"

@@ -101,7 +101,7 @@ def test_the_console_script_runs_a_worker_that_answers(wserver, client, start_wo
     )
     messages = list(client.list_messages(done["session_id"], roles=["assistant"]))
     assert messages[-1]["content"] == "Hello, Ada"
-    agents = {a["type"]: a for a in client.request("GET", "/v1/agents")["items"]}
+    agents = {a["type"]: a for a in client.list_agents()["items"]}
     assert agents["greeter"]["builtin"] is False
     assert agents["greeter"]["description"] == "Says hello"
     assert agents["greeter"]["workers_online"] >= 1

@@ -648,6 +648,13 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
             raise TypeError(f"document must be a dict, got {type(document).__name__}")
         return self._dict(Call("POST", "/v1/sessions/import", json=dict(document)))
 
+    def list_agents(self) -> _D:
+        """The agent types messages can name: ``{"items": [{type, description, builtin,
+        workers_online, last_seen_at, config_schema}]}`` — the server's built-in agents and
+        those the tenant's workers announced (``stepwise.worker``; ``workers_online`` counts
+        the workers seen in the last minute)."""
+        return self._dict(Call("GET", "/v1/agents", idempotent=True))
+
     def get_execution(self, execution_id: str) -> _D:
         """Returns the execution with this id."""
         return self._dict(
