@@ -359,11 +359,14 @@ def test_bad_claims_are_refused(wserver):
         {"worker_id": ""},
         {"agents": []},
         {"agents": [{"type": "bad name!"}]},
-        {"agents": [{"type": "demo"}]},  # a built-in type
     ):
         response = claim(body)
         assert response.status_code == 400, (body, response.text)
         assert error_code(response) == "invalid_request", response.text
+    # A well-formed name the server keeps for its own agent: not for a worker.
+    response = claim({"agents": [{"type": "demo"}]})
+    assert response.status_code == 422, response.text
+    assert error_code(response) == "invalid_state", response.text
 
 
 def test_forged_missing_and_superseded_leases_write_nothing(wserver, client):

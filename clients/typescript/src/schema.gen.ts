@@ -12,11 +12,10 @@ export type AgUiMessage = {
 
 /** An agent type a worker runs. */
 export type AgentAnnouncement = {
-  /** The JSON Schema of its `agent.config` (an object, up to 64 KiB). */
-  config_schema?: unknown;
+  config_schema?: { [key: string]: unknown } | null;
   /** Up to 1,000 characters. */
   description?: string | null;
-  /** `[A-Za-z0-9._-]`, 1-64 characters, not a built-in agent's name. */
+  /** `demo`, `tool-calling` when a model server is configured, an agent type the embedding application registered, or a worker's agent type (`GET /v1/agents`; queued until a worker of it claims it). Not `external`. */
   type: string;
 };
 
@@ -120,7 +119,6 @@ export type ClaimBody = {
   slots: number;
   /** Seconds to wait when nothing is runnable (0-25, default 25). */
   wait_s?: number | null;
-  /** The worker process's name: `[A-Za-z0-9._:-]`, 1-128 characters. */
   worker_id: string;
 };
 
@@ -197,7 +195,7 @@ export type DeleteForRunsBody = {
 
 /** Text the agent is producing. */
 export type DeltaBody = {
-  /** Up to 64 KiB. */
+  /** Up to 65,536 characters. */
   text: string;
 };
 
@@ -337,10 +335,9 @@ export type HeartbeatAnswer = {
   lease_expires_at?: null | Timestamp;
 };
 
-/** The lease to renew (here or in the `Stepwise-Lease` header). */
+/** The lease to renew (the `Stepwise-Lease` header may carry it instead). */
 export type HeartbeatBody = {
-  lease?: string | null;
-  /** The worker process sending it (counts it as online). */
+  lease: string;
   worker_id?: string | null;
 };
 
@@ -793,12 +790,12 @@ export const OPERATIONS = {
   ai_sdk_chat: { method: "POST", path: "/v1/ai-sdk/chat", params: [] },
   ai_sdk_resume: { method: "GET", path: "/v1/ai-sdk/chat/{chat_id}/stream", params: ["path:chat_id"] },
   append_items: { method: "POST", path: "/v1/sessions/{id}/items", params: ["path:id"] },
-  append_step: { method: "POST", path: "/v1/executions/{id}/steps", params: ["path:id"] },
-  append_steps: { method: "POST", path: "/v1/executions/{id}/steps/batch", params: ["path:id"] },
+  append_step: { method: "POST", path: "/v1/executions/{id}/steps", params: ["path:id","header:Stepwise-Lease"] },
+  append_steps: { method: "POST", path: "/v1/executions/{id}/steps/batch", params: ["path:id","header:Stepwise-Lease"] },
   cancel_execution: { method: "POST", path: "/v1/executions/{id}/cancel", params: ["path:id"] },
   claim_executions: { method: "POST", path: "/v1/workers/claim", params: [] },
   clear_items: { method: "DELETE", path: "/v1/sessions/{id}/items", params: ["path:id","query:version","query:op_id"] },
-  complete_execution: { method: "POST", path: "/v1/executions/{id}/complete", params: ["path:id"] },
+  complete_execution: { method: "POST", path: "/v1/executions/{id}/complete", params: ["path:id","header:Stepwise-Lease"] },
   copy_thread: { method: "POST", path: "/v1/threads/{thread_id}/copy", params: ["path:thread_id"] },
   create_session: { method: "POST", path: "/v1/sessions", params: [] },
   delete_checkpoints_for_runs: { method: "POST", path: "/v1/checkpoints/delete-for-runs", params: [] },
@@ -806,7 +803,7 @@ export const OPERATIONS = {
   delete_thread: { method: "DELETE", path: "/v1/threads/{thread_id}", params: ["path:thread_id"] },
   events: { method: "GET", path: "/v1/sessions/{id}/events", params: ["path:id","query:after","header:Last-Event-ID"] },
   export_session: { method: "GET", path: "/v1/sessions/{id}/export", params: ["path:id"] },
-  fail_execution: { method: "POST", path: "/v1/executions/{id}/fail", params: ["path:id"] },
+  fail_execution: { method: "POST", path: "/v1/executions/{id}/fail", params: ["path:id","header:Stepwise-Lease"] },
   get_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", params: ["path:thread_id","path:checkpoint_id","query:checkpoint_ns","query:have"] },
   get_execution: { method: "GET", path: "/v1/executions/{id}", params: ["path:id"] },
   get_latest_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/latest", params: ["path:thread_id","query:checkpoint_ns","query:have"] },
@@ -829,7 +826,7 @@ export const OPERATIONS = {
   metrics: { method: "GET", path: "/metrics", params: [] },
   open_execution: { method: "POST", path: "/v1/sessions/{id}/executions", params: ["path:id"] },
   openapi: { method: "GET", path: "/openapi.json", params: [] },
-  pause_execution: { method: "POST", path: "/v1/executions/{id}/pause", params: ["path:id"] },
+  pause_execution: { method: "POST", path: "/v1/executions/{id}/pause", params: ["path:id","header:Stepwise-Lease"] },
   pop_item: { method: "POST", path: "/v1/sessions/{id}/items/pop", params: ["path:id"] },
   post_message: { method: "POST", path: "/v1/sessions/{id}/messages", params: ["path:id"] },
   post_message_new_session: { method: "POST", path: "/v1/messages", params: [] },
@@ -837,9 +834,9 @@ export const OPERATIONS = {
   put_checkpoint: { method: "PUT", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", params: ["path:thread_id","path:checkpoint_id"] },
   put_checkpoint_writes: { method: "PUT", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes", params: ["path:thread_id","path:checkpoint_id"] },
   readyz: { method: "GET", path: "/readyz", params: [] },
-  release_execution: { method: "POST", path: "/v1/executions/{id}/release", params: ["path:id"] },
-  save_snapshot: { method: "POST", path: "/v1/executions/{id}/snapshots", params: ["path:id"] },
-  send_delta: { method: "POST", path: "/v1/executions/{id}/deltas", params: ["path:id"] },
+  release_execution: { method: "POST", path: "/v1/executions/{id}/release", params: ["path:id","header:Stepwise-Lease"] },
+  save_snapshot: { method: "POST", path: "/v1/executions/{id}/snapshots", params: ["path:id","header:Stepwise-Lease"] },
+  send_delta: { method: "POST", path: "/v1/executions/{id}/deltas", params: ["path:id","header:Stepwise-Lease"] },
   update_session: { method: "PATCH", path: "/v1/sessions/{id}", params: ["path:id"] },
 } as const;
 

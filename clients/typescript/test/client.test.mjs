@@ -290,7 +290,7 @@ test('workers: 409 lease_lost without the lease; release, fail with retry, pause
   assert.equal((await client.failExecution(id, { error_message: 'gave up' }, { lease: resumed.lease })).status, 'failed');
 
   // A built-in type cannot be claimed; slots 0 only says the worker is alive.
-  await assert.rejects(client.claim({ worker_id: 'ts-worker-1', agents: [{ type: 'demo' }], slots: 1, wait_s: 0 }), (e) => e.status === 400 && e.code === 'invalid_request');
+  await assert.rejects(client.claim({ worker_id: 'ts-worker-1', agents: [{ type: 'demo' }], slots: 1, wait_s: 0 }), (e) => e.status === 422 && e.code === 'invalid_state');
   assert.deepEqual((await client.claim({ worker_id: 'ts-worker-1', agents: [{ type }], slots: 0 })).items, []);
 });
 

@@ -308,8 +308,25 @@ pub struct ApiDoc;
 pub fn openapi_json() -> String {
     static JSON: OnceLock<String> = OnceLock::new();
     JSON.get_or_init(|| {
-        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
+        exclude_builtin_agents(&mut doc);
         serde_json::to_string(&doc).unwrap_or_else(|_| "{}".to_string())
     })
     .clone()
+}
+
+/// The agent types of the server's own agents, which `POST /v1/sessions/{id}/executions`
+/// refuses (400: they run from messages). utoipa has no `not`, so it is added here.
+const BUILTIN_AGENT_TYPES: [&str; 2] = ["demo", "tool-calling"];
+
+fn exclude_builtin_agents(doc: &mut Value) {
+    if let Some(agent_type) =
+        doc.pointer_mut("/components/schemas/OpenExecutionBody/properties/agent_type")
+        && let Some(schema) = agent_type.as_object_mut()
+    {
+        schema.insert(
+            "not".into(),
+            serde_json::json!({"enum": BUILTIN_AGENT_TYPES}),
+        );
+    }
 }

@@ -223,6 +223,72 @@ impl IntoParams for IdPath {
     }
 }
 
+/// A lease token (`docs/workers.md`): 1 to 128 characters.
+pub fn lease_token() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(128))
+        .pattern(Some(LEASE_PATTERN))
+        .build()
+        .into()
+}
+
+/// What a lease header may hold: printable ASCII (an HTTP header value).
+pub const LEASE_PATTERN: &str = "^[!-~]{1,128}$";
+
+/// A worker process's name: `[A-Za-z0-9._:-]`, 1 to 128 characters.
+pub fn worker_id(nullable: bool) -> Schema {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::String, nullable))
+        .min_length(Some(1))
+        .max_length(Some(128))
+        .pattern(Some(WORKER_ID_PATTERN))
+        .build()
+        .into()
+}
+
+/// [`worker_id`] as a regular expression.
+pub const WORKER_ID_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
+
+/// `{id}` and the optional `Stepwise-Lease` header of a write an external agent or a worker
+/// makes (a worker's execution needs it).
+pub struct IdLease;
+
+impl IntoParams for IdLease {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            param("id", ParameterIn::Path, "", uuid()).build(),
+            param(
+                "Stepwise-Lease",
+                ParameterIn::Header,
+                "The lease of a worker's claim (required for a worker's execution)",
+                lease_token(),
+            )
+            .build(),
+        ]
+    }
+}
+
+/// `{id}` and the required `Stepwise-Lease` header.
+pub struct IdRequiredLease;
+
+impl IntoParams for IdRequiredLease {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            param("id", ParameterIn::Path, "", uuid()).build(),
+            param(
+                "Stepwise-Lease",
+                ParameterIn::Header,
+                "The lease of the worker's claim",
+                lease_token(),
+            )
+            .required(Required::True)
+            .build(),
+        ]
+    }
+}
+
 /// `limit` and `cursor` of a list paged by cursor.
 pub struct PageParams;
 

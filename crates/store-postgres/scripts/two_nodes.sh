@@ -105,7 +105,6 @@ if ! curl -sf "$WB/readyz" >/dev/null; then
   port=${WB##*:}
   start "$port" 1 20 w.log
 fi
-t0=$(date +%s.%N)
 curl -s -X POST "$WA/v1/workers/claim" -H 'content-type: application/json' \
   -d '{"worker_id": "two-nodes", "agents": [{"type": "relay-worker"}], "slots": 1, "wait_s": 20}' >"$WORK/claim.json" &
 CLAIM=$!
@@ -113,7 +112,6 @@ sleep 0.5
 W=$(curl -s -X POST "$WB/v1/messages" -H 'content-type: application/json' \
   -d '{"content": "hello worker", "agent": {"type": "relay-worker"}}' | json 'd["execution"]["id"]')
 wait $CLAIM
-t1=$(date +%s.%N)
 [ "$(json 'd["items"][0]["execution"]["id"]' <"$WORK/claim.json")" = "$W" ] || fail "the worker's claim on one node did not get the message posted to the other: $(cat "$WORK/claim.json")"
 LEASE=$(json 'd["items"][0]["lease"]' <"$WORK/claim.json")
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/executions/$W/steps" -H 'content-type: application/json' \
@@ -123,7 +121,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/executions/$W/comp
   -H "Stepwise-Lease: $LEASE" -d '{"output": "done", "final_message": "done"}')
 [ "$code" = 200 ] || fail "a worker's complete through the other node answered $code"
 wait_done "$WA" "$W"
-echo "ok: a worker waiting on one node claimed a message posted to the other ($(python3 -c "print(round($t1 - $t0 - 0.5, 3))") s after it was posted) and finished it through that node"
+echo "ok: a worker waiting on one node claimed a message posted to the other and finished it through that node"
 
 if [ "${THROUGHPUT:-0}" = 1 ]; then
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

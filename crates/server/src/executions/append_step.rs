@@ -15,7 +15,7 @@ use super::{LeaseHeader, MAX_TOOL_CALLS_PER_STEP, load_external, schema, typed_b
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::schemas::IdPath;
+use crate::schemas::IdLease;
 use crate::sessions::MAX_CONTENT_BYTES;
 
 /// A step as an external agent sends it: a step without ids.
@@ -100,7 +100,7 @@ pub async fn append_step<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/steps", tag = "external agents", operation_id = "append_step",
-    params(IdPath), request_body = StepInput,
+    params(IdLease), request_body = StepInput,
     responses((status = 201, body = Step), (status = 200, body = Step, description = "The same step again"),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]

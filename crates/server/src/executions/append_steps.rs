@@ -16,7 +16,7 @@ use super::{LeaseHeader, load_external, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::schemas::IdPath;
+use crate::schemas::IdLease;
 
 /// Most steps one batch takes.
 pub const MAX_BATCH_STEPS: usize = 1_000;
@@ -26,6 +26,7 @@ pub const MAX_BATCH_STEPS: usize = 1_000;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct StepBatch {
     /// 1 to 1,000 steps.
+    #[schema(min_items = 1, max_items = 1000)]
     pub steps: Vec<StepInput>,
 }
 
@@ -89,7 +90,7 @@ pub async fn append_steps<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/steps/batch", tag = "external agents", operation_id = "append_steps",
-    params(IdPath), request_body = StepBatch,
+    params(IdLease), request_body = StepBatch,
     responses((status = 201, body = StepsAppended), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]

@@ -13,7 +13,7 @@ use super::{LeaseHeader, load_external, schema};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::schemas::IdPath;
+use crate::schemas::IdLease;
 use crate::sessions::MAX_CONTENT_CHARS;
 
 /// The execution's output and the answer to show the user.
@@ -56,7 +56,7 @@ pub async fn complete<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/complete", tag = "external agents", operation_id = "complete_execution",
-    params(IdPath), request_body = CompleteBody,
+    params(IdLease), request_body = CompleteBody,
     responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -10,7 +10,7 @@ use super::{LeaseHeader, MAX_ERROR_CHARS, load_external, schema};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::schemas::IdPath;
+use crate::schemas::IdLease;
 
 /// Why the execution failed.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -46,10 +46,10 @@ pub async fn fail<S: Store>(
                 .await?
         }
         (Some(true), None) => {
-            return Err(ApiError::invalid(
-                "retry",
+            return Err(ApiError::invalid_state(
                 "only a worker's execution (with its Stepwise-Lease) is retried",
-            ));
+            )
+            .with_field("retry"));
         }
         _ => {
             state
@@ -62,7 +62,7 @@ pub async fn fail<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/fail", tag = "external agents", operation_id = "fail_execution",
-    params(IdPath), request_body = FailBody,
+    params(IdLease), request_body = FailBody,
     responses((status = 200, body = Execution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]

@@ -40,7 +40,10 @@ pub struct PageQuery {
 
 /// Reads a JSON body into `T`, taking whole numbers written as floats (`3.0`, which JSON
 /// Schema calls an integer) at the `integers` pointers as integers.
-fn typed_body<T: serde::de::DeserializeOwned>(mut body: Value, integers: &[&str]) -> ApiResult<T> {
+pub(crate) fn typed_body<T: serde::de::DeserializeOwned>(
+    mut body: Value,
+    integers: &[&str],
+) -> ApiResult<T> {
     for pointer in integers {
         if let Some(number) = body.pointer_mut(pointer)
             && number.is_f64()
@@ -99,7 +102,11 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for LeaseHeader {
             return Ok(LeaseHeader(None));
         };
         match value.to_str() {
-            Ok(text) if !text.is_empty() && text.len() <= MAX_LEASE_CHARS => {
+            Ok(text)
+                if !text.is_empty()
+                    && text.len() <= MAX_LEASE_CHARS
+                    && text.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
                 Ok(LeaseHeader(Some(text.to_string())))
             }
             _ => Err(ApiError::invalid(

@@ -45,7 +45,7 @@ pub async fn open<S: Store>(
     if body.agent_type != EXTERNAL_AGENT && !for_worker {
         return Err(ApiError::invalid(
             "agent_type",
-            "agent_type must be \"external\" or a worker's agent type; built-in agents run from messages",
+            "agent_type must be \"external\" or a worker's agent type; built-in agents run from messages (POST /v1/sessions/{id}/messages)",
         ));
     }
     let agent_config = match body.agent_config {

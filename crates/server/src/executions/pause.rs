@@ -11,7 +11,7 @@ use super::{LeaseHeader, load_external, schema};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::schemas::IdPath;
+use crate::schemas::IdLease;
 use crate::sessions::MAX_CONTENT_CHARS;
 
 /// The question for the user.
@@ -43,7 +43,7 @@ pub async fn pause<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/pause", tag = "external agents", operation_id = "pause_execution",
-    params(IdPath), request_body = PauseBody,
+    params(IdLease), request_body = PauseBody,
     responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

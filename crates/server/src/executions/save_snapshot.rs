@@ -15,7 +15,7 @@ use super::{LeaseHeader, load_external, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::schemas::IdPath;
+use crate::schemas::IdLease;
 use crate::sessions::check_text;
 
 /// The snapshot to save.
@@ -98,7 +98,7 @@ pub async fn save_snapshot<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/snapshots", tag = "external agents", operation_id = "save_snapshot",
-    params(IdPath), request_body = SnapshotInput,
+    params(IdLease), request_body = SnapshotInput,
     responses((status = 201, body = Snapshot), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

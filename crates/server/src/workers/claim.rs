@@ -23,14 +23,17 @@ use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentAnnouncement {
-    /// `[A-Za-z0-9._-]`, 1-64 characters, not a built-in agent's name.
+    /// `[A-Za-z0-9._-]`, 1-64 characters, not a built-in agent's name (422).
     #[serde(rename = "type")]
+    #[schema(schema_with = crate::messages::agent_type)]
     pub agent_type: String,
     /// Up to 1,000 characters.
     #[serde(default)]
+    #[schema(max_length = 1000)]
     pub description: Option<String>,
     /// The JSON Schema of its `agent.config` (an object, up to 64 KiB).
     #[serde(default)]
+    #[schema(schema_with = crate::schemas::object_or_null)]
     pub config_schema: Option<Value>,
 }
 
@@ -39,13 +42,17 @@ pub struct AgentAnnouncement {
 #[serde(deny_unknown_fields)]
 pub struct ClaimBody {
     /// The worker process's name: `[A-Za-z0-9._:-]`, 1-128 characters.
+    #[schema(schema_with = worker_id_schema)]
     pub worker_id: String,
     /// The agent types it runs (1-64).
+    #[schema(min_items = 1, max_items = 64)]
     pub agents: Vec<AgentAnnouncement>,
     /// How many executions it can take now (0-256; 0 only says it is alive).
+    #[schema(minimum = 0, maximum = 256)]
     pub slots: u32,
     /// Seconds to wait when nothing is runnable (0-25, default 25).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 25)]
     pub wait_s: Option<f64>,
 }
 
@@ -83,18 +90,25 @@ pub struct ClaimList {
     pub items: Vec<ClaimedExecution>,
 }
 
+fn worker_id_schema() -> utoipa::openapi::schema::Schema {
+    crate::schemas::worker_id(false)
+}
+
+/// Whether a worker id follows the rule: `[A-Za-z0-9._:-]`, 1-128 characters.
+pub(crate) fn valid_worker_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.chars().count() <= MAX_WORKER_ID_CHARS
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+}
+
 /// The body checked: the agent types (as announced and as names), slots and wait.
 fn check<S: Store>(
     state: &AppState<S>,
     body: &ClaimBody,
 ) -> ApiResult<(Vec<String>, Value, usize, Duration)> {
-    let id = &body.worker_id;
-    if id.is_empty()
-        || id.chars().count() > MAX_WORKER_ID_CHARS
-        || !id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
-    {
+    if !valid_worker_id(&body.worker_id) {
         return Err(ApiError::invalid(
             "worker_id",
             format!("worker_id must be 1-{MAX_WORKER_ID_CHARS} characters of [A-Za-z0-9._:-]"),
@@ -111,15 +125,18 @@ fn check<S: Store>(
     for (n, agent) in body.agents.iter().enumerate() {
         let field = format!("agents[{n}].type");
         if !state.engine.is_worker_agent(&agent.agent_type) {
-            let why = if state.engine.can_run(&agent.agent_type) || agent.agent_type == "external" {
-                format!(
-                    "'{}' is an agent type of the server itself",
+            if state.engine.can_run(&agent.agent_type) || agent.agent_type == "external" {
+                // A well-formed name this server keeps for itself.
+                return Err(ApiError::invalid_state(format!(
+                    "'{}' is an agent type of the server itself; a worker runs agent types of its own",
                     agent.agent_type
-                )
-            } else {
-                "an agent type is a name of 1-64 characters of [A-Za-z0-9._-]".to_string()
-            };
-            return Err(ApiError::invalid(&field, why));
+                ))
+                .with_field(field));
+            }
+            return Err(ApiError::invalid(
+                &field,
+                "an agent type is 1-64 characters of [A-Za-z0-9._-] starting with a letter or digit",
+            ));
         }
         let description = agent.description.clone().unwrap_or_default();
         if description.chars().count() > MAX_DESCRIPTION_CHARS {
@@ -174,8 +191,9 @@ fn check<S: Store>(
 pub async fn claim<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
-    ApiJson(body): ApiJson<ClaimBody>,
+    ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Json<ClaimList>> {
+    let body: ClaimBody = crate::executions::typed_body(body, &["/slots"])?;
     let (types, announced, slots, wait) = check(&state, &body)?;
     state
         .engine
@@ -221,6 +239,7 @@ fn answer(claim: WorkerClaim, lease: Duration) -> ClaimedExecution {
 
 #[utoipa::path(post, path = "/v1/workers/claim", tag = "workers", operation_id = "claim_executions",
     request_body = ClaimBody,
-    responses((status = 200, body = ClaimList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = ClaimList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 422, body = ErrorBody, description = "An agent type of the server itself")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

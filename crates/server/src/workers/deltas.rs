@@ -12,16 +12,17 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody, path_id};
 use crate::executions::LeaseHeader;
-use crate::schemas::IdPath;
+use crate::schemas::IdLease;
 
-/// Longest text of one delta, in bytes.
-const MAX_DELTA_BYTES: usize = 64 * 1024;
+/// Longest text of one delta, in characters.
+const MAX_DELTA_CHARS: usize = 65_536;
 
 /// Text the agent is producing.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeltaBody {
-    /// Up to 64 KiB.
+    /// Up to 65,536 characters.
+    #[schema(max_length = 65536)]
     pub text: String,
 }
 
@@ -32,8 +33,11 @@ pub async fn deltas<S: Store>(
     lease: LeaseHeader,
     ApiJson(body): ApiJson<DeltaBody>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    if body.text.len() > MAX_DELTA_BYTES {
-        return Err(ApiError::invalid("text", "a delta is at most 64 KiB"));
+    if body.text.chars().count() > MAX_DELTA_CHARS {
+        return Err(ApiError::invalid(
+            "text",
+            format!("a delta is at most {MAX_DELTA_CHARS} characters"),
+        ));
     }
     let id = path_id(&id, "id")?;
     let execution = state
@@ -53,7 +57,7 @@ pub async fn deltas<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/deltas", tag = "workers", operation_id = "send_delta",
-    params(IdPath), request_body = DeltaBody,
+    params(IdLease), request_body = DeltaBody,
     responses((status = 202, description = "Sent to the session's live subscribers"), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody, description = "`lease_lost`"), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]

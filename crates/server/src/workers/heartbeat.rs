@@ -14,15 +14,21 @@ use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody, path_id};
 use crate::executions::LeaseHeader;
 use crate::schemas::IdPath;
 
-/// The lease to renew (here or in the `Stepwise-Lease` header).
+/// The lease to renew (the `Stepwise-Lease` header may carry it instead).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatBody {
     #[serde(default)]
+    #[schema(schema_with = crate::schemas::lease_token, required = true)]
     pub lease: Option<String>,
     /// The worker process sending it (counts it as online).
     #[serde(default)]
+    #[schema(schema_with = worker_id_or_null)]
     pub worker_id: Option<String>,
+}
+
+fn worker_id_or_null() -> utoipa::openapi::schema::Schema {
+    crate::schemas::worker_id(true)
 }
 
 /// The renewed lease.
@@ -50,20 +56,25 @@ pub async fn heartbeat<S: Store>(
             "send the lease of the claim (the body's lease or the Stepwise-Lease header)",
         ));
     };
-    if lease.is_empty() || lease.len() > 128 {
+    if lease.is_empty() || lease.len() > 128 || !lease.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(ApiError::invalid(
             "lease",
-            "a lease token is 1-128 characters",
+            "a lease token is 1-128 printable characters",
+        ));
+    }
+    if let Some(worker_id) = &body.worker_id
+        && !super::claim::valid_worker_id(worker_id)
+    {
+        return Err(ApiError::invalid(
+            "worker_id",
+            format!("worker_id must be 1-{MAX_WORKER_ID_CHARS} characters of [A-Za-z0-9._:-]"),
         ));
     }
     let beat = state
         .engine
         .worker_heartbeat(&caller.tenant, id, &lease)
         .await?;
-    if let Some(worker_id) = body
-        .worker_id
-        .filter(|w| !w.is_empty() && w.chars().count() <= MAX_WORKER_ID_CHARS)
-    {
+    if let Some(worker_id) = body.worker_id {
         state
             .engine
             .note_worker(&caller.tenant, &worker_id, None)

@@ -10,7 +10,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ErrorBody, path_id};
 use crate::executions::LeaseHeader;
-use crate::schemas::IdPath;
+use crate::schemas::IdRequiredLease;
 
 pub async fn release<S: Store>(
     State(state): State<AppState<S>>,
@@ -37,7 +37,7 @@ pub async fn release<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/release", tag = "workers", operation_id = "release_execution",
-    params(IdPath),
+    params(IdRequiredLease),
     responses((status = 200, body = Execution, description = "Back in the queue (`pending`)"), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody, description = "`lease_lost`")))]
 #[allow(dead_code)]
