@@ -301,10 +301,11 @@ describe('workers', () => {
       const done = await waitExecution(sessionId, 'completed');
       assert.equal(done.id, paused.id);
 
-      // From the history: a line per step the worker saved (the answer's `user_input` step,
-      // saved by the server, shows as the user's message), each once, the first before the
-      // question and the last after the answer.
-      const steps = (await api('GET', `/v1/executions/${done.id}/steps`)).body.items.filter((st) => st.kind !== 'user_input');
+      // From the history: a line per step (the worker's, and the answer's `user_input` step
+      // the server saved when the answer came, as for the built-in agents), each once, the
+      // first before the question and the last after the answer.
+      const steps = (await api('GET', `/v1/executions/${done.id}/steps`)).body.items;
+      assert.ok(steps.some((st) => st.kind === 'user_input' && st.observations === 'teal'));
       await page.reload();
       await page.locator('#stream .msg-assistant', { hasText: 'Node painted it teal' }).waitFor();
       const lineNumbers = () => page.locator('#stream .step-line[data-step-number]').evaluateAll((els) => els.map((e) => Number(e.dataset.stepNumber)));
