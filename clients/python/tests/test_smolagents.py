@@ -458,7 +458,8 @@ def test_a_step_stored_with_another_body_fails_alone_in_a_batch(server, client, 
         assert memory.flush()
     # As when each step went alone: step 3 is not saved (logged, counted), the others are.
     assert memory.errors == 1
-    assert [r.getMessage() for r in caplog.records] == [
+    # Only this adapter's records: other libraries' background threads may log meanwhile.
+    assert [r.getMessage() for r in caplog.records if r.name == "stepwise.smolagents"] == [
         f"stepwise: step 3 of execution {state.execution_id} was not saved: "
         "409 conflict: step 3 of this execution already exists with another body"
     ]
