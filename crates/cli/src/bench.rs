@@ -1,5 +1,5 @@
 //! `stepwise bench steps`: the agent-step workload of `bench/workload.md`, run through
-//! the same save path the server uses (`Store::append_step`, awaiting each `Ack` = durable).
+//! the same save path the server uses (`StepStore::append_step`, awaiting each `Ack` = durable).
 //!
 //! W1 one session, 1,000 steps; W2 200 sessions × 50 steps round-robin; W2c the same 200
 //! sessions writing concurrently; W3 restore of the W1 session (cold, then warm); W4 bytes on
@@ -19,6 +19,7 @@ use stepwise_store::{NewExecution, NewSession, NewStep, Store, Tenant, restore_m
 use stepwise_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 
 use crate::db::{self, DatabaseUrl};
+use stepwise_store::prelude::*;
 
 mod fanout;
 mod http;

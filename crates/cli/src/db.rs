@@ -330,7 +330,7 @@ impl OpenedStore {
 /// Waits for every queued write to be durable, then lets the writer thread stop: dropping
 /// the last handle joins it, so that happens off the async workers.
 pub async fn close_sqlite(store: SqliteStore) -> anyhow::Result<()> {
-    stepwise_store::Store::flush(&store)
+    stepwise_store::OperationsStore::flush(&store)
         .await
         .context("flushing the SQLite database")?;
     tokio::task::spawn_blocking(move || drop(store))

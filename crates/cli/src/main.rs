@@ -21,9 +21,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use stepwise_store::Store;
 
 use crate::db::{DatabaseUrl, with_store};
+use stepwise_store::prelude::*;
 
 const AFTER_HELP: &str = "\
 Settings come from flags, then environment variables, then a stepwise.toml in the working

@@ -21,7 +21,8 @@ use stepwise_llm::agent::{TOOL_CALLING_AGENT, ToolCallingAgent};
 use stepwise_llm::client::{AssembledCall, ChatModel, ChatOutcome, EventSink, LlmError};
 use stepwise_llm::config::AgentSettings;
 use stepwise_llm::wire::{ChatRequest, Usage};
-use stepwise_store::{NewSession, Store, Tenant};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewSession, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 

@@ -17,7 +17,8 @@ use stepwise_engine::{AgentChoice, AgentRegistry, Engine, EngineConfig, MessageI
 use stepwise_llm::agent::{StoreHistory, TOOL_CALLING_AGENT, ToolCallingAgent};
 use stepwise_llm::client::{ChatClient, ClientSettings};
 use stepwise_llm::config::AgentSettings;
-use stepwise_store::{NewSession, Store, Tenant};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewSession, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 
 const WAIT: Duration = Duration::from_secs(20);

@@ -17,7 +17,8 @@ use stepwise_llm::agent::{TOOL_CALLING_AGENT, ToolCallingAgent};
 use stepwise_llm::client::{ChatClient, ClientSettings};
 use stepwise_llm::config::{AgentSettings, McpServerConfig};
 use stepwise_llm::mcp::{McpClient, McpError, start_servers};
-use stepwise_store::{NewSession, Store, Tenant};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewSession, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 
 fn fixture(timeout_secs: u64) -> McpServerConfig {

@@ -184,6 +184,7 @@ mod tests {
     use stepwise_store_sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;
+    use stepwise_store::prelude::*;
 
     const TEST_INTERVAL: Duration = Duration::from_millis(5);
     const DEADLINE: Duration = Duration::from_secs(20);

@@ -26,6 +26,7 @@ mod request_id;
 mod runs;
 mod schemas;
 mod sessions;
+mod shapes;
 mod ui_assets;
 mod workers;
 
@@ -136,6 +137,14 @@ impl<S: Store> AppState<S> {
 
     pub fn store(&self) -> &S {
         self.engine.store()
+    }
+
+    /// The store's LangGraph checkpoints: on a backend that keeps none (JSON files), every
+    /// checkpoint endpoint answers 422 `invalid_state`.
+    pub fn checkpoints(&self) -> Result<&S::Checkpoints, error::ApiError> {
+        self.store()
+            .checkpoints()
+            .ok_or_else(|| stepwise_store::checkpoints::unsupported().into())
     }
 
     /// Ends live event streams (done by [`launch`] when its shutdown future resolves).

@@ -13,12 +13,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use stepwise_core::Timestamp;
-use stepwise_core::{Event, Execution, Id, Message, Session, SessionDocument, Snapshot, Step};
+use stepwise_core::{Event, Execution, Id, Message, Snapshot, Step};
 use stepwise_store::{
-    Ack, ApiKeyRecord, Claim, ClaimFilter, CleanupReport, Loaded, MessageQuery, NewEvent,
-    NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, Result,
-    RetentionLock, RetentionPolicy, SessionFilter, SessionPatch, StatusCounts, StepAppend, Store,
-    StoreStats, Tenant, Transition, WorkerSeen,
+    Ack, Claim, ClaimFilter, EventStore, ExecutionStore, Layer, Loaded, MessageQuery, MessageStore,
+    NewEvent, NewExecution, NewMessage, NewSnapshot, NewStep, PassKeys, PassOperations,
+    PassRetention, PassSessions, QueueStore, Result, SnapshotStore, StepAppend, StepMirror,
+    StepStore, Store, Tenant, Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 
@@ -183,41 +183,37 @@ fn timed_ack_then<T: Send + 'static>(
     out
 }
 
+impl<S: Store> Layer for Metered<S> {
+    type Inner = S;
+
+    fn layer_inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+// Not timed: passed straight through.
+impl<S: Store> PassSessions for Metered<S> {}
+impl<S: Store> PassRetention for Metered<S> {}
+impl<S: Store> PassKeys for Metered<S> {}
+impl<S: Store> PassOperations for Metered<S> {}
+
 impl<S: Store> Store for Metered<S> {
-    async fn create_session(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
-        self.inner.create_session(tenant, new).await
+    type Checkpoints = S::Checkpoints;
+
+    fn checkpoints(&self) -> Option<&S::Checkpoints> {
+        self.inner.checkpoints()
     }
 
-    async fn get_session(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
-        self.inner.get_session(tenant, id).await
+    fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
+        self.inner.session_cache()
     }
 
-    async fn find_session_by_name(&self, tenant: &Tenant, name: &str) -> Result<Option<Session>> {
-        self.inner.find_session_by_name(tenant, name).await
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
     }
+}
 
-    async fn list_sessions(
-        &self,
-        tenant: &Tenant,
-        filter: SessionFilter,
-        page: PageRequest,
-    ) -> Result<Page<Session>> {
-        self.inner.list_sessions(tenant, filter, page).await
-    }
-
-    async fn update_session(
-        &self,
-        tenant: &Tenant,
-        id: Id,
-        patch: SessionPatch,
-    ) -> Result<Option<Session>> {
-        self.inner.update_session(tenant, id, patch).await
-    }
-
-    async fn delete_session(&self, tenant: &Tenant, id: Id) -> Result<bool> {
-        self.inner.delete_session(tenant, id).await
-    }
-
+impl<S: Store> MessageStore for Metered<S> {
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         let started = Instant::now();
         let message = self.inner.append_message(tenant, new).await?;
@@ -237,6 +233,23 @@ impl<S: Store> Store for Metered<S> {
         Ok(messages)
     }
 
+    async fn list_session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::MessagesAfter> {
+        let started = Instant::now();
+        let messages = self
+            .inner
+            .list_session_messages_after(tenant, session_id, after)
+            .await?;
+        observe(Timed::LoadMessages, started.elapsed());
+        Ok(messages)
+    }
+}
+
+impl<S: Store> ExecutionStore for Metered<S> {
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
         self.inner.create_execution(tenant, new).await
     }
@@ -275,7 +288,9 @@ impl<S: Store> Store for Metered<S> {
             .transition_execution(tenant, id, transition)
             .await
     }
+}
 
+impl<S: Store> QueueStore for Metered<S> {
     async fn claim_matching(
         &self,
         filter: &ClaimFilter,
@@ -316,10 +331,33 @@ impl<S: Store> Store for Metered<S> {
     async fn queue_signal(&self) {
         self.inner.queue_signal().await
     }
+}
 
+impl<S: Store> StepStore for Metered<S> {
     async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
         let started = Instant::now();
         let ack = self.inner.append_step(tenant, new).await?;
+        let tenant = tenant.clone();
+        Ok(timed_ack_then(
+            Timed::SaveStep,
+            started,
+            ack,
+            move |append| {
+                crate::runs::remember_step(&tenant, &append.step);
+            },
+        ))
+    }
+
+    /// The inner store's own write (one transaction with its mirror where the backend has
+    /// them), timed like [`Self::append_step`].
+    async fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        let started = Instant::now();
+        let ack = self.inner.append_step_mirrored(tenant, new, mirror).await?;
         let tenant = tenant.clone();
         Ok(timed_ack_then(
             Timed::SaveStep,
@@ -356,26 +394,9 @@ impl<S: Store> Store for Metered<S> {
         observe(Timed::LoadMemory, started.elapsed());
         Ok(steps)
     }
+}
 
-    async fn list_session_messages_after(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-        after: i64,
-    ) -> Result<stepwise_store::MessagesAfter> {
-        let started = Instant::now();
-        let messages = self
-            .inner
-            .list_session_messages_after(tenant, session_id, after)
-            .await?;
-        observe(Timed::LoadMessages, started.elapsed());
-        Ok(messages)
-    }
-
-    fn session_cache(&self) -> Option<&stepwise_store::SessionCache> {
-        self.inner.session_cache()
-    }
-
+impl<S: Store> SnapshotStore for Metered<S> {
     async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
         let started = Instant::now();
         let ack = self.inner.save_snapshot(tenant, new).await?;
@@ -389,7 +410,9 @@ impl<S: Store> Store for Metered<S> {
     async fn get_snapshot(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
         self.inner.get_snapshot(tenant, id).await
     }
+}
 
+impl<S: Store> EventStore for Metered<S> {
     async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
         let started = Instant::now();
         let ack = self.inner.append_event(tenant, new).await?;
@@ -414,170 +437,6 @@ impl<S: Store> Store for Metered<S> {
 
     fn publish_live(&self, tenant: &Tenant, event: Event) {
         self.inner.publish_live(tenant, event)
-    }
-
-    async fn import_document(
-        &self,
-        tenant: &Tenant,
-        user_id: &str,
-        doc: SessionDocument,
-    ) -> Result<Session> {
-        self.inner.import_document(tenant, user_id, doc).await
-    }
-
-    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
-        self.inner.mark_abandoned(cutoff, dry).await
-    }
-
-    async fn cleanup_old_sessions(
-        &self,
-        now: Timestamp,
-        policy: RetentionPolicy,
-        dry: bool,
-    ) -> Result<CleanupReport> {
-        self.inner.cleanup_old_sessions(now, policy, dry).await
-    }
-
-    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
-        self.inner.try_retention_lock().await
-    }
-
-    async fn put_checkpoint(
-        &self,
-        tenant: &Tenant,
-        new: stepwise_store::NewCheckpoint,
-    ) -> Result<stepwise_store::CheckpointPut> {
-        self.inner.put_checkpoint(tenant, new).await
-    }
-
-    async fn put_checkpoint_writes(
-        &self,
-        tenant: &Tenant,
-        writes: stepwise_store::PutWrites,
-    ) -> Result<Id> {
-        self.inner.put_checkpoint_writes(tenant, writes).await
-    }
-
-    async fn get_checkpoint_since(
-        &self,
-        tenant: &Tenant,
-        thread_id: &str,
-        checkpoint_ns: &str,
-        checkpoint_id: Option<&str>,
-        have: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Option<stepwise_store::CheckpointRecord>> {
-        self.inner
-            .get_checkpoint_since(tenant, thread_id, checkpoint_ns, checkpoint_id, have)
-            .await
-    }
-
-    async fn list_checkpoints(
-        &self,
-        tenant: &Tenant,
-        query: stepwise_store::CheckpointQuery,
-    ) -> Result<Page<stepwise_store::CheckpointRecord>> {
-        self.inner.list_checkpoints(tenant, query).await
-    }
-
-    async fn get_thread(
-        &self,
-        tenant: &Tenant,
-        thread_id: &str,
-    ) -> Result<Option<stepwise_store::ThreadInfo>> {
-        self.inner.get_thread(tenant, thread_id).await
-    }
-
-    async fn export_thread(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> Result<Option<stepwise_core::document::DocumentThread>> {
-        self.inner.export_thread(tenant, session_id).await
-    }
-
-    async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
-        self.inner.delete_thread(tenant, thread_id).await
-    }
-
-    async fn copy_thread(
-        &self,
-        tenant: &Tenant,
-        source: &str,
-        target: &str,
-        user_id: &str,
-    ) -> Result<Option<stepwise_store::ThreadInfo>> {
-        self.inner
-            .copy_thread(tenant, source, target, user_id)
-            .await
-    }
-
-    async fn delete_checkpoints_for_runs(
-        &self,
-        tenant: &Tenant,
-        run_ids: Vec<String>,
-    ) -> Result<u64> {
-        self.inner
-            .delete_checkpoints_for_runs(tenant, run_ids)
-            .await
-    }
-
-    async fn prune_checkpoints(
-        &self,
-        tenant: &Tenant,
-        thread_ids: Vec<String>,
-        strategy: stepwise_store::PruneStrategy,
-    ) -> Result<u64> {
-        self.inner
-            .prune_checkpoints(tenant, thread_ids, strategy)
-            .await
-    }
-
-    async fn create_api_key(
-        &self,
-        tenant: &Tenant,
-        user_id: &str,
-        name: Option<String>,
-        key_hash: &str,
-    ) -> Result<ApiKeyRecord> {
-        self.inner
-            .create_api_key(tenant, user_id, name, key_hash)
-            .await
-    }
-
-    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
-        self.inner.find_api_key(key_hash).await
-    }
-
-    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
-        self.inner.list_api_keys().await
-    }
-
-    async fn revoke_api_key(&self, id: Id) -> Result<bool> {
-        self.inner.revoke_api_key(id).await
-    }
-
-    async fn count_active_api_keys(&self) -> Result<u64> {
-        self.inner.count_active_api_keys().await
-    }
-
-    async fn flush(&self) -> Result<()> {
-        self.inner.flush().await
-    }
-
-    async fn ping(&self) -> Result<()> {
-        self.inner.ping().await
-    }
-
-    async fn stats(&self) -> Result<StoreStats> {
-        self.inner.stats().await
-    }
-
-    async fn count_by_status(&self) -> Result<StatusCounts> {
-        self.inner.count_by_status().await
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
     }
 }
 

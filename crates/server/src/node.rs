@@ -308,6 +308,7 @@ mod tests {
     use stepwise_store_sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;
+    use stepwise_store::prelude::*;
 
     const DEADLINE: Duration = Duration::from_secs(30);
 

@@ -22,24 +22,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::schemas::IdPath;
-
-macro_rules! list_schema {
-    ($name:ident, $item:ty) => {
-        /// A page of a list: the items and the cursor of the next page (`null` on the last).
-        #[derive(ToSchema)]
-        #[allow(dead_code)] // the schema of `crate::List`
-        pub struct $name {
-            pub items: Vec<$item>,
-            pub next_cursor: Option<String>,
-        }
-    };
-}
-
-list_schema!(SessionList, Session);
-list_schema!(MessageList, Message);
-list_schema!(ExecutionList, Execution);
-list_schema!(StepList, Step);
-list_schema!(SnapshotList, Snapshot);
+use crate::shapes::{DataFrame, ExecutionList, MessageList, SessionList, SnapshotList, StepList};
 
 // --- stubs of endpoints whose files do not hold their doc yet ---------------------------
 
@@ -54,24 +37,6 @@ pub struct SseFrame {
     pub event: EventType,
     #[schema(schema_with = event_json)]
     pub data: String,
-}
-
-/// One Server-Sent Event of a front-end stream (AI SDK, AG-UI): `data` a JSON object (the
-/// part or event), or `[DONE]` at the end of an AI SDK stream
-#[derive(ToSchema)]
-#[allow(dead_code)] // the schema of the front-end streams' frames
-pub struct DataFrame {
-    #[schema(schema_with = json_text)]
-    pub data: String,
-}
-
-/// `data` of a front-end frame: JSON text.
-fn json_text() -> Schema {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .content_media_type("application/json")
-        .build()
-        .into()
 }
 
 /// `data` of an event frame: an [`Event`] as JSON text.

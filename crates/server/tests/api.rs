@@ -9,7 +9,8 @@ use common::{TestServer, assert_error, wait_for};
 use serde_json::{Value, json};
 use stepwise_core::apikey::{generate_api_key, hash_api_key};
 use stepwise_server::ServerConfig;
-use stepwise_store::{Store, Tenant};
+use stepwise_store::Tenant;
+use stepwise_store::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_answers_a_4xx_json_error_never_a_5xx() {

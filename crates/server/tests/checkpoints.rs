@@ -7,7 +7,8 @@ mod common;
 use common::{TestServer, wait_for};
 use serde_json::{Value, json};
 use stepwise_core::apikey::{generate_api_key, hash_api_key};
-use stepwise_store::{Store, Tenant};
+use stepwise_store::Tenant;
+use stepwise_store::prelude::*;
 
 fn b64(text: &str) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

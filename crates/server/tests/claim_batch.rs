@@ -11,10 +11,11 @@ use serde_json::{Value, json};
 use stepwise_core::ExecutionStatus;
 use stepwise_engine::DEMO_AGENT;
 use stepwise_server::Metered;
-use stepwise_store::{NewExecution, NewSession, Store, Tenant};
+use stepwise_store::{NewExecution, NewSession, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 
 use common::{metric, metrics_text, start_metered};
+use stepwise_store::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executions_queued_before_start_are_claimed_together_in_one_query() {

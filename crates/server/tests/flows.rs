@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{Options, TestServer, wait_for};
 use serde_json::{Value, json};
 use stepwise_engine::{Agent, AgentContext, AgentError, BoxFuture, Decision};
+use stepwise_store::prelude::*;
 
 fn kinds(events: &[common::SseEvent]) -> Vec<String> {
     events.iter().map(|e| e.event.clone()).collect()
@@ -605,7 +606,7 @@ async fn open_streams_end_when_the_server_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_stops_reading_catches_up_without_a_gap() {
     use stepwise_core::EventType;
-    use stepwise_store::{NewEvent, NewSession, Store, Tenant};
+    use stepwise_store::{NewEvent, NewSession, Tenant};
 
     let server = TestServer::start().await;
     let tenant = Tenant::new(stepwise_server::LOCAL_TENANT).expect("tenant");

@@ -8,7 +8,8 @@ mod common;
 use common::{TestServer, wait_for};
 use serde_json::{Value, json};
 use stepwise_core::apikey::{generate_api_key, hash_api_key};
-use stepwise_store::{Store, Tenant};
+use stepwise_store::Tenant;
+use stepwise_store::prelude::*;
 
 async fn new_session(server: &TestServer) -> String {
     let (status, body) = server.post("/v1/sessions", json!({"title": "chat"})).await;

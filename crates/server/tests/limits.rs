@@ -9,7 +9,8 @@ use common::{Options, TestServer, read, wait_for};
 use serde_json::{Value, json};
 use stepwise_core::apikey::{generate_api_key, hash_api_key};
 use stepwise_server::ServerConfig;
-use stepwise_store::{Store, Tenant};
+use stepwise_store::Tenant;
+use stepwise_store::prelude::*;
 
 fn assert_refused(status: u16, body: &Value, expected: u16, code: &str, field: Option<&str>) {
     assert_eq!(status, expected, "{body}");

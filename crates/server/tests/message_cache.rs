@@ -6,9 +6,10 @@ mod common;
 
 use serde_json::Value;
 use stepwise_core::parse_id;
-use stepwise_store::{MessageQuery, Store, Tenant};
+use stepwise_store::{MessageQuery, Tenant};
 
 use common::{TestServer, metric, metrics_text};
+use stepwise_store::prelude::*;
 
 /// Every message of the session, two at a time by `next_cursor`, with `query` added.
 async fn paged(server: &TestServer, session: &str, query: &str) -> Vec<Value> {

@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::{TestServer, assert_error, wait_for};
 use serde_json::{Value, json};
 use stepwise_core::apikey::{generate_api_key, hash_api_key};
-use stepwise_store::{Store, Tenant};
+use stepwise_store::Tenant;
+use stepwise_store::prelude::*;
 
 const LEASE: &str = "stepwise-lease";
 

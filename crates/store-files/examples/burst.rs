@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use serde_json::json;
 use stepwise_core::{ExecutionStatus, StepBody, StepKind};
-use stepwise_store::{NewExecution, NewSession, NewStep, Store, Tenant};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewExecution, NewSession, NewStep, Tenant};
 use stepwise_store_files::FileStore;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

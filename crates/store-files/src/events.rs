@@ -11,7 +11,28 @@ use crate::state::Key;
 use crate::{FileStore, check_depth};
 
 impl FileStore {
-    pub(crate) async fn event_append(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
+    pub(crate) fn event_subscribe(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+    ) -> broadcast::Receiver<Arc<Event>> {
+        if self.owns_session(tenant, session_id) {
+            self.inner.shared.hub.subscribe(session_id)
+        } else {
+            // Another tenant's id behaves like an unknown one: nothing ever arrives.
+            self.inner.shared.nowhere.subscribe()
+        }
+    }
+
+    pub(crate) fn event_publish_live(&self, tenant: &Tenant, event: Event) {
+        if self.owns_session(tenant, event.session_id) {
+            self.inner.shared.hub.publish(Arc::new(event));
+        }
+    }
+}
+
+impl stepwise_store::EventStore for FileStore {
+    async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
         check_depth("metadata", [&new.metadata])?;
         let mut state = self.lock();
         let now = self.now();
@@ -41,7 +62,7 @@ impl FileStore {
         Ok(self.enqueue(&mut state, event))
     }
 
-    pub(crate) async fn event_list(
+    async fn list_events(
         &self,
         tenant: &Tenant,
         session_id: Id,
@@ -61,22 +82,11 @@ impl FileStore {
             .collect())
     }
 
-    pub(crate) fn event_subscribe(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> broadcast::Receiver<Arc<Event>> {
-        if self.owns_session(tenant, session_id) {
-            self.inner.shared.hub.subscribe(session_id)
-        } else {
-            // Another tenant's id behaves like an unknown one: nothing ever arrives.
-            self.inner.shared.nowhere.subscribe()
-        }
+    fn subscribe(&self, tenant: &Tenant, session_id: Id) -> broadcast::Receiver<Arc<Event>> {
+        self.event_subscribe(tenant, session_id)
     }
 
-    pub(crate) fn event_publish_live(&self, tenant: &Tenant, event: Event) {
-        if self.owns_session(tenant, event.session_id) {
-            self.inner.shared.hub.publish(Arc::new(event));
-        }
+    fn publish_live(&self, tenant: &Tenant, event: Event) {
+        self.event_publish_live(tenant, event)
     }
 }

@@ -11,131 +11,12 @@ use stepwise_store::{Claim, ClaimFilter, NewExecution, Result, StoreError, Tenan
 
 use crate::state::{ExecEntry, Key, Lease};
 use crate::{FileStore, check_depth, tenant_state};
+use stepwise_core::Message;
+use stepwise_store::NewEvent;
+use stepwise_store::NewMessage;
+use stepwise_store::WorkerSeen;
 
 impl FileStore {
-    pub(crate) async fn execution_create(
-        &self,
-        tenant: &Tenant,
-        new: NewExecution,
-    ) -> Result<Execution> {
-        check_depth("input", [&new.input, &new.agent_config, &new.metadata])?;
-        let now = self.now();
-        let execution = new.into_execution(tenant, now)?;
-        let ack = {
-            let mut state = self.lock();
-            let now = self.now();
-            let execution = Execution {
-                started_at: execution.started_at.map(|_| now),
-                created_at: now,
-                updated_at: now,
-                ..execution
-            };
-            if let Some(session_id) = execution.session_id
-                && state.session(tenant.as_str(), session_id).is_none()
-            {
-                return Err(StoreError::NotFound("session"));
-            }
-            if let Some(parent) = execution.parent_execution_id
-                && state.exec(tenant.as_str(), parent).is_none()
-            {
-                return Err(StoreError::NotFound("parent execution"));
-            }
-            let root = self.inner.shared.root.clone();
-            let ts = tenant_state(&mut state, &root, tenant.as_str());
-            let Some(container) = ts.container_mut(execution.session_id) else {
-                return Err(StoreError::NotFound("session"));
-            };
-            container.executions.push(ExecEntry {
-                execution: execution.clone(),
-                steps: Default::default(),
-                lease: None,
-                resume_answer: None,
-            });
-            if let Some(session) = container.session.as_mut() {
-                session.last_execution_id = Some(execution.id);
-                session.updated_at = now;
-            }
-            let key = Key {
-                tenant: tenant.as_str().to_string(),
-                session: execution.session_id,
-            };
-            state.executions.insert(execution.id, key.clone());
-            state.touch(&key, true);
-            self.enqueue(&mut state, execution)
-        };
-        ack.await
-    }
-
-    pub(crate) async fn execution_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
-        Ok(self
-            .lock()
-            .exec(tenant.as_str(), id)
-            .map(|(_, e)| e.execution.clone()))
-    }
-
-    pub(crate) async fn execution_list(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> Result<Vec<Execution>> {
-        let state = self.lock();
-        let Some(container) = state.session(tenant.as_str(), session_id) else {
-            return Ok(Vec::new());
-        };
-        Ok(container
-            .executions
-            .iter()
-            .map(|e| e.execution.clone())
-            .collect())
-    }
-
-    pub(crate) async fn execution_transition(
-        &self,
-        tenant: &Tenant,
-        id: Id,
-        transition: Transition,
-    ) -> Result<Execution> {
-        match &transition {
-            Transition::Resume { answer } => check_depth("answer", [answer])?,
-            Transition::Complete { output } => check_depth("output", [output])?,
-            _ => {}
-        }
-        let now = self.now();
-        let ack = {
-            let mut state = self.lock();
-            let Some((key, entry)) = state.exec_mut(tenant.as_str(), id) else {
-                return Err(StoreError::NotFound("execution"));
-            };
-            check_transition(entry.execution.status, &transition)?;
-            let target = transition.target();
-            let e = &mut entry.execution;
-            e.status = target;
-            entry.resume_answer = None;
-            match transition {
-                // The claim ended with the worker pausing: not an interruption.
-                Transition::Pause { .. } => e.attempts = 0,
-                Transition::Resume { answer } => entry.resume_answer = Some(answer),
-                Transition::Complete { output } => {
-                    e.output = output;
-                    e.completed_at.get_or_insert(now);
-                }
-                Transition::Fail { error_message } => {
-                    e.error_message = Some(error_message);
-                    e.completed_at.get_or_insert(now);
-                }
-                Transition::Cancel => {
-                    e.completed_at.get_or_insert(now);
-                }
-            }
-            entry.lease = None;
-            e.updated_at = now;
-            let execution = e.clone();
-            state.touch(&key, false);
-            self.enqueue(&mut state, execution)
-        };
-        ack.await
-    }
-
     pub(crate) async fn queue_claim_next(
         &self,
         filter: &ClaimFilter,
@@ -250,39 +131,6 @@ impl FileStore {
         ack.await
     }
 
-    pub(crate) async fn queue_renew(
-        &self,
-        worker: &str,
-        ids: Vec<Id>,
-        lease: Duration,
-    ) -> Result<Vec<Id>> {
-        let until = lease_until(self.now(), lease);
-        let mut state = self.lock();
-        let mut lost = Vec::new();
-        for id in ids {
-            let key = state.executions.get(&id).cloned();
-            let held = key.as_ref().and_then(|key| {
-                let (_, entry) = state.exec_mut(&key.tenant, id)?;
-                let lease = entry.lease.as_mut()?;
-                if entry.execution.status != ExecutionStatus::Running || lease.owner != worker {
-                    return None;
-                }
-                lease.expires_at = until;
-                Some(())
-            });
-            match (held, key) {
-                // Written with the next batch: an older deadline on disk only means a
-                // crashed process's work is taken over sooner.
-                (Some(()), Some(key)) => state.touch(&key, false),
-                _ => lost.push(id),
-            }
-        }
-        if !state.pending.dirty.is_empty() {
-            self.inner.shared.wake.notify_one();
-        }
-        Ok(lost)
-    }
-
     /// Back to the queue; `keep_attempt` counts the attempt it was claimed with.
     pub(crate) async fn queue_release(
         &self,
@@ -316,8 +164,243 @@ impl FileStore {
         };
         ack.await
     }
+}
 
-    pub(crate) async fn queue_pending(&self) -> Result<u64> {
+impl stepwise_store::ExecutionStore for FileStore {
+    /// Separate writes in order: the files backend has no transaction across files.
+    async fn create_execution_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
+    ) -> Result<(Execution, Vec<Message>)> {
+        stepwise_store::separately::create_execution_with_messages(
+            self, tenant, new, messages, events,
+        )
+        .await
+    }
+
+    async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
+        check_depth("input", [&new.input, &new.agent_config, &new.metadata])?;
+        let now = self.now();
+        let execution = new.into_execution(tenant, now)?;
+        let ack = {
+            let mut state = self.lock();
+            let now = self.now();
+            let execution = Execution {
+                started_at: execution.started_at.map(|_| now),
+                created_at: now,
+                updated_at: now,
+                ..execution
+            };
+            if let Some(session_id) = execution.session_id
+                && state.session(tenant.as_str(), session_id).is_none()
+            {
+                return Err(StoreError::NotFound("session"));
+            }
+            if let Some(parent) = execution.parent_execution_id
+                && state.exec(tenant.as_str(), parent).is_none()
+            {
+                return Err(StoreError::NotFound("parent execution"));
+            }
+            let root = self.inner.shared.root.clone();
+            let ts = tenant_state(&mut state, &root, tenant.as_str());
+            let Some(container) = ts.container_mut(execution.session_id) else {
+                return Err(StoreError::NotFound("session"));
+            };
+            container.executions.push(ExecEntry {
+                execution: execution.clone(),
+                steps: Default::default(),
+                lease: None,
+                resume_answer: None,
+            });
+            if let Some(session) = container.session.as_mut() {
+                session.last_execution_id = Some(execution.id);
+                session.updated_at = now;
+            }
+            let key = Key {
+                tenant: tenant.as_str().to_string(),
+                session: execution.session_id,
+            };
+            state.executions.insert(execution.id, key.clone());
+            state.touch(&key, true);
+            self.enqueue(&mut state, execution)
+        };
+        ack.await
+    }
+
+    async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
+        Ok(self
+            .lock()
+            .exec(tenant.as_str(), id)
+            .map(|(_, e)| e.execution.clone()))
+    }
+
+    async fn list_executions(&self, tenant: &Tenant, session_id: Id) -> Result<Vec<Execution>> {
+        let state = self.lock();
+        let Some(container) = state.session(tenant.as_str(), session_id) else {
+            return Ok(Vec::new());
+        };
+        Ok(container
+            .executions
+            .iter()
+            .map(|e| e.execution.clone())
+            .collect())
+    }
+
+    async fn transition_execution(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        transition: Transition,
+    ) -> Result<Execution> {
+        match &transition {
+            Transition::Resume { answer } => check_depth("answer", [answer])?,
+            Transition::Complete { output } => check_depth("output", [output])?,
+            _ => {}
+        }
+        let now = self.now();
+        let ack = {
+            let mut state = self.lock();
+            let Some((key, entry)) = state.exec_mut(tenant.as_str(), id) else {
+                return Err(StoreError::NotFound("execution"));
+            };
+            check_transition(entry.execution.status, &transition)?;
+            let target = transition.target();
+            let e = &mut entry.execution;
+            e.status = target;
+            entry.resume_answer = None;
+            match transition {
+                // The claim ended with the worker pausing: not an interruption.
+                Transition::Pause { .. } => e.attempts = 0,
+                Transition::Resume { answer } => entry.resume_answer = Some(answer),
+                Transition::Complete { output } => {
+                    e.output = output;
+                    e.completed_at.get_or_insert(now);
+                }
+                Transition::Fail { error_message } => {
+                    e.error_message = Some(error_message);
+                    e.completed_at.get_or_insert(now);
+                }
+                Transition::Cancel => {
+                    e.completed_at.get_or_insert(now);
+                }
+            }
+            entry.lease = None;
+            e.updated_at = now;
+            let execution = e.clone();
+            state.touch(&key, false);
+            self.enqueue(&mut state, execution)
+        };
+        ack.await
+    }
+}
+
+impl stepwise_store::QueueStore for FileStore {
+    async fn claim_matching(
+        &self,
+        filter: &ClaimFilter,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Vec<Claim>> {
+        let mut claims = Vec::with_capacity(workers.len());
+        for worker in workers {
+            match self
+                .queue_claim_next(filter, worker, lease, max_attempts)
+                .await
+            {
+                Ok(Some(claim)) => claims.push(claim),
+                Ok(None) => break,
+                Err(e) if claims.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(worker, error = %e, "claiming work failed after some claims");
+                    break;
+                }
+            }
+        }
+        Ok(claims)
+    }
+
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+        let forget_before =
+            worker.last_seen_at.0 - stepwise_store::rules::FORGET_WORKERS_AFTER.as_micros() as i64;
+        let mut workers = self
+            .inner
+            .shared
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        workers.retain(|_, w| w.last_seen_at.0 >= forget_before);
+        let key = (tenant.as_str().to_string(), worker.worker_id.clone());
+        // The newer call wins, never the other way round.
+        if workers
+            .get(&key)
+            .is_none_or(|known| known.last_seen_at <= worker.last_seen_at)
+        {
+            workers.insert(key, worker);
+        }
+        Ok(())
+    }
+
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
+        let workers = self
+            .inner
+            .shared
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut seen: Vec<WorkerSeen> = workers
+            .iter()
+            .filter(|((t, _), w)| t == tenant.as_str() && w.last_seen_at >= since)
+            .map(|(_, w)| w.clone())
+            .collect();
+        seen.sort_by(|a, b| {
+            b.last_seen_at
+                .cmp(&a.last_seen_at)
+                .then_with(|| a.worker_id.cmp(&b.worker_id))
+        });
+        Ok(seen)
+    }
+
+    async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {
+        let until = lease_until(self.now(), lease);
+        let mut state = self.lock();
+        let mut lost = Vec::new();
+        for id in ids {
+            let key = state.executions.get(&id).cloned();
+            let held = key.as_ref().and_then(|key| {
+                let (_, entry) = state.exec_mut(&key.tenant, id)?;
+                let lease = entry.lease.as_mut()?;
+                if entry.execution.status != ExecutionStatus::Running || lease.owner != worker {
+                    return None;
+                }
+                lease.expires_at = until;
+                Some(())
+            });
+            match (held, key) {
+                // Written with the next batch: an older deadline on disk only means a
+                // crashed process's work is taken over sooner.
+                (Some(()), Some(key)) => state.touch(&key, false),
+                _ => lost.push(id),
+            }
+        }
+        if !state.pending.dirty.is_empty() {
+            self.inner.shared.wake.notify_one();
+        }
+        Ok(lost)
+    }
+
+    async fn release(&self, worker: &str, id: Id) -> Result<()> {
+        self.queue_release(worker, id, false).await
+    }
+
+    async fn requeue(&self, worker: &str, id: Id) -> Result<()> {
+        self.queue_release(worker, id, true).await
+    }
+
+    async fn queue_depth(&self) -> Result<u64> {
         Ok(self
             .lock()
             .all_executions()

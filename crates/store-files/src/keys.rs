@@ -6,8 +6,16 @@ use stepwise_store::{ApiKeyRecord, Result, StoreError, Tenant};
 use crate::state::{Key, KeyEntry};
 use crate::{FileStore, LOCAL_TENANT, tenant_state};
 
-impl FileStore {
-    pub(crate) async fn key_create(
+/// The root `metadata.json`, which holds the API keys.
+pub(crate) fn keys_key() -> Key {
+    Key {
+        tenant: LOCAL_TENANT.to_string(),
+        session: None,
+    }
+}
+
+impl stepwise_store::KeyStore for FileStore {
+    async fn create_api_key(
         &self,
         tenant: &Tenant,
         user_id: &str,
@@ -32,7 +40,7 @@ impl FileStore {
         ack.await
     }
 
-    pub(crate) async fn key_find(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
         Ok(self
             .lock()
             .api_keys
@@ -41,7 +49,7 @@ impl FileStore {
             .map(|k| k.record.clone()))
     }
 
-    pub(crate) async fn key_list(&self) -> Result<Vec<ApiKeyRecord>> {
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         let mut keys: Vec<ApiKeyRecord> = self
             .lock()
             .api_keys
@@ -52,7 +60,7 @@ impl FileStore {
         Ok(keys)
     }
 
-    pub(crate) async fn key_revoke(&self, id: Id) -> Result<bool> {
+    async fn revoke_api_key(&self, id: Id) -> Result<bool> {
         let now = self.now();
         let ack = {
             let mut state = self.lock();
@@ -66,20 +74,12 @@ impl FileStore {
         ack.await
     }
 
-    pub(crate) async fn key_count_active(&self) -> Result<u64> {
+    async fn count_active_api_keys(&self) -> Result<u64> {
         Ok(self
             .lock()
             .api_keys
             .iter()
             .filter(|k| k.record.revoked_at.is_none())
             .count() as u64)
-    }
-}
-
-/// The root `metadata.json`, which holds the API keys.
-pub(crate) fn keys_key() -> Key {
-    Key {
-        tenant: LOCAL_TENANT.to_string(),
-        session: None,
     }
 }

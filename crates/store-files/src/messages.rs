@@ -7,8 +7,8 @@ use stepwise_store::{MessageQuery, NewMessage, Result, StoreError, Tenant};
 use crate::state::Key;
 use crate::{FileStore, check_depth};
 
-impl FileStore {
-    pub(crate) async fn message_append(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+impl stepwise_store::MessageStore for FileStore {
+    async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         check_depth("metadata", [&new.metadata])?;
         let session_id = new.session_id;
         let ack = {
@@ -36,7 +36,7 @@ impl FileStore {
         ack.await
     }
 
-    pub(crate) async fn message_list(
+    async fn list_messages(
         &self,
         tenant: &Tenant,
         session_id: Id,

@@ -8,8 +8,16 @@ use stepwise_store::{Result, StatusCounts, StoreError, StoreStats};
 
 use crate::FileStore;
 
-impl FileStore {
-    pub(crate) async fn operations_ping(&self) -> Result<()> {
+impl stepwise_store::OperationsStore for FileStore {
+    async fn flush(&self) -> Result<()> {
+        let ack = {
+            let mut state = self.lock();
+            self.enqueue(&mut state, ())
+        };
+        ack.await
+    }
+
+    async fn ping(&self) -> Result<()> {
         let root = &self.inner.shared.root;
         if !self.inner.shared.writable.load(Ordering::Relaxed) {
             return Err(StoreError::StorageFull(format!(
@@ -30,7 +38,7 @@ impl FileStore {
         }
     }
 
-    pub(crate) async fn operations_stats(&self) -> Result<StoreStats> {
+    async fn stats(&self) -> Result<StoreStats> {
         let (bytes, queue_depth) = {
             let state = self.lock();
             let bytes = state.file_sizes.values().sum();
@@ -48,7 +56,7 @@ impl FileStore {
         })
     }
 
-    pub(crate) async fn operations_count_by_status(&self) -> Result<StatusCounts> {
+    async fn count_by_status(&self) -> Result<StatusCounts> {
         let state = self.lock();
         let mut sessions: BTreeMap<&'static str, (SessionStatus, u64)> = BTreeMap::new();
         for tenant in state.tenants.values() {

@@ -8,13 +8,27 @@ use stepwise_store::{CleanupReport, Result, RetentionPolicy};
 use crate::FileStore;
 use crate::disk::stem_of;
 use crate::state::{Container, Key};
+use stepwise_store::RetentionLock;
 
-impl FileStore {
-    pub(crate) async fn retention_mark_abandoned(
-        &self,
-        cutoff: Timestamp,
-        dry: bool,
-    ) -> Result<u64> {
+/// What deleting this session removes, counted like the SQL backends count rows.
+fn container_report(container: &Container) -> CleanupReport {
+    CleanupReport {
+        sessions: 1,
+        messages: container.messages.len() as u64,
+        executions: container.executions.len() as u64,
+        steps: container
+            .executions
+            .iter()
+            .map(|e| e.steps.len() as u64)
+            .sum::<u64>()
+            + container.orphan_damaged_steps(),
+        snapshots: container.snapshots.len() as u64,
+        events: container.events.len() as u64,
+    }
+}
+
+impl stepwise_store::RetentionStore for FileStore {
+    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
         let now = self.now();
         let ack = {
             let mut state = self.lock();
@@ -60,7 +74,7 @@ impl FileStore {
         ack.await
     }
 
-    pub(crate) async fn retention_cleanup(
+    async fn cleanup_old_sessions(
         &self,
         now: Timestamp,
         policy: RetentionPolicy,
@@ -120,21 +134,9 @@ impl FileStore {
         };
         ack.await
     }
-}
 
-/// What deleting this session removes, counted like the SQL backends count rows.
-fn container_report(container: &Container) -> CleanupReport {
-    CleanupReport {
-        sessions: 1,
-        messages: container.messages.len() as u64,
-        executions: container.executions.len() as u64,
-        steps: container
-            .executions
-            .iter()
-            .map(|e| e.steps.len() as u64)
-            .sum::<u64>()
-            + container.orphan_damaged_steps(),
-        snapshots: container.snapshots.len() as u64,
-        events: container.events.len() as u64,
+    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
+        // One process at a time uses the folder.
+        Ok(Some(RetentionLock::local()))
     }
 }

@@ -10,9 +10,26 @@ use stepwise_store::{
 use crate::disk::stem_of;
 use crate::state::{Container, Key, TenantState};
 use crate::{FileStore, check_depth, tenant_state};
+use stepwise_core::SessionDocument;
 
-impl FileStore {
-    pub(crate) async fn session_create(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
+/// Whether `stem` can be given to session `id`: not another session's file, not a file
+/// that could not be read.
+pub(crate) fn stem_free(ts: &TenantState, stem: &str, id: Id) -> Result<()> {
+    if ts.blocked_stems.contains(stem) {
+        return Err(StoreError::Conflict(format!(
+            "{stem}.json exists but could not be read; fix or move that file first"
+        )));
+    }
+    if ts.stems.get(stem).is_some_and(|other| *other != id) {
+        return Err(StoreError::Conflict(format!(
+            "a session named '{stem}' already exists"
+        )));
+    }
+    Ok(())
+}
+
+impl stepwise_store::SessionStore for FileStore {
+    async fn create_session(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
         check_depth("metadata", [&new.metadata])?;
         check_name(new.name.as_deref())?;
         let now = self.now();
@@ -48,18 +65,14 @@ impl FileStore {
         ack.await
     }
 
-    pub(crate) async fn session_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
+    async fn get_session(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
         Ok(self
             .lock()
             .session(tenant.as_str(), id)
             .and_then(|c| c.session.clone()))
     }
 
-    pub(crate) async fn session_find_by_name(
-        &self,
-        tenant: &Tenant,
-        name: &str,
-    ) -> Result<Option<Session>> {
+    async fn find_session_by_name(&self, tenant: &Tenant, name: &str) -> Result<Option<Session>> {
         let state = self.lock();
         let Some(ts) = state.tenant(tenant.as_str()) else {
             return Ok(None);
@@ -71,7 +84,7 @@ impl FileStore {
             .and_then(|c| c.session.clone()))
     }
 
-    pub(crate) async fn session_list(
+    async fn list_sessions(
         &self,
         tenant: &Tenant,
         filter: SessionFilter,
@@ -108,7 +121,7 @@ impl FileStore {
         })
     }
 
-    pub(crate) async fn session_update(
+    async fn update_session(
         &self,
         tenant: &Tenant,
         id: Id,
@@ -163,7 +176,7 @@ impl FileStore {
         ack.await
     }
 
-    pub(crate) async fn session_delete(&self, tenant: &Tenant, id: Id) -> Result<bool> {
+    async fn delete_session(&self, tenant: &Tenant, id: Id) -> Result<bool> {
         let now = self.now();
         let ack = {
             let mut state = self.lock();
@@ -186,20 +199,13 @@ impl FileStore {
         };
         ack.await
     }
-}
 
-/// Whether `stem` can be given to session `id`: not another session's file, not a file
-/// that could not be read.
-pub(crate) fn stem_free(ts: &TenantState, stem: &str, id: Id) -> Result<()> {
-    if ts.blocked_stems.contains(stem) {
-        return Err(StoreError::Conflict(format!(
-            "{stem}.json exists but could not be read; fix or move that file first"
-        )));
+    async fn import_document(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        doc: SessionDocument,
+    ) -> Result<Session> {
+        self.import_document_as_session(tenant, user_id, doc).await
     }
-    if ts.stems.get(stem).is_some_and(|other| *other != id) {
-        return Err(StoreError::Conflict(format!(
-            "a session named '{stem}' already exists"
-        )));
-    }
-    Ok(())
 }

@@ -7,12 +7,8 @@ use stepwise_store::{Ack, NewSnapshot, Result, StoreError, Tenant};
 
 use crate::{FileStore, check_depth};
 
-impl FileStore {
-    pub(crate) async fn snapshot_save(
-        &self,
-        tenant: &Tenant,
-        new: NewSnapshot,
-    ) -> Result<Ack<Snapshot>> {
+impl stepwise_store::SnapshotStore for FileStore {
+    async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
         check_depth("state", [&new.state])?;
         let mut state = self.lock();
         let now = self.now();
@@ -48,11 +44,7 @@ impl FileStore {
         Ok(self.enqueue(&mut state, snapshot))
     }
 
-    pub(crate) async fn snapshot_list(
-        &self,
-        tenant: &Tenant,
-        execution_id: Id,
-    ) -> Result<Vec<Snapshot>> {
+    async fn list_snapshots(&self, tenant: &Tenant, execution_id: Id) -> Result<Vec<Snapshot>> {
         let state = self.lock();
         let Some((key, _)) = state.exec(tenant.as_str(), execution_id) else {
             return Ok(Vec::new());
@@ -74,7 +66,7 @@ impl FileStore {
             .collect())
     }
 
-    pub(crate) async fn snapshot_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
+    async fn get_snapshot(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
         let state = self.lock();
         let Some(key) = state
             .snapshots

@@ -7,13 +7,29 @@ use stepwise_store::{Ack, Loaded, NewStep, Result, StepAppend, StoreError, Tenan
 
 use crate::state::StoredStep;
 use crate::{FileStore, check_depth};
+use stepwise_store::StepMirror;
 
-impl FileStore {
-    pub(crate) async fn step_append(
+fn decode_steps<'a>(steps: impl Iterator<Item = &'a StoredStep>, loaded: &mut Loaded<Step>) {
+    for s in steps {
+        match s {
+            StoredStep::Decoded(step) => loaded.items.push(step.clone()),
+            StoredStep::Damaged(_) => loaded.skipped += 1,
+        }
+    }
+}
+
+impl stepwise_store::StepStore for FileStore {
+    /// The step, then its mirror as separate writes.
+    async fn append_step_mirrored(
         &self,
         tenant: &Tenant,
         new: NewStep,
+        mirror: StepMirror,
     ) -> Result<Ack<StepAppend>> {
+        stepwise_store::separately::append_step_mirrored(self, tenant, new, mirror).await
+    }
+
+    async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
         check_depth(
             "body",
             std::iter::once(&new.body.output)
@@ -77,11 +93,7 @@ impl FileStore {
         ))
     }
 
-    pub(crate) async fn step_list(
-        &self,
-        tenant: &Tenant,
-        execution_id: Id,
-    ) -> Result<Loaded<Step>> {
+    async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {
         let mut loaded = Loaded {
             items: Vec::new(),
             skipped: 0,
@@ -93,11 +105,7 @@ impl FileStore {
         Ok(loaded)
     }
 
-    pub(crate) async fn step_list_session(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> Result<Loaded<Step>> {
+    async fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> Result<Loaded<Step>> {
         let mut loaded = Loaded {
             items: Vec::new(),
             skipped: 0,
@@ -110,14 +118,5 @@ impl FileStore {
         }
         self.count_skipped(loaded.skipped);
         Ok(loaded)
-    }
-}
-
-fn decode_steps<'a>(steps: impl Iterator<Item = &'a StoredStep>, loaded: &mut Loaded<Step>) {
-    for s in steps {
-        match s {
-            StoredStep::Decoded(step) => loaded.items.push(step.clone()),
-            StoredStep::Damaged(_) => loaded.skipped += 1,
-        }
     }
 }

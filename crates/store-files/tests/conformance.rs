@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 use stepwise_core::{Id, SharedClock};
-use stepwise_store::Store;
+use stepwise_store::prelude::*;
 use stepwise_store_files::{FileOptions, FileStore};
 use stepwise_store_tests::{Corruption, Harness};
 

@@ -15,8 +15,9 @@ use std::time::Duration;
 use serde_json::json;
 use stepwise_core::document::{DocumentLimits, parse_document};
 use stepwise_core::{EventType, ExecutionStatus, Role, StepBody, StepKind};
+use stepwise_store::prelude::*;
 use stepwise_store::{
-    MessageQuery, NewEvent, NewExecution, NewMessage, NewSession, NewStep, Store, Tenant,
+    MessageQuery, NewEvent, NewExecution, NewMessage, NewSession, NewStep, Tenant,
 };
 use stepwise_store_files::{FileStore, INDEX_FILE, IndexFile, METADATA_FILE};
 

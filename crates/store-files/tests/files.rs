@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use stepwise_core::document::{DocumentLimits, parse_document};
 use stepwise_core::{ExecutionStatus, Role, SessionStatus, StepBody, StepKind, Timestamp};
+use stepwise_store::prelude::*;
 use stepwise_store::{
     NewExecution, NewMessage, NewSession, NewStep, RetentionPolicy, SessionPatch, Store,
     StoreError, Tenant, export_session,
@@ -575,56 +576,13 @@ async fn an_interrupted_rename_and_a_file_renamed_by_hand_are_sorted_out_at_open
     assert_eq!(listed, vec!["kept.json", "new.json"]);
 }
 
-/// LangGraph checkpoints need the SQLite or PostgreSQL backend: every checkpoint call is
-/// refused with `InvalidState` (the HTTP layer answers 422 `invalid_state`), writing nothing.
+/// LangGraph checkpoints need the SQLite or PostgreSQL backend: this one has no checkpoint
+/// store (the HTTP layer answers 422 `invalid_state` to every checkpoint call).
 #[tokio::test]
-async fn files_refuse_checkpoints() {
+async fn files_keep_no_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
-    let new = stepwise_store::NewCheckpoint {
-        thread_id: "t".into(),
-        user_id: "me".into(),
-        checkpoint_ns: String::new(),
-        checkpoint_id: "1".into(),
-        parent_checkpoint_id: None,
-        checkpoint: stepwise_store::TypedValue::new("json", b"{}".to_vec()),
-        metadata: json!({}),
-        channel_versions: Default::default(),
-        blobs: Vec::new(),
-    };
-    let refused = |e: &StoreError| matches!(e, StoreError::InvalidState(m) if m.contains("SQLite or PostgreSQL"));
-    assert!(
-        store
-            .put_checkpoint(&local(), new)
-            .await
-            .is_err_and(|e| refused(&e))
-    );
-    assert!(
-        store
-            .get_thread(&local(), "t")
-            .await
-            .is_err_and(|e| refused(&e))
-    );
-    assert!(
-        store
-            .get_checkpoint(&local(), "t", "", None)
-            .await
-            .is_err_and(|e| refused(&e))
-    );
-    assert!(
-        store
-            .delete_thread(&local(), "t")
-            .await
-            .is_err_and(|e| refused(&e))
-    );
-    assert!(
-        store
-            .list_sessions(&local(), Default::default(), Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert!(store.checkpoints().is_none());
 }
 
 /// A document carrying a LangGraph thread's checkpoints is refused with `InvalidState` (the

@@ -35,7 +35,7 @@ const MESSAGES_AFTER: &str = concat!(
 );
 
 impl PgStore {
-    /// See [`stepwise_store::Store::list_session_steps_after`].
+    /// See [`stepwise_store::StepStore::list_session_steps_after`].
     pub(crate) async fn session_steps_after(
         &self,
         tenant: &Tenant,
@@ -100,7 +100,7 @@ impl PgStore {
         Ok(read)
     }
 
-    /// See [`stepwise_store::Store::list_session_messages_after`].
+    /// See [`stepwise_store::MessageStore::list_session_messages_after`].
     pub(crate) async fn session_messages_after(
         &self,
         tenant: &Tenant,

@@ -703,11 +703,43 @@ fn check_put(new: &NewCheckpoint) -> Result<()> {
 }
 
 impl PgStore {
-    pub(crate) async fn checkpoint_put(
+    pub(crate) async fn checkpoint_get(
         &self,
         tenant: &Tenant,
-        new: NewCheckpoint,
-    ) -> Result<CheckpointPut> {
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+        have: &BTreeMap<String, String>,
+    ) -> Result<Option<CheckpointRecord>> {
+        if thread_id.contains('\0')
+            || checkpoint_ns.contains('\0')
+            || checkpoint_id.is_some_and(|i| i.contains('\0'))
+        {
+            return Ok(None);
+        }
+        let t = tenant.as_str();
+        let client = self.client().await?;
+        let c = &**client;
+        let row = match checkpoint_id {
+            Some(id) => {
+                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = $1 AND {OF_THREAD} AND c.checkpoint_ns = $3 AND c.checkpoint_id = $4");
+                c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns, id]).await
+            }
+            None => {
+                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = $1 AND {OF_THREAD} AND c.checkpoint_ns = $3 ORDER BY c.checkpoint_id DESC LIMIT 1");
+                c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns]).await
+            }
+        }
+        .map_err(map_pg)?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(complete(c, t, vec![checkpoint_row(&row)?], have)
+            .await?
+            .pop())
+    }
+}
+
+impl stepwise_store::CheckpointStore for PgStore {
+    async fn put_checkpoint(&self, tenant: &Tenant, new: NewCheckpoint) -> Result<CheckpointPut> {
         check_put(&new)?;
         let now = self.now();
         let t = tenant.as_str();
@@ -782,11 +814,7 @@ impl PgStore {
         })
     }
 
-    pub(crate) async fn checkpoint_put_writes(
-        &self,
-        tenant: &Tenant,
-        put: PutWrites,
-    ) -> Result<Id> {
+    async fn put_checkpoint_writes(&self, tenant: &Tenant, put: PutWrites) -> Result<Id> {
         for text in [
             &put.thread_id,
             &put.checkpoint_ns,
@@ -859,41 +887,19 @@ impl PgStore {
         Ok(session)
     }
 
-    pub(crate) async fn checkpoint_get(
+    async fn get_checkpoint_since(
         &self,
         tenant: &Tenant,
         thread_id: &str,
         checkpoint_ns: &str,
         checkpoint_id: Option<&str>,
-        have: &BTreeMap<String, String>,
-    ) -> Result<Option<CheckpointRecord>> {
-        if thread_id.contains('\0')
-            || checkpoint_ns.contains('\0')
-            || checkpoint_id.is_some_and(|i| i.contains('\0'))
-        {
-            return Ok(None);
-        }
-        let t = tenant.as_str();
-        let client = self.client().await?;
-        let c = &**client;
-        let row = match checkpoint_id {
-            Some(id) => {
-                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = $1 AND {OF_THREAD} AND c.checkpoint_ns = $3 AND c.checkpoint_id = $4");
-                c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns, id]).await
-            }
-            None => {
-                let sql = format!("SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = $1 AND {OF_THREAD} AND c.checkpoint_ns = $3 ORDER BY c.checkpoint_id DESC LIMIT 1");
-                c.query_typed_opt(&sql, args![t, thread_id, checkpoint_ns]).await
-            }
-        }
-        .map_err(map_pg)?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(complete(c, t, vec![checkpoint_row(&row)?], have)
-            .await?
-            .pop())
+        have: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Option<stepwise_store::CheckpointRecord>> {
+        self.checkpoint_get(tenant, thread_id, checkpoint_ns, checkpoint_id, have)
+            .await
     }
 
-    pub(crate) async fn checkpoint_list(
+    async fn list_checkpoints(
         &self,
         tenant: &Tenant,
         query: CheckpointQuery,
@@ -996,20 +1002,7 @@ impl PgStore {
         })
     }
 
-    pub(crate) async fn checkpoint_export(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> Result<Option<DocumentThread>> {
-        let client = self.client().await?;
-        export_thread(&**client, tenant.as_str(), session_id).await
-    }
-
-    pub(crate) async fn checkpoint_thread(
-        &self,
-        tenant: &Tenant,
-        thread_id: &str,
-    ) -> Result<Option<ThreadInfo>> {
+    async fn get_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<Option<ThreadInfo>> {
         if thread_id.contains('\0') {
             return Ok(None);
         }
@@ -1026,11 +1019,16 @@ impl PgStore {
         }))
     }
 
-    pub(crate) async fn checkpoint_delete_thread(
+    async fn export_thread(
         &self,
         tenant: &Tenant,
-        thread_id: &str,
-    ) -> Result<bool> {
+        session_id: Id,
+    ) -> Result<Option<DocumentThread>> {
+        let client = self.client().await?;
+        export_thread(&**client, tenant.as_str(), session_id).await
+    }
+
+    async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
         if thread_id.contains('\0') {
             return Ok(false);
         }
@@ -1049,7 +1047,7 @@ impl PgStore {
         Ok(true)
     }
 
-    pub(crate) async fn checkpoint_copy_thread(
+    async fn copy_thread(
         &self,
         tenant: &Tenant,
         source: &str,
@@ -1106,7 +1104,7 @@ impl PgStore {
         }))
     }
 
-    pub(crate) async fn checkpoint_delete_for_runs(
+    async fn delete_checkpoints_for_runs(
         &self,
         tenant: &Tenant,
         run_ids: Vec<String>,
@@ -1129,7 +1127,7 @@ impl PgStore {
         Ok(n)
     }
 
-    pub(crate) async fn checkpoint_prune(
+    async fn prune_checkpoints(
         &self,
         tenant: &Tenant,
         thread_ids: Vec<String>,

@@ -18,39 +18,6 @@ const EVENTS_AFTER: &str = concat!(
     " FROM events WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4"
 );
 
-pub(crate) async fn append(store: &PgStore, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
-    sql::check_text("content", &new.content)?;
-    let metadata = json_text(&new.metadata);
-    store
-        .inner
-        .writer
-        .event(EventJob {
-            tenant: tenant.as_str().to_string(),
-            new,
-            metadata,
-            now: store.now(),
-        })
-        .await
-}
-
-pub(crate) async fn list(
-    store: &PgStore,
-    tenant: &Tenant,
-    session_id: Id,
-    after: i64,
-    limit: u32,
-) -> Result<Vec<Event>> {
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(
-            EVENTS_AFTER,
-            args![session_id, tenant.as_str(), after, i64::from(limit)],
-        )
-        .await
-        .map_err(map_pg)?;
-    sql::collect(&rows, sql::event)
-}
-
 pub(crate) fn subscribe(
     store: &PgStore,
     tenant: &Tenant,
@@ -61,4 +28,46 @@ pub(crate) fn subscribe(
 
 pub(crate) fn publish_live(store: &PgStore, tenant: &Tenant, event: Event) {
     store.inner.relay.publish_live(tenant.as_str(), event);
+}
+
+impl stepwise_store::EventStore for PgStore {
+    async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
+        sql::check_text("content", &new.content)?;
+        let metadata = json_text(&new.metadata);
+        self.inner
+            .writer
+            .event(EventJob {
+                tenant: tenant.as_str().to_string(),
+                new,
+                metadata,
+                now: self.now(),
+            })
+            .await
+    }
+
+    async fn list_events(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Event>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(
+                EVENTS_AFTER,
+                args![session_id, tenant.as_str(), after, i64::from(limit)],
+            )
+            .await
+            .map_err(map_pg)?;
+        sql::collect(&rows, sql::event)
+    }
+
+    fn subscribe(&self, tenant: &Tenant, session_id: Id) -> broadcast::Receiver<Arc<Event>> {
+        subscribe(self, tenant, session_id)
+    }
+
+    fn publish_live(&self, tenant: &Tenant, event: Event) {
+        publish_live(self, tenant, event)
+    }
 }

@@ -5,14 +5,14 @@
 use stepwise_core::{Execution, ExecutionStatus, Id, Message};
 use stepwise_store::rules::{check_execution_with_messages, check_transition};
 use stepwise_store::{
-    NewEvent, NewExecution, NewMessage, Result, Store, StoreError, Tenant, Transition,
-    message_created,
+    NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition, message_created,
 };
 use tokio_postgres::GenericClient;
 
 use crate::PgStore;
 use crate::queue::ring;
 use crate::sql::{self, args, execution_cols, json_text, map_pg, pg};
+use stepwise_store::prelude::*;
 
 const POINT_SESSION_AT: &str =
     "UPDATE sessions SET last_execution_id = $1, updated_at = $2 WHERE id = $3 AND tenant_id = $4";
@@ -61,61 +61,6 @@ pub(crate) async fn load(
         .await
         .map_err(map_pg)?;
     row.as_ref().map(sql::execution).transpose()
-}
-
-pub(crate) async fn create(
-    store: &PgStore,
-    tenant: &Tenant,
-    new: NewExecution,
-) -> Result<Execution> {
-    let now = store.now();
-    let execution = new.into_execution(tenant, now)?;
-    let mut client = store.client().await?;
-    let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-    insert(&tx, &execution).await?;
-    tx.commit().await.map_err(map_pg)?;
-    created(store, &execution);
-    Ok(execution)
-}
-
-/// [`Store::create_execution_with_messages`](stepwise_store::Store::create_execution_with_messages):
-/// the execution and its messages in one transaction (one commit, not one per row); their
-/// events are queued to the writer after it, in order, as the trait's default does.
-pub(crate) async fn create_with_messages(
-    store: &PgStore,
-    tenant: &Tenant,
-    new: NewExecution,
-    messages: Vec<NewMessage>,
-    events: Vec<NewEvent>,
-) -> Result<(Execution, Vec<Message>)> {
-    check_execution_with_messages(&new, &messages, &events)?;
-    let execution = new.into_execution(tenant, store.now())?;
-    // Each stamped in turn (the clock never repeats a time): they list in order.
-    let messages: Vec<Message> = messages
-        .into_iter()
-        .map(|m| m.for_execution(execution.id).into_message(store.now()))
-        .collect();
-    let mut client = store.client().await?;
-    let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-    insert(&tx, &execution).await?;
-    for message in &messages {
-        crate::messages::insert(&tx, tenant, message).await?;
-    }
-    tx.commit().await.map_err(map_pg)?;
-    drop(client);
-    created(store, &execution);
-    let announced = messages.iter().map(message_created);
-    let events = events.into_iter().map(|e| NewEvent {
-        execution_id: Some(execution.id),
-        ..e
-    });
-    for event in announced.chain(events).collect::<Vec<_>>() {
-        // Queued, not awaited: one session's events stay in order (its writer's queue).
-        if let Err(e) = store.append_event(tenant, event).await {
-            tracing::warn!(error = %e, "could not queue an event");
-        }
-    }
-    Ok((execution, messages))
 }
 
 /// Inserts `e` inside `tx`, pointing its session at it; `NotFound` for a session or
@@ -168,81 +113,130 @@ fn created(store: &PgStore, e: &Execution) {
     store.remember(e);
 }
 
-pub(crate) async fn get(store: &PgStore, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
-    let found = load(&**store.client().await?, tenant.as_str(), id, false).await?;
-    if let Some(execution) = &found {
-        store.remember(execution);
+impl stepwise_store::ExecutionStore for PgStore {
+    async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
+        let now = self.now();
+        let execution = new.into_execution(tenant, now)?;
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        insert(&tx, &execution).await?;
+        tx.commit().await.map_err(map_pg)?;
+        created(self, &execution);
+        Ok(execution)
     }
-    Ok(found)
-}
 
-pub(crate) async fn list(
-    store: &PgStore,
-    tenant: &Tenant,
-    session_id: Id,
-) -> Result<Vec<Execution>> {
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(SESSION_EXECUTIONS, args![session_id, tenant.as_str()])
-        .await
-        .map_err(map_pg)?;
-    sql::collect(&rows, sql::execution)
-}
-
-/// Checks the move against the current state (row locked), applies it and rings the
-/// queue when the execution is queued again or its session may run its next one.
-pub(crate) async fn transition(
-    store: &PgStore,
-    tenant: &Tenant,
-    id: Id,
-    transition: Transition,
-) -> Result<Execution> {
-    // Saves queued before this call land before the move (steps before `completed`).
-    store.inner.writer.flush().await?;
-    let now = store.now();
-    let mut client = store.client().await?;
-    let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-    let current = load(&tx, tenant.as_str(), id, true)
-        .await?
-        .ok_or(StoreError::NotFound("execution"))?;
-    check_transition(current.status, &transition)?;
-    let target = transition.target();
-    let (output, error, answer, done): (
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-    ) = match &transition {
-        Transition::Pause { .. } => (None, None, None, None),
-        Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
-        Transition::Complete { output } => (Some(json_text(output)), None, None, Some(now.0)),
-        Transition::Fail { error_message } => {
-            (None, Some(error_message.clone()), None, Some(now.0))
+    /// [`ExecutionStore::create_execution_with_messages`](stepwise_store::ExecutionStore::create_execution_with_messages):
+    /// the execution and its messages in one transaction (one commit, not one per row); their
+    /// events are queued to the writer after it, in order, as the trait's default does.
+    async fn create_execution_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
+    ) -> Result<(Execution, Vec<Message>)> {
+        check_execution_with_messages(&new, &messages, &events)?;
+        let execution = new.into_execution(tenant, self.now())?;
+        // Each stamped in turn (the clock never repeats a time): they list in order.
+        let messages: Vec<Message> = messages
+            .into_iter()
+            .map(|m| m.for_execution(execution.id).into_message(self.now()))
+            .collect();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        insert(&tx, &execution).await?;
+        for message in &messages {
+            crate::messages::insert(&tx, tenant, message).await?;
         }
-        Transition::Cancel => (None, None, None, Some(now.0)),
-    };
-    let row = tx
-        .query_typed_one(
-            TRANSITION_EXECUTION,
-            args![
-                target.as_str(),
-                output,
-                error,
-                answer,
-                done,
-                now.0,
-                id,
-                tenant.as_str()
-            ],
-        )
-        .await
-        .map_err(map_pg)?;
-    let execution = sql::execution(&row)?;
-    tx.commit().await.map_err(map_pg)?;
-    if execution.parent_execution_id.is_none() && target != ExecutionStatus::Paused {
-        // Queued again, or the session's next execution may run now.
-        ring(store);
+        tx.commit().await.map_err(map_pg)?;
+        drop(client);
+        created(self, &execution);
+        let announced = messages.iter().map(message_created);
+        let events = events.into_iter().map(|e| NewEvent {
+            execution_id: Some(execution.id),
+            ..e
+        });
+        for event in announced.chain(events).collect::<Vec<_>>() {
+            // Queued, not awaited: one session's events stay in order (its writer's queue).
+            if let Err(e) = self.append_event(tenant, event).await {
+                tracing::warn!(error = %e, "could not queue an event");
+            }
+        }
+        Ok((execution, messages))
     }
-    store.remember(&execution);
-    Ok(execution)
+
+    async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
+        let found = load(&**self.client().await?, tenant.as_str(), id, false).await?;
+        if let Some(execution) = &found {
+            self.remember(execution);
+        }
+        Ok(found)
+    }
+
+    async fn list_executions(&self, tenant: &Tenant, session_id: Id) -> Result<Vec<Execution>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(SESSION_EXECUTIONS, args![session_id, tenant.as_str()])
+            .await
+            .map_err(map_pg)?;
+        sql::collect(&rows, sql::execution)
+    }
+
+    /// Checks the move against the current state (row locked), applies it and rings the
+    /// queue when the execution is queued again or its session may run its next one.
+    async fn transition_execution(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        transition: Transition,
+    ) -> Result<Execution> {
+        // Saves queued before this call land before the move (steps before `completed`).
+        self.inner.writer.flush().await?;
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let current = load(&tx, tenant.as_str(), id, true)
+            .await?
+            .ok_or(StoreError::NotFound("execution"))?;
+        check_transition(current.status, &transition)?;
+        let target = transition.target();
+        let (output, error, answer, done): (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+        ) = match &transition {
+            Transition::Pause { .. } => (None, None, None, None),
+            Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
+            Transition::Complete { output } => (Some(json_text(output)), None, None, Some(now.0)),
+            Transition::Fail { error_message } => {
+                (None, Some(error_message.clone()), None, Some(now.0))
+            }
+            Transition::Cancel => (None, None, None, Some(now.0)),
+        };
+        let row = tx
+            .query_typed_one(
+                TRANSITION_EXECUTION,
+                args![
+                    target.as_str(),
+                    output,
+                    error,
+                    answer,
+                    done,
+                    now.0,
+                    id,
+                    tenant.as_str()
+                ],
+            )
+            .await
+            .map_err(map_pg)?;
+        let execution = sql::execution(&row)?;
+        tx.commit().await.map_err(map_pg)?;
+        if execution.parent_execution_id.is_none() && target != ExecutionStatus::Paused {
+            // Queued again, or the session's next execution may run now.
+            ring(self);
+        }
+        self.remember(&execution);
+        Ok(execution)
+    }
 }

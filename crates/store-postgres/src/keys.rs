@@ -22,71 +22,73 @@ const REVOKE_API_KEY: &str =
     "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2";
 const COUNT_LIVE_KEYS: &str = "SELECT COUNT(*) AS n FROM api_keys WHERE revoked_at IS NULL";
 
-pub(crate) async fn create(
-    store: &PgStore,
-    tenant: &Tenant,
-    user_id: &str,
-    name: Option<String>,
-    key_hash: &str,
-) -> Result<ApiKeyRecord> {
-    let record = ApiKeyRecord::new(tenant, user_id, name, store.now());
-    let r = &record;
-    let client = store.client().await?;
-    client
-        .execute_typed(
-            INSERT_API_KEY,
-            args![
-                r.id,
-                r.tenant_id,
-                r.user_id,
-                r.name,
-                key_hash,
-                r.created_at.0
-            ],
-        )
-        .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                StoreError::Conflict("that key already exists".into())
-            } else {
-                map_pg(e)
-            }
-        })?;
-    Ok(record)
-}
+impl stepwise_store::KeyStore for PgStore {
+    async fn create_api_key(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        name: Option<String>,
+        key_hash: &str,
+    ) -> Result<ApiKeyRecord> {
+        let record = ApiKeyRecord::new(tenant, user_id, name, self.now());
+        let r = &record;
+        let client = self.client().await?;
+        client
+            .execute_typed(
+                INSERT_API_KEY,
+                args![
+                    r.id,
+                    r.tenant_id,
+                    r.user_id,
+                    r.name,
+                    key_hash,
+                    r.created_at.0
+                ],
+            )
+            .await
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    StoreError::Conflict("that key already exists".into())
+                } else {
+                    map_pg(e)
+                }
+            })?;
+        Ok(record)
+    }
 
-/// The unrevoked key with this hash.
-pub(crate) async fn find(store: &PgStore, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
-    let client = store.client().await?;
-    let row = client
-        .query_typed_opt(LIVE_KEY_BY_HASH, args![key_hash])
-        .await
-        .map_err(map_pg)?;
-    row.as_ref().map(sql::api_key).transpose()
-}
+    /// The unrevoked key with this hash.
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
+        let client = self.client().await?;
+        let row = client
+            .query_typed_opt(LIVE_KEY_BY_HASH, args![key_hash])
+            .await
+            .map_err(map_pg)?;
+        row.as_ref().map(sql::api_key).transpose()
+    }
 
-/// Every key of every tenant, revoked ones too, oldest first.
-pub(crate) async fn list(store: &PgStore) -> Result<Vec<ApiKeyRecord>> {
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(ALL_KEYS, args![])
-        .await
-        .map_err(map_pg)?;
-    sql::collect(&rows, sql::api_key)
-}
+    /// Every key of every tenant, revoked ones too, oldest first.
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(ALL_KEYS, args![])
+            .await
+            .map_err(map_pg)?;
+        sql::collect(&rows, sql::api_key)
+    }
 
-/// Whether the key exists (revoking twice keeps the first time).
-pub(crate) async fn revoke(store: &PgStore, id: Id) -> Result<bool> {
-    let now = store.now();
-    let client = store.client().await?;
-    let n = client
-        .execute_typed(REVOKE_API_KEY, args![now.0, id])
-        .await
-        .map_err(map_pg)?;
-    Ok(n > 0)
-}
+    /// Whether the key exists (revoking twice keeps the first time).
+    async fn revoke_api_key(&self, id: Id) -> Result<bool> {
+        let now = self.now();
+        let client = self.client().await?;
+        let n = client
+            .execute_typed(REVOKE_API_KEY, args![now.0, id])
+            .await
+            .map_err(map_pg)?;
+        Ok(n > 0)
+    }
 
-pub(crate) async fn count_active(store: &PgStore) -> Result<u64> {
-    let client = store.client().await?;
-    count(&**client, COUNT_LIVE_KEYS, args![]).await
+    async fn count_active_api_keys(&self) -> Result<u64> {
+        let client = self.client().await?;
+        count(&**client, COUNT_LIVE_KEYS, args![]).await
+    }
 }

@@ -25,12 +25,6 @@ const LIST_MESSAGES: &str = concat!(
 );
 const OLDEST_FIRST: &str = " ORDER BY created_at, id";
 
-pub(crate) async fn append(store: &PgStore, tenant: &Tenant, new: NewMessage) -> Result<Message> {
-    let message = new.into_message(store.now());
-    insert(&**store.client().await?, tenant, &message).await?;
-    Ok(message)
-}
-
 /// Inserts `m` and bumps its session's count (on `c`, inside the caller's transaction
 /// when it is one); `NotFound` when the tenant has no such session.
 pub(crate) async fn insert(c: &impl GenericClient, tenant: &Tenant, m: &Message) -> Result<()> {
@@ -59,39 +53,56 @@ pub(crate) async fn insert(c: &impl GenericClient, tenant: &Tenant, m: &Message)
     Ok(())
 }
 
-pub(crate) async fn list(
-    store: &PgStore,
-    tenant: &Tenant,
-    session_id: Id,
-    query: MessageQuery,
-) -> Result<Vec<Message>> {
-    let client = store.client().await?;
-    let mut p = Params::default();
-    p.push(session_id);
-    p.push(tenant.as_str().to_string());
-    let mut sql = LIST_MESSAGES.to_string();
-    if let Some(after) = query.after {
-        let row = client
-            .query_typed_opt(MESSAGE_POSITION, args![after, session_id, tenant.as_str()])
-            .await
-            .map_err(map_pg)?;
-        let row =
-            row.ok_or_else(|| StoreError::invalid("after", "no such message in this session"))?;
-        let at: i64 = sql::get(&row, "created_at")?;
-        sql.push_str(&format!(
-            " AND (created_at, id) > ({}, {})",
-            p.push(at),
-            p.push(after)
-        ));
+impl stepwise_store::MessageStore for PgStore {
+    async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+        let message = new.into_message(self.now());
+        insert(&**self.client().await?, tenant, &message).await?;
+        Ok(message)
     }
-    if let Some(roles) = query.roles.as_ref().filter(|r| !r.is_empty()) {
-        let list: Vec<String> = roles.iter().map(|r| r.as_str().to_string()).collect();
-        sql.push_str(&format!(" AND role = ANY({})", p.push(list)));
+
+    async fn list_messages(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        query: MessageQuery,
+    ) -> Result<Vec<Message>> {
+        let client = self.client().await?;
+        let mut p = Params::default();
+        p.push(session_id);
+        p.push(tenant.as_str().to_string());
+        let mut sql = LIST_MESSAGES.to_string();
+        if let Some(after) = query.after {
+            let row = client
+                .query_typed_opt(MESSAGE_POSITION, args![after, session_id, tenant.as_str()])
+                .await
+                .map_err(map_pg)?;
+            let row =
+                row.ok_or_else(|| StoreError::invalid("after", "no such message in this session"))?;
+            let at: i64 = sql::get(&row, "created_at")?;
+            sql.push_str(&format!(
+                " AND (created_at, id) > ({}, {})",
+                p.push(at),
+                p.push(after)
+            ));
+        }
+        if let Some(roles) = query.roles.as_ref().filter(|r| !r.is_empty()) {
+            let list: Vec<String> = roles.iter().map(|r| r.as_str().to_string()).collect();
+            sql.push_str(&format!(" AND role = ANY({})", p.push(list)));
+        }
+        sql.push_str(OLDEST_FIRST);
+        if let Some(limit) = query.limit {
+            sql.push_str(&format!(" LIMIT {}", p.push(i64::from(limit))));
+        }
+        let rows = client.query_typed(&sql, &p.refs()).await.map_err(map_pg)?;
+        sql::collect(&rows, sql::message)
     }
-    sql.push_str(OLDEST_FIRST);
-    if let Some(limit) = query.limit {
-        sql.push_str(&format!(" LIMIT {}", p.push(i64::from(limit))));
+
+    async fn list_session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::MessagesAfter> {
+        self.session_messages_after(tenant, session_id, after).await
     }
-    let rows = client.query_typed(&sql, &p.refs()).await.map_err(map_pg)?;
-    sql::collect(&rows, sql::message)
 }

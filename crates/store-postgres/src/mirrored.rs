@@ -1,5 +1,5 @@
 //! A step with its mirrored messages and events in one transaction (one commit):
-//! [`Store::append_step_mirrored`](stepwise_store::Store::append_step_mirrored).
+//! [`StepStore::append_step_mirrored`](stepwise_store::StepStore::append_step_mirrored).
 //!
 //! The transaction locks the execution, then the session (the writer's order, so it cannot
 //! deadlock with a batch), and runs after the writer's queue is flushed: events queued

@@ -12,6 +12,9 @@ use stepwise_store::{Claim, ClaimFilter, Result, Tenant};
 
 use crate::PgStore;
 use crate::sql::{self, args, count, execution_cols, map_pg, pg};
+use crate::workers;
+use stepwise_core::Timestamp;
+use stepwise_store::WorkerSeen;
 
 /// A running execution whose worker stopped renewing its lease. SKIP LOCKED: a row another
 /// node is claiming right now is not waited for, it is that node's.
@@ -90,7 +93,7 @@ pub(crate) async fn signal(store: &PgStore) {
     store.inner.relay.queue.notified().await
 }
 
-/// [`Store::claim_matching`](stepwise_store::Store::claim_matching): the claims one
+/// [`QueueStore::claim_matching`](stepwise_store::QueueStore::claim_matching): the claims one
 /// after another in one transaction (each sees the ones before it: a session claimed here
 /// has an execution running), one commit.
 pub(crate) async fn claim_matching(
@@ -248,29 +251,6 @@ async fn claim_one(
     Ok(None)
 }
 
-/// Extends this worker's leases; returns the ids it no longer holds.
-pub(crate) async fn renew_leases(
-    store: &PgStore,
-    worker: &str,
-    ids: Vec<Id>,
-    lease: Duration,
-) -> Result<Vec<Id>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let until = lease_until(store.now(), lease).0;
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(RENEW_LEASES, args![until, ids, worker])
-        .await
-        .map_err(map_pg)?;
-    let mut held = std::collections::HashSet::new();
-    for row in &rows {
-        held.insert(sql::get::<Id>(row, "id")?);
-    }
-    Ok(ids.into_iter().filter(|id| !held.contains(id)).collect())
-}
-
 /// Back to the queue; `keep_attempt` counts the attempt it was claimed with.
 pub(crate) async fn release(
     store: &PgStore,
@@ -291,7 +271,57 @@ pub(crate) async fn release(
     Ok(())
 }
 
-pub(crate) async fn depth(store: &PgStore) -> Result<u64> {
-    let client = store.client().await?;
-    count(&**client, QUEUE_DEPTH, args![]).await
+impl stepwise_store::QueueStore for PgStore {
+    async fn queue_signal(&self) {
+        signal(self).await
+    }
+
+    async fn claim_matching(
+        &self,
+        filter: &ClaimFilter,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Vec<Claim>> {
+        claim_matching(self, filter, workers, lease, max_attempts).await
+    }
+
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+        workers::record(self, tenant, worker).await
+    }
+
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
+        workers::list(self, tenant, since).await
+    }
+
+    /// Extends this worker's leases; returns the ids it no longer holds.
+    async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let until = lease_until(self.now(), lease).0;
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(RENEW_LEASES, args![until, ids, worker])
+            .await
+            .map_err(map_pg)?;
+        let mut held = std::collections::HashSet::new();
+        for row in &rows {
+            held.insert(sql::get::<Id>(row, "id")?);
+        }
+        Ok(ids.into_iter().filter(|id| !held.contains(id)).collect())
+    }
+
+    async fn release(&self, worker: &str, id: Id) -> Result<()> {
+        release(self, worker, id, false).await
+    }
+
+    async fn requeue(&self, worker: &str, id: Id) -> Result<()> {
+        release(self, worker, id, true).await
+    }
+
+    async fn queue_depth(&self) -> Result<u64> {
+        let client = self.client().await?;
+        count(&**client, QUEUE_DEPTH, args![]).await
+    }
 }

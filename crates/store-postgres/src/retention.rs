@@ -82,87 +82,6 @@ const DELETE_BATCH_MESSAGES: &str = "DELETE FROM messages WHERE session_id = ANY
 const DELETE_BATCH_EVENTS: &str = "DELETE FROM events WHERE session_id = ANY($1)";
 const DELETE_BATCH_SESSIONS: &str = "DELETE FROM sessions WHERE id = ANY($1)";
 
-/// Marks active sessions idle since before `cutoff` abandoned (cancelling their paused
-/// executions); `dry` only counts them.
-pub(crate) async fn mark_abandoned(store: &PgStore, cutoff: Timestamp, dry: bool) -> Result<u64> {
-    let mut client = store.client().await?;
-    if dry {
-        return count(&**client, COUNT_IDLE, args![cutoff.0]).await;
-    }
-    let now = store.now();
-    let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-    tx.execute_typed(CANCEL_IDLE_PAUSED, args![cutoff.0, now.0])
-        .await
-        .map_err(map_pg)?;
-    let n = tx
-        .execute_typed(ABANDON_IDLE, args![cutoff.0, now.0])
-        .await
-        .map_err(map_pg)?;
-    tx.commit().await.map_err(map_pg)?;
-    Ok(n)
-}
-
-/// Deletes the sessions past the policy's cutoffs with every row they own; `dry` only
-/// counts what would go.
-pub(crate) async fn cleanup_old_sessions(
-    store: &PgStore,
-    now: Timestamp,
-    policy: RetentionPolicy,
-    dry: bool,
-) -> Result<CleanupReport> {
-    let [completed, abandoned, deleted] = policy.cutoffs(now).as_micros();
-    let mut client = store.client().await?;
-    if dry {
-        let c = &**client;
-        let params = args![completed, abandoned, deleted];
-        return Ok(CleanupReport {
-            sessions: count(c, COUNT_EXPIRED_SESSIONS, params).await?,
-            messages: count(c, COUNT_EXPIRED_MESSAGES, params).await?,
-            executions: count(c, COUNT_EXPIRED_EXECUTIONS, params).await?,
-            steps: count(c, COUNT_EXPIRED_STEPS, params).await?,
-            snapshots: count(c, COUNT_EXPIRED_SNAPSHOTS, params).await?,
-            events: count(c, COUNT_EXPIRED_EVENTS, params).await?,
-        });
-    }
-    let mut total = CleanupReport::default();
-    // Small batches, each its own transaction, so no lock is held long.
-    loop {
-        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-        let rows = tx
-            .query_typed(
-                LOCK_EXPIRED_BATCH,
-                args![completed, abandoned, deleted, BATCH_DELETE],
-            )
-            .await
-            .map_err(map_pg)?;
-        let ids = rows
-            .iter()
-            .map(|r| sql::get::<Id>(r, "id"))
-            .collect::<Result<Vec<Id>>>()?;
-        if ids.is_empty() {
-            tx.commit().await.map_err(map_pg)?;
-            break;
-        }
-        let run = |sql: &'static str| {
-            let tx = &tx;
-            let ids = &ids;
-            async move { tx.execute_typed(sql, args![*ids]).await.map_err(map_pg) }
-        };
-        checkpoints::delete_sessions_checkpoints(&tx, &ids).await?;
-        total.steps += run(DELETE_BATCH_STEPS).await?;
-        total.snapshots += run(DELETE_BATCH_SNAPSHOTS).await?;
-        total.executions += run(DELETE_BATCH_EXECUTIONS).await?;
-        total.messages += run(DELETE_BATCH_MESSAGES).await?;
-        total.events += run(DELETE_BATCH_EVENTS).await?;
-        total.sessions += run(DELETE_BATCH_SESSIONS).await?;
-        tx.commit().await.map_err(map_pg)?;
-    }
-    if total.sessions > 0 {
-        tracing::info!(?total, "retention cleanup deleted expired sessions");
-    }
-    Ok(total)
-}
-
 /// The connection holding the retention lock; dropping the client closes it, which
 /// releases the lock.
 struct HeldLock {
@@ -170,33 +89,116 @@ struct HeldLock {
     _driver: tokio::task::JoinHandle<()>,
 }
 
-/// The retention lock if no other node holds it.
-pub(crate) async fn try_lock(store: &PgStore) -> Result<Option<RetentionLock>> {
-    // A session-level advisory lock on a connection of its own: it locks no rows, and
-    // it goes away with the connection, so a node that dies mid-pass releases it.
-    let (client, connection) = store
-        .inner
-        .config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))?;
-    let driver = tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "the retention lock connection ended");
+impl stepwise_store::RetentionStore for PgStore {
+    /// Marks active sessions idle since before `cutoff` abandoned (cancelling their paused
+    /// executions); `dry` only counts them.
+    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
+        let mut client = self.client().await?;
+        if dry {
+            return count(&**client, COUNT_IDLE, args![cutoff.0]).await;
         }
-    });
-    let row = client
-        .query_typed_one(TRY_RETENTION_LOCK, args![RETENTION_LOCK])
-        .await
-        .map_err(map_pg)?;
-    if sql::get::<bool>(&row, "locked")? {
-        Ok(Some(RetentionLock::holding(HeldLock {
-            _client: client,
-            _driver: driver,
-        })))
-    } else {
-        drop(client);
-        let _ = driver.await;
-        Ok(None)
+        let now = self.now();
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        tx.execute_typed(CANCEL_IDLE_PAUSED, args![cutoff.0, now.0])
+            .await
+            .map_err(map_pg)?;
+        let n = tx
+            .execute_typed(ABANDON_IDLE, args![cutoff.0, now.0])
+            .await
+            .map_err(map_pg)?;
+        tx.commit().await.map_err(map_pg)?;
+        Ok(n)
+    }
+
+    /// Deletes the sessions past the policy's cutoffs with every row they own; `dry` only
+    /// counts what would go.
+    async fn cleanup_old_sessions(
+        &self,
+        now: Timestamp,
+        policy: RetentionPolicy,
+        dry: bool,
+    ) -> Result<CleanupReport> {
+        let [completed, abandoned, deleted] = policy.cutoffs(now).as_micros();
+        let mut client = self.client().await?;
+        if dry {
+            let c = &**client;
+            let params = args![completed, abandoned, deleted];
+            return Ok(CleanupReport {
+                sessions: count(c, COUNT_EXPIRED_SESSIONS, params).await?,
+                messages: count(c, COUNT_EXPIRED_MESSAGES, params).await?,
+                executions: count(c, COUNT_EXPIRED_EXECUTIONS, params).await?,
+                steps: count(c, COUNT_EXPIRED_STEPS, params).await?,
+                snapshots: count(c, COUNT_EXPIRED_SNAPSHOTS, params).await?,
+                events: count(c, COUNT_EXPIRED_EVENTS, params).await?,
+            });
+        }
+        let mut total = CleanupReport::default();
+        // Small batches, each its own transaction, so no lock is held long.
+        loop {
+            let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+            let rows = tx
+                .query_typed(
+                    LOCK_EXPIRED_BATCH,
+                    args![completed, abandoned, deleted, BATCH_DELETE],
+                )
+                .await
+                .map_err(map_pg)?;
+            let ids = rows
+                .iter()
+                .map(|r| sql::get::<Id>(r, "id"))
+                .collect::<Result<Vec<Id>>>()?;
+            if ids.is_empty() {
+                tx.commit().await.map_err(map_pg)?;
+                break;
+            }
+            let run = |sql: &'static str| {
+                let tx = &tx;
+                let ids = &ids;
+                async move { tx.execute_typed(sql, args![*ids]).await.map_err(map_pg) }
+            };
+            checkpoints::delete_sessions_checkpoints(&tx, &ids).await?;
+            total.steps += run(DELETE_BATCH_STEPS).await?;
+            total.snapshots += run(DELETE_BATCH_SNAPSHOTS).await?;
+            total.executions += run(DELETE_BATCH_EXECUTIONS).await?;
+            total.messages += run(DELETE_BATCH_MESSAGES).await?;
+            total.events += run(DELETE_BATCH_EVENTS).await?;
+            total.sessions += run(DELETE_BATCH_SESSIONS).await?;
+            tx.commit().await.map_err(map_pg)?;
+        }
+        if total.sessions > 0 {
+            tracing::info!(?total, "retention cleanup deleted expired sessions");
+        }
+        Ok(total)
+    }
+
+    /// The retention lock if no other node holds it.
+    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
+        // A session-level advisory lock on a connection of its own: it locks no rows, and
+        // it goes away with the connection, so a node that dies mid-pass releases it.
+        let (client, connection) = self
+            .inner
+            .config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))?;
+        let driver = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "the retention lock connection ended");
+            }
+        });
+        let row = client
+            .query_typed_one(TRY_RETENTION_LOCK, args![RETENTION_LOCK])
+            .await
+            .map_err(map_pg)?;
+        if sql::get::<bool>(&row, "locked")? {
+            Ok(Some(RetentionLock::holding(HeldLock {
+                _client: client,
+                _driver: driver,
+            })))
+        } else {
+            drop(client);
+            let _ = driver.await;
+            Ok(None)
+        }
     }
 }

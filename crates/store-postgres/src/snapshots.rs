@@ -22,74 +22,67 @@ const SNAPSHOT_BY_ID: &str = concat!(
     ", state FROM snapshots WHERE id = $1 AND tenant_id = $2"
 );
 
-pub(crate) async fn save(
-    store: &PgStore,
-    tenant: &Tenant,
-    new: NewSnapshot,
-) -> Result<Ack<Snapshot>> {
-    for (field, text) in [("agent_id", &new.agent_id), ("agent_name", &new.agent_name)] {
-        if let Some(text) = text {
-            sql::check_text(field, text)?;
+impl stepwise_store::SnapshotStore for PgStore {
+    async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
+        for (field, text) in [("agent_id", &new.agent_id), ("agent_name", &new.agent_name)] {
+            if let Some(text) = text {
+                sql::check_text(field, text)?;
+            }
         }
-    }
-    if new.step_number > i32::MAX as u32 {
-        return Err(StoreError::invalid(
-            "step_number",
-            "the step number is too large",
-        ));
-    }
-    let state = codec::encode_value(&new.state, store.inner.options.compress_threshold);
-    let snapshot = new.into_snapshot(store.now());
-    store
-        .inner
-        .writer
-        .snapshot(
-            store.shard_key(snapshot.execution_id),
-            SnapshotJob {
-                tenant: tenant.as_str().to_string(),
-                snapshot,
-                state,
-            },
-        )
-        .await
-}
-
-/// An execution's snapshots in order, each with a `null` state.
-pub(crate) async fn list(
-    store: &PgStore,
-    tenant: &Tenant,
-    execution_id: Id,
-) -> Result<Vec<Snapshot>> {
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(EXECUTION_SNAPSHOTS, args![execution_id, tenant.as_str()])
-        .await
-        .map_err(map_pg)?;
-    sql::collect(&rows, sql::snapshot)
-}
-
-/// One snapshot with its state; a state that cannot be decoded reads as not found (and
-/// is counted in the store's decode errors).
-pub(crate) async fn get(store: &PgStore, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
-    let client = store.client().await?;
-    let Some(row) = client
-        .query_typed_opt(SNAPSHOT_BY_ID, args![id, tenant.as_str()])
-        .await
-        .map_err(map_pg)?
-    else {
-        return Ok(None);
-    };
-    let mut snapshot = sql::snapshot(&row)?;
-    let state: Vec<u8> = sql::get(&row, "state")?;
-    match codec::decode_value(&state) {
-        Ok(state) => {
-            snapshot.state = state;
-            Ok(Some(snapshot))
+        if new.step_number > i32::MAX as u32 {
+            return Err(StoreError::invalid(
+                "step_number",
+                "the step number is too large",
+            ));
         }
-        Err(e) => {
-            store.inner.decode_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(snapshot = %id, error = %e, "a stored snapshot cannot be decoded");
-            Ok(None)
+        let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
+        let snapshot = new.into_snapshot(self.now());
+        self.inner
+            .writer
+            .snapshot(
+                self.shard_key(snapshot.execution_id),
+                SnapshotJob {
+                    tenant: tenant.as_str().to_string(),
+                    snapshot,
+                    state,
+                },
+            )
+            .await
+    }
+
+    /// An execution's snapshots in order, each with a `null` state.
+    async fn list_snapshots(&self, tenant: &Tenant, execution_id: Id) -> Result<Vec<Snapshot>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(EXECUTION_SNAPSHOTS, args![execution_id, tenant.as_str()])
+            .await
+            .map_err(map_pg)?;
+        sql::collect(&rows, sql::snapshot)
+    }
+
+    /// One snapshot with its state; a state that cannot be decoded reads as not found (and
+    /// is counted in the self's decode errors).
+    async fn get_snapshot(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
+        let client = self.client().await?;
+        let Some(row) = client
+            .query_typed_opt(SNAPSHOT_BY_ID, args![id, tenant.as_str()])
+            .await
+            .map_err(map_pg)?
+        else {
+            return Ok(None);
+        };
+        let mut snapshot = sql::snapshot(&row)?;
+        let state: Vec<u8> = sql::get(&row, "state")?;
+        match codec::decode_value(&state) {
+            Ok(state) => {
+                snapshot.state = state;
+                Ok(Some(snapshot))
+            }
+            Err(e) => {
+                self.inner.decode_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(snapshot = %id, error = %e, "a stored snapshot cannot be decoded");
+                Ok(None)
+            }
         }
     }
 }

@@ -17,45 +17,51 @@ const SIZE_AND_DEPTH: &str = "SELECT COALESCE(SUM(pg_total_relation_size(to_regc
 const COUNT_BY_STATUS: &str = "SELECT 'session' AS kind, status, COUNT(*) AS n FROM sessions GROUP BY status \
      UNION ALL SELECT 'execution', status, COUNT(*) FROM executions GROUP BY status";
 
-pub(crate) async fn ping(store: &PgStore) -> Result<()> {
-    let client = store.client().await?;
-    client.query_typed(PING, args![]).await.map_err(map_pg)?;
-    Ok(())
-}
-
-pub(crate) async fn stats(store: &PgStore) -> Result<StoreStats> {
-    let client = store.client().await?;
-    let row = client
-        .query_typed_one(SIZE_AND_DEPTH, args![])
-        .await
-        .map_err(map_pg)?;
-    Ok(StoreStats {
-        bytes: sql::get::<i64>(&row, "bytes")?.max(0) as u64,
-        queue_depth: sql::get::<i64>(&row, "pending")?.max(0) as u64,
-        decode_errors: store.inner.decode_errors.load(Ordering::Relaxed),
-        save_errors: store.inner.writer.save_errors.load(Ordering::Relaxed),
-    })
-}
-
-/// Sessions and executions per status (statuses this version does not know are left out).
-pub(crate) async fn count_by_status(store: &PgStore) -> Result<StatusCounts> {
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(COUNT_BY_STATUS, args![])
-        .await
-        .map_err(map_pg)?;
-    let mut counts = StatusCounts::default();
-    for row in rows {
-        let kind: String = sql::get(&row, "kind")?;
-        let status: String = sql::get(&row, "status")?;
-        let n = sql::get::<i64>(&row, "n")?.max(0) as u64;
-        if kind == "session" {
-            if let Some(status) = SessionStatus::parse(&status) {
-                counts.sessions.push((status, n));
-            }
-        } else if let Some(status) = ExecutionStatus::parse(&status) {
-            counts.executions.push((status, n));
-        }
+impl stepwise_store::OperationsStore for PgStore {
+    async fn flush(&self) -> Result<()> {
+        self.inner.writer.flush().await
     }
-    Ok(counts)
+
+    async fn ping(&self) -> Result<()> {
+        let client = self.client().await?;
+        client.query_typed(PING, args![]).await.map_err(map_pg)?;
+        Ok(())
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        let client = self.client().await?;
+        let row = client
+            .query_typed_one(SIZE_AND_DEPTH, args![])
+            .await
+            .map_err(map_pg)?;
+        Ok(StoreStats {
+            bytes: sql::get::<i64>(&row, "bytes")?.max(0) as u64,
+            queue_depth: sql::get::<i64>(&row, "pending")?.max(0) as u64,
+            decode_errors: self.inner.decode_errors.load(Ordering::Relaxed),
+            save_errors: self.inner.writer.save_errors.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Sessions and executions per status (statuses this version does not know are left out).
+    async fn count_by_status(&self) -> Result<StatusCounts> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(COUNT_BY_STATUS, args![])
+            .await
+            .map_err(map_pg)?;
+        let mut counts = StatusCounts::default();
+        for row in rows {
+            let kind: String = sql::get(&row, "kind")?;
+            let status: String = sql::get(&row, "status")?;
+            let n = sql::get::<i64>(&row, "n")?.max(0) as u64;
+            if kind == "session" {
+                if let Some(status) = SessionStatus::parse(&status) {
+                    counts.sessions.push((status, n));
+                }
+            } else if let Some(status) = ExecutionStatus::parse(&status) {
+                counts.executions.push((status, n));
+            }
+        }
+        Ok(counts)
+    }
 }

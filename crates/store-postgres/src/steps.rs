@@ -25,62 +25,6 @@ const SESSION_STEPS: &str = concat!(
      WHERE e.session_id = $1 AND e.tenant_id = $2 ORDER BY e.created_at, e.id, s.step_number"
 );
 
-pub(crate) async fn append(
-    store: &PgStore,
-    tenant: &Tenant,
-    new: NewStep,
-) -> Result<Ack<StepAppend>> {
-    check_step_number(new.step_number)?;
-    if new.step_number > i32::MAX as u32 {
-        return Err(StoreError::invalid(
-            "step_number",
-            "the step number is too large",
-        ));
-    }
-    // Encode (and compress) here, off the writer task.
-    let payload = codec::encode_step(&new.body, store.inner.options.compress_threshold);
-    store
-        .inner
-        .writer
-        .step(
-            store.shard_key(new.execution_id),
-            StepJob {
-                tenant: tenant.as_str().to_string(),
-                new,
-                payload,
-                id: new_id(),
-                now: store.now(),
-            },
-        )
-        .await
-}
-
-pub(crate) async fn list(
-    store: &PgStore,
-    tenant: &Tenant,
-    execution_id: Id,
-) -> Result<Loaded<Step>> {
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(EXECUTION_STEPS, args![execution_id, tenant.as_str()])
-        .await
-        .map_err(map_pg)?;
-    Ok(decode(store, sql::collect(&rows, sql::step_row)?))
-}
-
-pub(crate) async fn list_for_session(
-    store: &PgStore,
-    tenant: &Tenant,
-    session_id: Id,
-) -> Result<Loaded<Step>> {
-    let client = store.client().await?;
-    let rows = client
-        .query_typed(SESSION_STEPS, args![session_id, tenant.as_str()])
-        .await
-        .map_err(map_pg)?;
-    Ok(decode(store, sql::collect(&rows, sql::step_row)?))
-}
-
 /// Decodes the payloads; rows that do not decode are skipped, logged and counted in the
 /// store's decode errors.
 fn decode(store: &PgStore, rows: Vec<sql::StepRow>) -> Loaded<Step> {
@@ -108,4 +52,67 @@ fn decode(store: &PgStore, rows: Vec<sql::StepRow>) -> Loaded<Step> {
         .decode_errors
         .fetch_add(skipped, Ordering::Relaxed);
     Loaded { items, skipped }
+}
+
+impl stepwise_store::StepStore for PgStore {
+    async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
+        check_step_number(new.step_number)?;
+        if new.step_number > i32::MAX as u32 {
+            return Err(StoreError::invalid(
+                "step_number",
+                "the step number is too large",
+            ));
+        }
+        // Encode (and compress) here, off the writer task.
+        let payload = codec::encode_step(&new.body, self.inner.options.compress_threshold);
+        self.inner
+            .writer
+            .step(
+                self.shard_key(new.execution_id),
+                StepJob {
+                    tenant: tenant.as_str().to_string(),
+                    new,
+                    payload,
+                    id: new_id(),
+                    now: self.now(),
+                },
+            )
+            .await
+    }
+
+    async fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: stepwise_store::StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        self.write_step_mirrored(tenant, new, mirror).await
+    }
+
+    async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(EXECUTION_STEPS, args![execution_id, tenant.as_str()])
+            .await
+            .map_err(map_pg)?;
+        Ok(decode(self, sql::collect(&rows, sql::step_row)?))
+    }
+
+    async fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> Result<Loaded<Step>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(SESSION_STEPS, args![session_id, tenant.as_str()])
+            .await
+            .map_err(map_pg)?;
+        Ok(decode(self, sql::collect(&rows, sql::step_row)?))
+    }
+
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        self.session_steps_after(tenant, session_id, after).await
+    }
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::{TestDatabases, postgres_or_skip};
 use serde_json::json;
 use stepwise_core::{Event, EventType, ExecutionStatus, system_clock};
-use stepwise_store::{NewEvent, NewExecution, NewSession, Store, Tenant, Transition};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewEvent, NewExecution, NewSession, Tenant, Transition};
 use stepwise_store_postgres::{PgOptions, PgStore};
 use tokio::sync::broadcast;
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{TestDatabases, postgres_or_skip};
 use stepwise_core::system_clock;
-use stepwise_store::Store;
+use stepwise_store::prelude::*;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 

@@ -9,6 +9,7 @@ use serde_json::json;
 use stepwise_core::{
     ExecutionStatus, Id, ManualClock, Restored, Role, StepBody, StepKind, Timestamp, system_clock,
 };
+use stepwise_store::prelude::*;
 use stepwise_store::{
     MessageQuery, NewExecution, NewMessage, NewSession, NewStep, Store, Tenant,
     list_session_messages, restore_memory,

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use serde_json::json;
 use stepwise_core::{ExecutionStatus, StepBody, StepKind, TokenUsage, ToolCall};
-use stepwise_store::{NewExecution, NewSession, NewStep, Store, Tenant};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewExecution, NewSession, NewStep, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 
 #[tokio::main]

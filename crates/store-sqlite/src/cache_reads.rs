@@ -32,7 +32,7 @@ use crate::steps::{STEP_COLS, decode_rows, step_row};
 use crate::writer::map_sqlite;
 
 impl SqliteStore {
-    /// See [`stepwise_store::Store::list_session_steps_after`].
+    /// See [`stepwise_store::StepStore::list_session_steps_after`].
     pub(crate) async fn session_steps_after(
         &self,
         tenant: &Tenant,
@@ -96,7 +96,7 @@ impl SqliteStore {
         .await
     }
 
-    /// See [`stepwise_store::Store::list_session_messages_after`].
+    /// See [`stepwise_store::MessageStore::list_session_messages_after`].
     pub(crate) async fn session_messages_after(
         &self,
         tenant: &Tenant,

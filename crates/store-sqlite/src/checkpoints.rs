@@ -595,11 +595,51 @@ fn prune_thread(
 }
 
 impl SqliteStore {
-    pub(crate) async fn checkpoint_put(
+    pub(crate) async fn checkpoint_get(
         &self,
         tenant: &Tenant,
-        new: NewCheckpoint,
-    ) -> Result<CheckpointPut> {
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+        have: &BTreeMap<String, String>,
+    ) -> Result<Option<CheckpointRecord>> {
+        let have = have.clone();
+        let (tenant, thread_id, ns) = (
+            tenant.as_str().to_string(),
+            thread_id.to_string(),
+            checkpoint_ns.to_string(),
+        );
+        let checkpoint_id = checkpoint_id.map(str::to_string);
+        self.read(move |conn, _| {
+            let Some(session) = find_thread(conn, &tenant, &thread_id)? else {
+                return Ok(None);
+            };
+            let sql = match checkpoint_id {
+                Some(_) => format!(
+                    "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = ?1 AND c.session_id = ?2 AND c.checkpoint_ns = ?3 AND c.checkpoint_id = ?4"
+                ),
+                None => format!(
+                    "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = ?1 AND c.session_id = ?2 AND c.checkpoint_ns = ?3 AND ?4 IS NULL ORDER BY c.checkpoint_id DESC LIMIT 1"
+                ),
+            };
+            let row = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_row(
+                        params![tenant, bid(session), ns, checkpoint_id],
+                        checkpoint_row,
+                    )
+                    .optional()
+                })
+                .map_err(map_sqlite)?;
+            Ok(complete(conn, &tenant, row.into_iter().collect(), &have)?.pop())
+        })
+        .await
+    }
+}
+
+impl stepwise_store::CheckpointStore for SqliteStore {
+    async fn put_checkpoint(&self, tenant: &Tenant, new: NewCheckpoint) -> Result<CheckpointPut> {
         let tenant = tenant.clone();
         let now = self.now();
         let checkpoint_payload = pack_payload(&new.checkpoint.data);
@@ -655,11 +695,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn checkpoint_put_writes(
-        &self,
-        tenant: &Tenant,
-        put: PutWrites,
-    ) -> Result<Id> {
+    async fn put_checkpoint_writes(&self, tenant: &Tenant, put: PutWrites) -> Result<Id> {
         let tenant = tenant.clone();
         let now = self.now();
         self.write(move |conn, _| {
@@ -692,49 +728,19 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn checkpoint_get(
+    async fn get_checkpoint_since(
         &self,
         tenant: &Tenant,
         thread_id: &str,
         checkpoint_ns: &str,
         checkpoint_id: Option<&str>,
-        have: &BTreeMap<String, String>,
+        have: &std::collections::BTreeMap<String, String>,
     ) -> Result<Option<CheckpointRecord>> {
-        let have = have.clone();
-        let (tenant, thread_id, ns) = (
-            tenant.as_str().to_string(),
-            thread_id.to_string(),
-            checkpoint_ns.to_string(),
-        );
-        let checkpoint_id = checkpoint_id.map(str::to_string);
-        self.read(move |conn, _| {
-            let Some(session) = find_thread(conn, &tenant, &thread_id)? else {
-                return Ok(None);
-            };
-            let sql = match checkpoint_id {
-                Some(_) => format!(
-                    "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = ?1 AND c.session_id = ?2 AND c.checkpoint_ns = ?3 AND c.checkpoint_id = ?4"
-                ),
-                None => format!(
-                    "SELECT {CHECKPOINT_COLS} {CHECKPOINT_FROM} WHERE c.tenant_id = ?1 AND c.session_id = ?2 AND c.checkpoint_ns = ?3 AND ?4 IS NULL ORDER BY c.checkpoint_id DESC LIMIT 1"
-                ),
-            };
-            let row = conn
-                .prepare_cached(&sql)
-                .and_then(|mut s| {
-                    s.query_row(
-                        params![tenant, bid(session), ns, checkpoint_id],
-                        checkpoint_row,
-                    )
-                    .optional()
-                })
-                .map_err(map_sqlite)?;
-            Ok(complete(conn, &tenant, row.into_iter().collect(), &have)?.pop())
-        })
-        .await
+        self.checkpoint_get(tenant, thread_id, checkpoint_ns, checkpoint_id, have)
+            .await
     }
 
-    pub(crate) async fn checkpoint_list(
+    async fn list_checkpoints(
         &self,
         tenant: &Tenant,
         query: CheckpointQuery,
@@ -806,21 +812,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn checkpoint_export(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> Result<Option<DocumentThread>> {
-        let tenant = tenant.as_str().to_string();
-        self.read(move |conn, _| export_thread(conn, &tenant, session_id))
-            .await
-    }
-
-    pub(crate) async fn checkpoint_thread(
-        &self,
-        tenant: &Tenant,
-        thread_id: &str,
-    ) -> Result<Option<ThreadInfo>> {
+    async fn get_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<Option<ThreadInfo>> {
         let (tenant, thread_id) = (tenant.as_str().to_string(), thread_id.to_string());
         self.read(move |conn, _| {
             let Some(session) = find_thread(conn, &tenant, &thread_id)? else {
@@ -836,11 +828,17 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn checkpoint_delete_thread(
+    async fn export_thread(
         &self,
         tenant: &Tenant,
-        thread_id: &str,
-    ) -> Result<bool> {
+        session_id: Id,
+    ) -> Result<Option<DocumentThread>> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, _| export_thread(conn, &tenant, session_id))
+            .await
+    }
+
+    async fn delete_thread(&self, tenant: &Tenant, thread_id: &str) -> Result<bool> {
         let (tenant, thread_id) = (tenant.as_str().to_string(), thread_id.to_string());
         self.write(move |conn, _| {
             let Some(session) = find_thread(conn, &tenant, &thread_id)? else {
@@ -853,7 +851,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn checkpoint_copy_thread(
+    async fn copy_thread(
         &self,
         tenant: &Tenant,
         source: &str,
@@ -896,7 +894,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn checkpoint_delete_for_runs(
+    async fn delete_checkpoints_for_runs(
         &self,
         tenant: &Tenant,
         run_ids: Vec<String>,
@@ -929,7 +927,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn checkpoint_prune(
+    async fn prune_checkpoints(
         &self,
         tenant: &Tenant,
         thread_ids: Vec<String>,

@@ -10,6 +10,7 @@ use stepwise_store::{Ack, NewEvent, Result, StoreError, Tenant};
 use crate::rows::{self, bid, event_cols, json_text, opt_bid};
 use crate::writer::map_sqlite;
 use crate::{Inner, SqliteStore, count};
+use tokio::sync::broadcast;
 
 const NEXT_SEQ: &str = "UPDATE sessions SET last_event_id = last_event_id + 1 WHERE id = ?1 AND tenant_id = ?2 RETURNING last_event_id";
 const INSERT_EVENT: &str = "INSERT INTO events (session_id, seq, tenant_id, message_id, execution_id, event_type, content, metadata, created_at) \
@@ -25,7 +26,56 @@ const OWNS_SESSION: &str = "SELECT COUNT(*) FROM sessions WHERE id = ?1 AND tena
 const OWNED_SESSIONS_CAP: usize = 100_000;
 
 impl SqliteStore {
-    pub(crate) async fn event_append(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
+    pub(crate) fn event_publish_live(&self, tenant: &Tenant, event: Event) {
+        // Live events carry no row to check on commit: drop one aimed at a session the
+        // tenant does not own, so nobody can inject into another tenant's stream.
+        if self.inner.owns_session(tenant, event.session_id) {
+            self.inner.hub.publish_scoped(tenant, Arc::new(event));
+        } else {
+            tracing::debug!(session = %event.session_id, "dropping a live event for a session of another tenant");
+        }
+    }
+}
+
+impl Inner {
+    /// Whether `tenant` owns the session; positive answers are remembered (ownership never
+    /// changes), so the per-token cost of a live stream is one set lookup.
+    fn owns_session(&self, tenant: &Tenant, session_id: Id) -> bool {
+        let key = stepwise_core::apikey::tenant_scoped_id(tenant.as_str(), session_id);
+        if self
+            .owned_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&key)
+        {
+            return true;
+        }
+        let Ok(conn) = self.take_reader() else {
+            return false;
+        };
+        let owned = count(
+            &conn,
+            OWNS_SESSION,
+            params![bid(session_id), tenant.as_str()],
+        )
+        .is_ok_and(|n| n > 0);
+        self.put_reader(conn);
+        if owned {
+            let mut known = self
+                .owned_sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if known.len() >= OWNED_SESSIONS_CAP {
+                known.clear();
+            }
+            known.insert(key);
+        }
+        owned
+    }
+}
+
+impl stepwise_store::EventStore for SqliteStore {
+    async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         let metadata = json_text(&new.metadata);
@@ -72,7 +122,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn event_list(
+    async fn list_events(
         &self,
         tenant: &Tenant,
         session_id: Id,
@@ -91,50 +141,11 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) fn event_publish_live(&self, tenant: &Tenant, event: Event) {
-        // Live events carry no row to check on commit: drop one aimed at a session the
-        // tenant does not own, so nobody can inject into another tenant's stream.
-        if self.inner.owns_session(tenant, event.session_id) {
-            self.inner.hub.publish_scoped(tenant, Arc::new(event));
-        } else {
-            tracing::debug!(session = %event.session_id, "dropping a live event for a session of another tenant");
-        }
+    fn subscribe(&self, tenant: &Tenant, session_id: Id) -> broadcast::Receiver<Arc<Event>> {
+        self.inner.hub.subscribe_scoped(tenant, session_id)
     }
-}
 
-impl Inner {
-    /// Whether `tenant` owns the session; positive answers are remembered (ownership never
-    /// changes), so the per-token cost of a live stream is one set lookup.
-    fn owns_session(&self, tenant: &Tenant, session_id: Id) -> bool {
-        let key = stepwise_core::apikey::tenant_scoped_id(tenant.as_str(), session_id);
-        if self
-            .owned_sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&key)
-        {
-            return true;
-        }
-        let Ok(conn) = self.take_reader() else {
-            return false;
-        };
-        let owned = count(
-            &conn,
-            OWNS_SESSION,
-            params![bid(session_id), tenant.as_str()],
-        )
-        .is_ok_and(|n| n > 0);
-        self.put_reader(conn);
-        if owned {
-            let mut known = self
-                .owned_sessions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if known.len() >= OWNED_SESSIONS_CAP {
-                known.clear();
-            }
-            known.insert(key);
-        }
-        owned
+    fn publish_live(&self, tenant: &Tenant, event: Event) {
+        self.event_publish_live(tenant, event)
     }
 }

@@ -18,6 +18,7 @@ use crate::rows::{self, Bid, bid, execution_cols, json_text, opt_bid};
 use crate::sessions::load_session;
 use crate::writer::map_sqlite;
 use crate::{SqliteStore, count};
+use stepwise_store::WorkerSeen;
 
 const SELECT_EXECUTION: &str = concat!(
     "SELECT ",
@@ -93,207 +94,6 @@ pub(crate) fn load_execution(conn: &Connection, tenant: &str, id: Id) -> Result<
 }
 
 impl SqliteStore {
-    pub(crate) async fn execution_create(
-        &self,
-        tenant: &Tenant,
-        new: NewExecution,
-    ) -> Result<Execution> {
-        let now = self.now();
-        let execution = new.into_execution(tenant, now)?;
-        self.write(move |conn, _| {
-            let e = &execution;
-            if let Some(session_id) = e.session_id
-                && load_session(conn, &e.tenant_id, session_id)?.is_none()
-            {
-                return Err(StoreError::NotFound("session"));
-            }
-            if let Some(parent) = e.parent_execution_id
-                && load_execution(conn, &e.tenant_id, parent)?.is_none()
-            {
-                return Err(StoreError::NotFound("parent execution"));
-            }
-            insert_execution(conn, e)?;
-            if let Some(session_id) = e.session_id {
-                conn.prepare_cached(SESSION_LAST_EXECUTION)
-                    .and_then(|mut s| s.execute(params![bid(e.id), now.0, bid(session_id)]))
-                    .map_err(map_sqlite)?;
-            }
-            Ok(execution)
-        })
-        .await
-    }
-
-    /// See [`stepwise_store::Store::create_execution_with_messages`]: one writer job, with
-    /// the session's counters moved by one statement for the messages and events.
-    pub(crate) async fn execution_create_with_messages(
-        &self,
-        tenant: &Tenant,
-        new: NewExecution,
-        messages: Vec<NewMessage>,
-        events: Vec<NewEvent>,
-    ) -> Result<(Execution, Vec<Message>)> {
-        let session_id = check_execution_with_messages(&new, &messages, &events)?;
-        let execution = new.into_execution(tenant, self.now())?;
-        // Each message stamped in turn (the clock never repeats a time): they list in order.
-        let messages: Vec<Message> = messages
-            .into_iter()
-            .map(|m| m.for_execution(execution.id).into_message(self.now()))
-            .collect();
-        let events: Vec<NewEvent> = events
-            .into_iter()
-            .map(|e| NewEvent {
-                execution_id: Some(execution.id),
-                ..e
-            })
-            .collect();
-        let now = self.now();
-        let tenant = tenant.clone();
-        // New work: it yields to the executions already running (see `writer`).
-        self.inner
-            .writer
-            .write_intake(move |conn, published| {
-                let touched = conn
-                    .prepare_cached(SESSION_LAST_EXECUTION_OF_TENANT)
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            bid(execution.id),
-                            execution.created_at.0,
-                            bid(session_id),
-                            tenant.as_str()
-                        ])
-                    })
-                    .map_err(map_sqlite)?;
-                if touched == 0 {
-                    return Err(StoreError::NotFound("session"));
-                }
-                insert_execution(conn, &execution)?;
-                insert_announced(conn, &tenant, &messages, events, now, published)?;
-                Ok((execution, messages))
-            })
-            .await
-    }
-
-    pub(crate) async fn execution_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
-        self.read_point(|conn| load_execution(conn, tenant.as_str(), id))
-    }
-
-    pub(crate) async fn execution_list(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> Result<Vec<Execution>> {
-        let tenant = tenant.as_str().to_string();
-        self.read(move |conn, _| {
-            conn.prepare_cached(LIST_EXECUTIONS)
-                .and_then(|mut s| {
-                    s.query_map(params![bid(session_id), tenant], rows::execution)?
-                        .collect()
-                })
-                .map_err(map_sqlite)
-        })
-        .await
-    }
-
-    pub(crate) async fn execution_transition(
-        &self,
-        tenant: &Tenant,
-        id: Id,
-        transition: Transition,
-    ) -> Result<Execution> {
-        let tenant = tenant.as_str().to_string();
-        let now = self.now();
-        self.write(move |conn, _| {
-            let current =
-                load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))?;
-            check_transition(current.status, &transition)?;
-            let target = transition.target();
-            let (output, error, answer, done): (
-                Option<String>,
-                Option<String>,
-                Option<String>,
-                Option<i64>,
-            ) = match &transition {
-                Transition::Pause { .. } => (None, None, None, None),
-                Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
-                Transition::Complete { output } => {
-                    (Some(json_text(output)), None, None, Some(now.0))
-                }
-                Transition::Fail { error_message } => {
-                    (None, Some(error_message.clone()), None, Some(now.0))
-                }
-                Transition::Cancel => (None, None, None, Some(now.0)),
-            };
-            conn.prepare_cached(TRANSITION)
-                .and_then(|mut s| {
-                    s.execute(params![
-                        target.as_str(),
-                        output,
-                        error,
-                        answer,
-                        done,
-                        now.0,
-                        bid(id),
-                        tenant
-                    ])
-                })
-                .map_err(map_sqlite)?;
-            load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))
-        })
-        .await
-    }
-
-    /// [`Store::claim_matching`](stepwise_store::Store::claim_matching): the claims one
-    /// after another in one writer job (one transaction, one commit).
-    pub(crate) async fn queue_claim_matching(
-        &self,
-        filter: &ClaimFilter,
-        workers: &[String],
-        lease: Duration,
-        max_attempts: u32,
-    ) -> Result<Vec<Claim>> {
-        let workers = workers.to_vec();
-        let agent_types = filter.agent_types_json();
-        let tenant = filter.tenant.clone();
-        let now = self.now();
-        let until = lease_until(now, lease);
-        self.write(move |conn, _| {
-            let filter = (agent_types.as_deref(), tenant.as_deref());
-            let mut claims = Vec::with_capacity(workers.len());
-            for worker in &workers {
-                match claim_one(conn, filter, worker, now, until, max_attempts)? {
-                    Some(claim) => claims.push(claim),
-                    None => break,
-                }
-            }
-            Ok(claims)
-        })
-        .await
-    }
-
-    pub(crate) async fn queue_renew(
-        &self,
-        worker: &str,
-        ids: Vec<Id>,
-        lease: Duration,
-    ) -> Result<Vec<Id>> {
-        let worker = worker.to_string();
-        let until = lease_until(self.now(), lease);
-        self.write(move |conn, _| {
-            let mut lost = Vec::new();
-            for id in ids {
-                let held = conn
-                    .prepare_cached(RENEW)
-                    .and_then(|mut s| s.execute(params![until.0, bid(id), worker]))
-                    .map_err(map_sqlite)?;
-                if held == 0 {
-                    lost.push(id);
-                }
-            }
-            Ok(lost)
-        })
-        .await
-    }
-
     /// Back to the queue; `keep_attempt` counts the attempt it was claimed with.
     pub(crate) async fn queue_release(
         &self,
@@ -311,10 +111,6 @@ impl SqliteStore {
                 .map_err(map_sqlite)
         })
         .await
-    }
-
-    pub(crate) async fn queue_pending(&self) -> Result<u64> {
-        self.read(|conn, _| count(conn, QUEUE_DEPTH, [])).await
     }
 }
 
@@ -384,4 +180,216 @@ fn claim_one(
         tenant: Tenant::new(tenant)?,
         resume_answer,
     }))
+}
+
+impl stepwise_store::ExecutionStore for SqliteStore {
+    async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
+        let now = self.now();
+        let execution = new.into_execution(tenant, now)?;
+        self.write(move |conn, _| {
+            let e = &execution;
+            if let Some(session_id) = e.session_id
+                && load_session(conn, &e.tenant_id, session_id)?.is_none()
+            {
+                return Err(StoreError::NotFound("session"));
+            }
+            if let Some(parent) = e.parent_execution_id
+                && load_execution(conn, &e.tenant_id, parent)?.is_none()
+            {
+                return Err(StoreError::NotFound("parent execution"));
+            }
+            insert_execution(conn, e)?;
+            if let Some(session_id) = e.session_id {
+                conn.prepare_cached(SESSION_LAST_EXECUTION)
+                    .and_then(|mut s| s.execute(params![bid(e.id), now.0, bid(session_id)]))
+                    .map_err(map_sqlite)?;
+            }
+            Ok(execution)
+        })
+        .await
+    }
+
+    /// See [`stepwise_store::ExecutionStore::create_execution_with_messages`]: one writer job, with
+    /// the session's counters moved by one statement for the messages and events.
+    async fn create_execution_with_messages(
+        &self,
+        tenant: &Tenant,
+        new: NewExecution,
+        messages: Vec<NewMessage>,
+        events: Vec<NewEvent>,
+    ) -> Result<(Execution, Vec<Message>)> {
+        let session_id = check_execution_with_messages(&new, &messages, &events)?;
+        let execution = new.into_execution(tenant, self.now())?;
+        // Each message stamped in turn (the clock never repeats a time): they list in order.
+        let messages: Vec<Message> = messages
+            .into_iter()
+            .map(|m| m.for_execution(execution.id).into_message(self.now()))
+            .collect();
+        let events: Vec<NewEvent> = events
+            .into_iter()
+            .map(|e| NewEvent {
+                execution_id: Some(execution.id),
+                ..e
+            })
+            .collect();
+        let now = self.now();
+        let tenant = tenant.clone();
+        // New work: it yields to the executions already running (see `writer`).
+        self.inner
+            .writer
+            .write_intake(move |conn, published| {
+                let touched = conn
+                    .prepare_cached(SESSION_LAST_EXECUTION_OF_TENANT)
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            bid(execution.id),
+                            execution.created_at.0,
+                            bid(session_id),
+                            tenant.as_str()
+                        ])
+                    })
+                    .map_err(map_sqlite)?;
+                if touched == 0 {
+                    return Err(StoreError::NotFound("session"));
+                }
+                insert_execution(conn, &execution)?;
+                insert_announced(conn, &tenant, &messages, events, now, published)?;
+                Ok((execution, messages))
+            })
+            .await
+    }
+
+    async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
+        self.read_point(|conn| load_execution(conn, tenant.as_str(), id))
+    }
+
+    async fn list_executions(&self, tenant: &Tenant, session_id: Id) -> Result<Vec<Execution>> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, _| {
+            conn.prepare_cached(LIST_EXECUTIONS)
+                .and_then(|mut s| {
+                    s.query_map(params![bid(session_id), tenant], rows::execution)?
+                        .collect()
+                })
+                .map_err(map_sqlite)
+        })
+        .await
+    }
+
+    async fn transition_execution(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        transition: Transition,
+    ) -> Result<Execution> {
+        let tenant = tenant.as_str().to_string();
+        let now = self.now();
+        self.write(move |conn, _| {
+            let current =
+                load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))?;
+            check_transition(current.status, &transition)?;
+            let target = transition.target();
+            let (output, error, answer, done): (
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                Option<i64>,
+            ) = match &transition {
+                Transition::Pause { .. } => (None, None, None, None),
+                Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
+                Transition::Complete { output } => {
+                    (Some(json_text(output)), None, None, Some(now.0))
+                }
+                Transition::Fail { error_message } => {
+                    (None, Some(error_message.clone()), None, Some(now.0))
+                }
+                Transition::Cancel => (None, None, None, Some(now.0)),
+            };
+            conn.prepare_cached(TRANSITION)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        target.as_str(),
+                        output,
+                        error,
+                        answer,
+                        done,
+                        now.0,
+                        bid(id),
+                        tenant
+                    ])
+                })
+                .map_err(map_sqlite)?;
+            load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))
+        })
+        .await
+    }
+}
+
+impl stepwise_store::QueueStore for SqliteStore {
+    /// [`QueueStore::claim_matching`](stepwise_store::QueueStore::claim_matching): the claims one
+    /// after another in one writer job (one transaction, one commit).
+    async fn claim_matching(
+        &self,
+        filter: &ClaimFilter,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Vec<Claim>> {
+        let workers = workers.to_vec();
+        let agent_types = filter.agent_types_json();
+        let tenant = filter.tenant.clone();
+        let now = self.now();
+        let until = lease_until(now, lease);
+        self.write(move |conn, _| {
+            let filter = (agent_types.as_deref(), tenant.as_deref());
+            let mut claims = Vec::with_capacity(workers.len());
+            for worker in &workers {
+                match claim_one(conn, filter, worker, now, until, max_attempts)? {
+                    Some(claim) => claims.push(claim),
+                    None => break,
+                }
+            }
+            Ok(claims)
+        })
+        .await
+    }
+
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+        self.worker_record(tenant, worker).await
+    }
+
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
+        self.worker_list(tenant, since).await
+    }
+
+    async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {
+        let worker = worker.to_string();
+        let until = lease_until(self.now(), lease);
+        self.write(move |conn, _| {
+            let mut lost = Vec::new();
+            for id in ids {
+                let held = conn
+                    .prepare_cached(RENEW)
+                    .and_then(|mut s| s.execute(params![until.0, bid(id), worker]))
+                    .map_err(map_sqlite)?;
+                if held == 0 {
+                    lost.push(id);
+                }
+            }
+            Ok(lost)
+        })
+        .await
+    }
+
+    async fn release(&self, worker: &str, id: Id) -> Result<()> {
+        self.queue_release(worker, id, false).await
+    }
+
+    async fn requeue(&self, worker: &str, id: Id) -> Result<()> {
+        self.queue_release(worker, id, true).await
+    }
+
+    async fn queue_depth(&self) -> Result<u64> {
+        self.read(|conn, _| count(conn, QUEUE_DEPTH, [])).await
+    }
 }

@@ -14,8 +14,8 @@ const LIST_KEYS: &str = "SELECT id, name, tenant_id, user_id, created_at, revoke
 const REVOKE_KEY: &str = "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2";
 const COUNT_ACTIVE_KEYS: &str = "SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL";
 
-impl SqliteStore {
-    pub(crate) async fn key_create(
+impl stepwise_store::KeyStore for SqliteStore {
+    async fn create_api_key(
         &self,
         tenant: &Tenant,
         user_id: &str,
@@ -49,7 +49,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn key_find(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
         // Every authenticated request asks this: a point lookup on the calling thread.
         self.read_point(|conn| {
             conn.prepare_cached(FIND_ACTIVE_KEY)
@@ -58,7 +58,7 @@ impl SqliteStore {
         })
     }
 
-    pub(crate) async fn key_list(&self) -> Result<Vec<ApiKeyRecord>> {
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         self.read(|conn, _| {
             conn.prepare_cached(LIST_KEYS)
                 .and_then(|mut s| s.query_map([], rows::api_key)?.collect())
@@ -67,7 +67,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn key_revoke(&self, id: Id) -> Result<bool> {
+    async fn revoke_api_key(&self, id: Id) -> Result<bool> {
         let now = self.now();
         self.write(move |conn, _| {
             conn.prepare_cached(REVOKE_KEY)
@@ -78,7 +78,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn key_count_active(&self) -> Result<u64> {
+    async fn count_active_api_keys(&self) -> Result<u64> {
         self.read(|conn, _| count(conn, COUNT_ACTIVE_KEYS, []))
             .await
     }

@@ -43,8 +43,8 @@ pub(crate) fn insert_message(conn: &rusqlite::Connection, tenant: &str, m: &Mess
         .map_err(map_sqlite)
 }
 
-impl SqliteStore {
-    pub(crate) async fn message_append(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+impl stepwise_store::MessageStore for SqliteStore {
+    async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         let message = new.into_message(now);
@@ -63,7 +63,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn message_list(
+    async fn list_messages(
         &self,
         tenant: &Tenant,
         session_id: Id,
@@ -111,5 +111,14 @@ impl SqliteStore {
                 .map_err(map_sqlite)
         })
         .await
+    }
+
+    async fn list_session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::MessagesAfter> {
+        self.session_messages_after(tenant, session_id, after).await
     }
 }

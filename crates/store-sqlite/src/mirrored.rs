@@ -1,5 +1,5 @@
 //! A step with its mirrored messages and events in one writer job (one transaction, one
-//! synced commit): [`Store::append_step_mirrored`](stepwise_store::Store::append_step_mirrored).
+//! synced commit): [`StepStore::append_step_mirrored`](stepwise_store::StepStore::append_step_mirrored).
 
 use std::sync::Arc;
 

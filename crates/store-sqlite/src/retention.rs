@@ -8,6 +8,7 @@ use stepwise_store::{CleanupReport, Result, RetentionPolicy};
 use crate::rows::{Bid, bid};
 use crate::writer::map_sqlite;
 use crate::{SqliteStore, checkpoints, count};
+use stepwise_store::RetentionLock;
 
 /// Active sessions not updated since `?1` (see `stepwise_store::rules::is_stale`).
 macro_rules! stale_where {
@@ -102,12 +103,8 @@ pub(crate) fn delete_session_rows(
     Ok(())
 }
 
-impl SqliteStore {
-    pub(crate) async fn retention_mark_abandoned(
-        &self,
-        cutoff: Timestamp,
-        dry: bool,
-    ) -> Result<u64> {
+impl stepwise_store::RetentionStore for SqliteStore {
+    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
         if dry {
             return self
                 .read(move |conn, _| count(conn, COUNT_STALE, params![cutoff.0]))
@@ -126,7 +123,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn retention_cleanup(
+    async fn cleanup_old_sessions(
         &self,
         now: Timestamp,
         policy: RetentionPolicy,
@@ -179,5 +176,11 @@ impl SqliteStore {
             tracing::info!(?total, "retention cleanup deleted expired sessions");
         }
         Ok(total)
+    }
+
+    async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {
+        // One writer per database file: passes from several processes take turns on the
+        // write lock batch by batch, and each batch re-selects what is still expired.
+        Ok(Some(RetentionLock::local()))
     }
 }

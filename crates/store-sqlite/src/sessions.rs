@@ -11,6 +11,7 @@ use stepwise_store::{
 use crate::rows::{self, agent_text, bid, json_text, session_cols};
 use crate::writer::map_sqlite;
 use crate::{SqliteStore, checkpoints, is_unique_violation};
+use stepwise_core::SessionDocument;
 
 const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, created_at, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)";
@@ -43,8 +44,8 @@ pub(crate) fn load_session(conn: &Connection, tenant: &str, id: Id) -> Result<Op
         .map_err(map_sqlite)
 }
 
-impl SqliteStore {
-    pub(crate) async fn session_create(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
+impl stepwise_store::SessionStore for SqliteStore {
+    async fn create_session(&self, tenant: &Tenant, new: NewSession) -> Result<Session> {
         check_name(new.name.as_deref())?;
         let now = self.now();
         let session = new.into_session(tenant, now);
@@ -78,15 +79,11 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn session_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
+    async fn get_session(&self, tenant: &Tenant, id: Id) -> Result<Option<Session>> {
         self.read_point(|conn| load_session(conn, tenant.as_str(), id))
     }
 
-    pub(crate) async fn session_find_by_name(
-        &self,
-        tenant: &Tenant,
-        name: &str,
-    ) -> Result<Option<Session>> {
+    async fn find_session_by_name(&self, tenant: &Tenant, name: &str) -> Result<Option<Session>> {
         self.read_point(|conn| {
             conn.prepare_cached(SELECT_BY_NAME)
                 .and_then(|mut s| {
@@ -97,7 +94,7 @@ impl SqliteStore {
         })
     }
 
-    pub(crate) async fn session_list(
+    async fn list_sessions(
         &self,
         tenant: &Tenant,
         filter: SessionFilter,
@@ -153,7 +150,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn session_update(
+    async fn update_session(
         &self,
         tenant: &Tenant,
         id: Id,
@@ -193,7 +190,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn session_delete(&self, tenant: &Tenant, id: Id) -> Result<bool> {
+    async fn delete_session(&self, tenant: &Tenant, id: Id) -> Result<bool> {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         self.write(move |conn, _| {
@@ -209,5 +206,14 @@ impl SqliteStore {
             Ok(deleted)
         })
         .await
+    }
+
+    async fn import_document(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        doc: SessionDocument,
+    ) -> Result<Session> {
+        self.import_session(tenant, user_id, doc).await
     }
 }

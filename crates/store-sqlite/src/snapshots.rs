@@ -31,12 +31,8 @@ const SELECT_SNAPSHOT: &str = concat!(
     ", state FROM snapshots WHERE id = ?1 AND tenant_id = ?2"
 );
 
-impl SqliteStore {
-    pub(crate) async fn snapshot_save(
-        &self,
-        tenant: &Tenant,
-        new: NewSnapshot,
-    ) -> Result<Ack<Snapshot>> {
+impl stepwise_store::SnapshotStore for SqliteStore {
+    async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
@@ -93,11 +89,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn snapshot_list(
-        &self,
-        tenant: &Tenant,
-        execution_id: Id,
-    ) -> Result<Vec<Snapshot>> {
+    async fn list_snapshots(&self, tenant: &Tenant, execution_id: Id) -> Result<Vec<Snapshot>> {
         let tenant = tenant.as_str().to_string();
         self.read(move |conn, _| {
             conn.prepare_cached(LIST_SNAPSHOTS)
@@ -110,7 +102,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn snapshot_get(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
+    async fn get_snapshot(&self, tenant: &Tenant, id: Id) -> Result<Option<Snapshot>> {
         let tenant = tenant.as_str().to_string();
         self.read(move |conn, inner| {
             let found = conn

@@ -78,65 +78,6 @@ pub(crate) fn step_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StepRow> {
     })
 }
 
-impl SqliteStore {
-    pub(crate) async fn step_append(
-        &self,
-        tenant: &Tenant,
-        new: NewStep,
-    ) -> Result<Ack<StepAppend>> {
-        check_step_number(new.step_number)?;
-        let tenant = tenant.as_str().to_string();
-        let now = self.now();
-        // Encode (and compress) here, off the writer thread.
-        let payload = codec::encode_step(&new.body, self.inner.options.compress_threshold);
-        let id = new_id();
-        // insert_step refuses (missing execution, finished, another body) before it
-        // writes: no savepoint needed.
-        self.inner
-            .writer
-            .submit_checked(move |conn, _| insert_step(conn, &tenant, new, payload, id, now))
-            .await
-    }
-
-    pub(crate) async fn step_list(
-        &self,
-        tenant: &Tenant,
-        execution_id: Id,
-    ) -> Result<Loaded<Step>> {
-        let tenant = tenant.as_str().to_string();
-        self.read(move |conn, inner| {
-            let rows = conn
-                .prepare_cached(LIST_STEPS)
-                .and_then(|mut s| {
-                    s.query_map(params![bid(execution_id), tenant], step_row)?
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                })
-                .map_err(map_sqlite)?;
-            Ok(inner.decode_steps(rows))
-        })
-        .await
-    }
-
-    pub(crate) async fn step_list_session(
-        &self,
-        tenant: &Tenant,
-        session_id: Id,
-    ) -> Result<Loaded<Step>> {
-        let tenant = tenant.as_str().to_string();
-        self.read(move |conn, inner| {
-            let rows = conn
-                .prepare_cached(LIST_SESSION_STEPS)
-                .and_then(|mut s| {
-                    s.query_map(params![bid(session_id), tenant], step_row)?
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                })
-                .map_err(map_sqlite)?;
-            Ok(inner.decode_steps(rows))
-        })
-        .await
-    }
-}
-
 impl Inner {
     /// Decodes step rows, skipping (and counting) the ones that cannot be decoded.
     fn decode_steps(&self, rows: Vec<StepRow>) -> Loaded<Step> {
@@ -316,4 +257,69 @@ pub(crate) fn insert_step(
         step,
         created: false,
     })
+}
+
+impl stepwise_store::StepStore for SqliteStore {
+    async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
+        check_step_number(new.step_number)?;
+        let tenant = tenant.as_str().to_string();
+        let now = self.now();
+        // Encode (and compress) here, off the writer thread.
+        let payload = codec::encode_step(&new.body, self.inner.options.compress_threshold);
+        let id = new_id();
+        // insert_step refuses (missing execution, finished, another body) before it
+        // writes: no savepoint needed.
+        self.inner
+            .writer
+            .submit_checked(move |conn, _| insert_step(conn, &tenant, new, payload, id, now))
+            .await
+    }
+
+    async fn append_step_mirrored(
+        &self,
+        tenant: &Tenant,
+        new: NewStep,
+        mirror: stepwise_store::StepMirror,
+    ) -> Result<Ack<StepAppend>> {
+        self.write_step_mirrored(tenant, new, mirror).await
+    }
+
+    async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, inner| {
+            let rows = conn
+                .prepare_cached(LIST_STEPS)
+                .and_then(|mut s| {
+                    s.query_map(params![bid(execution_id), tenant], step_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(map_sqlite)?;
+            Ok(inner.decode_steps(rows))
+        })
+        .await
+    }
+
+    async fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> Result<Loaded<Step>> {
+        let tenant = tenant.as_str().to_string();
+        self.read(move |conn, inner| {
+            let rows = conn
+                .prepare_cached(LIST_SESSION_STEPS)
+                .and_then(|mut s| {
+                    s.query_map(params![bid(session_id), tenant], step_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(map_sqlite)?;
+            Ok(inner.decode_steps(rows))
+        })
+        .await
+    }
+
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        self.session_steps_after(tenant, session_id, after).await
+    }
 }

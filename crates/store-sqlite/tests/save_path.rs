@@ -3,7 +3,8 @@
 
 use serde_json::json;
 use stepwise_core::{EventType, ExecutionStatus, StepBody, StepKind, TokenUsage, ToolCall};
-use stepwise_store::{NewEvent, NewExecution, NewSession, NewStep, Store, Tenant};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewEvent, NewExecution, NewSession, NewStep, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 
 fn body(i: u32) -> StepBody {

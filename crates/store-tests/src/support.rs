@@ -298,3 +298,11 @@ impl Rng {
         &items[self.below(items.len())]
     }
 }
+
+/// The checkpoint store of a backend the checkpoint cases run on (the files backend keeps
+/// none and skips them).
+pub fn checkpoints<S: Store>(store: &S) -> &S::Checkpoints {
+    store
+        .checkpoints()
+        .expect("the checkpoint cases run on backends that keep checkpoints")
+}

@@ -6,15 +6,15 @@
 //! Step and message rows are immutable and only ever deleted with their whole session, so
 //! the rows a cache entry holds are a subset of the session's rows for as long as the
 //! session exists. Each read asks, in one consistent read, how many rows the session has
-//! and the rows past the entry's position ([`Store::list_session_steps_after`],
-//! [`Store::list_session_messages_after`]); the cached rows plus the new ones are served
+//! and the rows past the entry's position ([`StepStore::list_session_steps_after`],
+//! [`MessageStore::list_session_messages_after`]); the cached rows plus the new ones are served
 //! only when together they are exactly that many rows. Any other answer (a row another
 //! node committed out of order, a clock skew, a deleted session) makes the read a full
 //! load that replaces the entry. The key holds the tenant, so one tenant's entry can never
 //! answer another's read.
 //!
-//! [`Store::list_session_steps_after`]: crate::Store::list_session_steps_after
-//! [`Store::list_session_messages_after`]: crate::Store::list_session_messages_after
+//! [`StepStore::list_session_steps_after`]: crate::StepStore::list_session_steps_after
+//! [`MessageStore::list_session_messages_after`]: crate::MessageStore::list_session_messages_after
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -160,8 +160,8 @@ pub struct Positioned<O: RowOrder> {
 pub type PositionedStep = Positioned<StepOrder>;
 pub type PositionedMessage = Positioned<MessageOrder>;
 
-/// The answer of [`Store::list_session_steps_after`](crate::Store::list_session_steps_after)
-/// and [`Store::list_session_messages_after`](crate::Store::list_session_messages_after).
+/// The answer of [`StepStore::list_session_steps_after`](crate::StepStore::list_session_steps_after)
+/// and [`MessageStore::list_session_messages_after`](crate::MessageStore::list_session_messages_after).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowsAfter<O: RowOrder> {
     /// How many rows the session has (decodable or not), read together with `rows`.

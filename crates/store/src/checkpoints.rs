@@ -230,7 +230,7 @@ pub enum ResolvedBlob {
         items: Vec<TypedValue>,
     },
     /// The items appended after version `since`, which the reader already holds (see
-    /// `Store::get_checkpoint_since`).
+    /// `CheckpointStore::get_checkpoint_since`).
     Since {
         channel: String,
         version: String,

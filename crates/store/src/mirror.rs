@@ -1,10 +1,10 @@
 //! The readable side of a step written with it: the session messages and events that
-//! mirror a step (see [`Store::append_step_mirrored`](crate::Store::append_step_mirrored)).
+//! mirror a step (see [`StepStore::append_step_mirrored`](crate::StepStore::append_step_mirrored)).
 
 use serde_json::{Map, Value, json};
 use stepwise_core::{EventType, Id, Message, Role};
 
-use crate::{NewEvent, NewMessage, Result, Store, StoreError, Tenant};
+use crate::{NewEvent, NewMessage, Result, StoreError};
 
 /// Messages and events that mirror a step in its session's readable history. Each message
 /// is followed by its `message.created` event; the events come after the messages. They
@@ -64,26 +64,5 @@ pub fn message_created(message: &Message) -> NewEvent {
         event_type: EventType::MessageCreated,
         content: message.content.clone(),
         metadata: Value::Object(metadata),
-    }
-}
-
-/// The mirror as separate writes (the trait's default): each message, its event, then the
-/// events, queued in order. A write that fails is logged and skipped.
-pub(crate) async fn write_separately<S: Store>(store: &S, tenant: &Tenant, mirror: StepMirror) {
-    for new in mirror.messages {
-        match store.append_message(tenant, new).await {
-            Ok(message) => queue_event(store, tenant, message_created(&message)).await,
-            Err(e) => tracing::warn!(error = %e, "could not store a step's mirrored message"),
-        }
-    }
-    for event in mirror.events {
-        queue_event(store, tenant, event).await;
-    }
-}
-
-async fn queue_event<S: Store>(store: &S, tenant: &Tenant, event: NewEvent) {
-    // Queued, not awaited: events of one session stay in order (the save queue is FIFO).
-    if let Err(e) = store.append_event(tenant, event).await {
-        tracing::warn!(error = %e, "could not queue a step's mirrored event");
     }
 }

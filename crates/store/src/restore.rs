@@ -6,6 +6,7 @@ use stepwise_core::summary::build_summary;
 
 use stepwise_core::{Id, Memory, Message, Restored, SessionDocument};
 
+use crate::CheckpointStore;
 use crate::cached_read::cached_rows;
 use crate::{MessageOrder, MessageQuery, Result, StepOrder, Store, StoreError, Tenant};
 
@@ -68,7 +69,7 @@ pub async fn restore_memory<S: Store>(
     }))
 }
 
-/// A session's messages as [`Store::list_messages`] answers them (oldest first; after a
+/// A session's messages as [`MessageStore::list_messages`] answers them (oldest first; after a
 /// message, of some roles, up to a limit), through the store's
 /// [`SessionCache`](crate::SessionCache) when it keeps one: the messages already held are
 /// not read again, and the query is answered in memory. `after` naming a message that is
@@ -134,7 +135,10 @@ pub async fn export_session<S: Store>(
             }
         }
     }
-    let thread = store.export_thread(tenant, session_id).await?;
+    let thread = match store.checkpoints() {
+        Some(checkpoints) => checkpoints.export_thread(tenant, session_id).await?,
+        None => None,
+    };
     Ok(Some(SessionDocument {
         format_version: FORMAT_VERSION,
         session,

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::json;
-use stepwise_store::{Store, Tenant};
+use stepwise_store::Tenant;
 use stepwise_store_postgres::PgStore;
 
 use super::{
@@ -15,6 +15,7 @@ use super::{
     run_w2c,
 };
 use crate::db::DatabaseUrl;
+use stepwise_store::prelude::*;
 
 async fn open(url: &str) -> anyhow::Result<PgStore> {
     PgStore::connect(url)

@@ -25,6 +25,7 @@ use stepwise_store_sqlite::{Durability, SqliteOptions};
 
 use super::{Progress, ms, per_s, percentile_ms, round};
 use crate::db::{self, DatabaseUrl};
+use stepwise_store::prelude::*;
 
 #[derive(Args, Debug, Clone)]
 pub struct QueueArgs {

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stepwise_core::{Event, Execution, Id, Message, Snapshot, Step, StepKind, ToolCall};
-use stepwise_store::{MessageQuery, NewSession, Store, Tenant};
+use stepwise_store::{MessageQuery, NewSession, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 use tempfile::TempDir;
 
 use super::{Engine, EngineConfig, MessageInput};
 use crate::BoxFuture;
 use crate::agent::{Agent, AgentContext, AgentError, AgentRegistry, Decision};
+use stepwise_store::prelude::*;
 
 /// The agent type the harness registers.
 pub(super) const SCRIPTED: &str = "scripted";

@@ -17,7 +17,7 @@ use crate::runs::{RunFollower, Start, find_session, find_turn, is_live, latest_r
 
 #[utoipa::path(post, path = "/v1/ag-ui/connect", tag = "front ends", operation_id = "ag_ui_connect",
     request_body = RunAgentInput,
-    responses((status = 200, content_type = "text/event-stream", body = crate::openapi::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
                description = "`RUN_STARTED`, `MESSAGES_SNAPSHOT`, the running turn's events, `RUN_FINISHED` or `RUN_ERROR`"),
               (status = 400, body = ErrorBody)))]
 #[allow(dead_code)]

@@ -21,7 +21,7 @@ use crate::runs::{
 
 #[utoipa::path(post, path = "/v1/ag-ui", tag = "front ends", operation_id = "ag_ui_run",
     request_body = RunAgentInput,
-    responses((status = 200, content_type = "text/event-stream", body = crate::openapi::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
                description = "The run as AG-UI events (`data:` lines): `RUN_STARTED` ... `RUN_FINISHED` or `RUN_ERROR`"),
               (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]

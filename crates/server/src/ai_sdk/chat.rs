@@ -72,7 +72,7 @@ impl UiMessage {
 
 #[utoipa::path(post, path = "/v1/ai-sdk/chat", tag = "front ends", operation_id = "ai_sdk_chat",
     request_body = ChatBody,
-    responses((status = 200, content_type = "text/event-stream", body = crate::openapi::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
                description = "The turn as AI SDK UI message stream parts (`data:` lines; header `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`"),
               (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]

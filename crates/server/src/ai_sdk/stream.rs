@@ -34,7 +34,7 @@ impl utoipa::IntoParams for ChatIdPath {
 
 #[utoipa::path(get, path = "/v1/ai-sdk/chat/{chat_id}/stream", tag = "front ends", operation_id = "ai_sdk_resume",
     params(ChatIdPath),
-    responses((status = 200, content_type = "text/event-stream", body = crate::openapi::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
                description = "The running turn from its `start`, as UI message stream parts"),
               (status = 204, description = "Nothing runs in the chat's session (or there is no such chat yet)"),
               (status = 400, body = ErrorBody)))]

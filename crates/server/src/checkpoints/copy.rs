@@ -15,6 +15,7 @@ use super::{object, required, string, thread_id};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)]
@@ -68,7 +69,7 @@ pub async fn copy<S: Store>(
         return Err(ApiError::conflict("a thread cannot be copied onto itself"));
     }
     let copied = state
-        .store()
+        .checkpoints()?
         .copy_thread(&caller.tenant, &source, &target, &caller.user_id)
         .await?
         .ok_or_else(|| ApiError::not_found("thread"))?;

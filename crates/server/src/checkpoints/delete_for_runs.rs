@@ -12,6 +12,7 @@ use super::{MAX_ID_CHARS, MAX_ITEMS, check_text, object};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)]
@@ -68,7 +69,7 @@ pub async fn delete_for_runs<S: Store>(
     let map = object(body)?;
     let run_ids = ids(&map, "run_ids", MAX_ID_CHARS)?;
     let deleted = state
-        .store()
+        .checkpoints()?
         .delete_checkpoints_for_runs(&caller.tenant, run_ids)
         .await?;
     Ok(Json(CheckpointsDeleted { deleted }))

@@ -9,6 +9,7 @@ use super::thread_id;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 pub async fn delete_thread<S: Store>(
     State(state): State<AppState<S>>,
@@ -16,7 +17,11 @@ pub async fn delete_thread<S: Store>(
     Path(thread): Path<String>,
 ) -> ApiResult<StatusCode> {
     let thread = thread_id(&thread)?;
-    if state.store().delete_thread(&caller.tenant, &thread).await? {
+    if state
+        .checkpoints()?
+        .delete_thread(&caller.tenant, &thread)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("thread"))

@@ -9,6 +9,7 @@ use super::{CheckpointTuple, GetParams, checkpoint_id, thread_id};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 /// `{thread_id}/checkpoints/{checkpoint_id}` of a read.
 pub struct GetCheckpointPath;
@@ -36,7 +37,7 @@ pub async fn get<S: Store>(
     let ns = params.ns()?;
     let have = params.have()?;
     let record = state
-        .store()
+        .checkpoints()?
         .get_checkpoint_since(&caller.tenant, &thread, &ns, Some(&id), &have)
         .await?
         .ok_or_else(|| ApiError::not_found("checkpoint"))?;

@@ -10,6 +10,7 @@ use super::{CheckpointTuple, GetParams, thread_id};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 pub async fn get_latest<S: Store>(
     State(state): State<AppState<S>>,
@@ -21,7 +22,7 @@ pub async fn get_latest<S: Store>(
     let ns = params.ns()?;
     let have = params.have()?;
     let record = state
-        .store()
+        .checkpoints()?
         .get_checkpoint_since(&caller.tenant, &thread, &ns, None, &have)
         .await?
         .ok_or_else(|| ApiError::not_found("checkpoint"))?;

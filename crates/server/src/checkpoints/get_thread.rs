@@ -11,6 +11,7 @@ use super::thread_id;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Thread {
@@ -28,7 +29,8 @@ pub async fn get_thread<S: Store>(
 ) -> ApiResult<Json<Thread>> {
     let thread = thread_id(&thread)?;
     let store = state.store();
-    let info = store
+    let info = state
+        .checkpoints()?
         .get_thread(&caller.tenant, &thread)
         .await?
         .ok_or_else(|| ApiError::not_found("thread"))?;

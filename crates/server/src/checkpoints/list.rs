@@ -9,6 +9,7 @@ use super::{CheckpointPage, ListParams, thread_id};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiQuery, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 /// `{thread_id}` of the list.
 pub struct ListThreadPath;
@@ -32,7 +33,7 @@ pub async fn list<S: Store>(
     let thread = thread_id(&thread)?;
     let query = params.query(Some(thread))?;
     let page = state
-        .store()
+        .checkpoints()?
         .list_checkpoints(&caller.tenant, query)
         .await?;
     Ok(Json(CheckpointPage {

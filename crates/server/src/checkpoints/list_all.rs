@@ -9,6 +9,7 @@ use super::{CheckpointPage, ListParams};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiQuery, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 pub async fn list_all<S: Store>(
     State(state): State<AppState<S>>,
@@ -17,7 +18,7 @@ pub async fn list_all<S: Store>(
 ) -> ApiResult<Json<CheckpointPage>> {
     let query = params.query(None)?;
     let page = state
-        .store()
+        .checkpoints()?
         .list_checkpoints(&caller.tenant, query)
         .await?;
     Ok(Json(CheckpointPage {

@@ -13,6 +13,7 @@ use super::object;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)]
@@ -43,7 +44,7 @@ pub async fn prune<S: Store>(
         }
     };
     let deleted = state
-        .store()
+        .checkpoints()?
         .prune_checkpoints(&caller.tenant, thread_ids, strategy)
         .await?;
     Ok(Json(CheckpointsDeleted { deleted }))

@@ -18,6 +18,7 @@ use super::{
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 /// A checkpoint to store. `checkpoint` is LangGraph's checkpoint serialized without its
 /// `channel_values`; the values are `blobs`, each written once per `(channel, version)`.
@@ -211,7 +212,10 @@ pub async fn put<S: Store>(
         checkpoint_id: new.checkpoint_id.clone(),
         session_id: stepwise_core::Id::nil(),
     };
-    let put = state.store().put_checkpoint(&caller.tenant, new).await?;
+    let put = state
+        .checkpoints()?
+        .put_checkpoint(&caller.tenant, new)
+        .await?;
     let stored = CheckpointStored {
         session_id: put.session_id,
         ..stored

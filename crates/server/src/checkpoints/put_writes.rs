@@ -15,6 +15,7 @@ use super::{
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use stepwise_store::prelude::*;
 
 /// Lowest and highest `idx`.
 const MIN_IDX: i64 = i32::MIN as i64;
@@ -103,7 +104,7 @@ pub async fn put_writes<S: Store>(
         });
     }
     state
-        .store()
+        .checkpoints()?
         .put_checkpoint_writes(
             &caller.tenant,
             PutWrites {

@@ -8,9 +8,9 @@ use stepwise_store::Store;
 use super::PageQuery;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody, path_id};
-use crate::openapi::ExecutionList;
 use crate::schemas::{IdPath, PageParams};
 use crate::sessions::paginate;
+use crate::shapes::ExecutionList;
 use crate::{AppState, List};
 
 pub async fn list<S: Store>(

@@ -9,9 +9,9 @@ use stepwise_store::Store;
 use super::{PageQuery, load};
 use crate::auth::Caller;
 use crate::error::{ApiQuery, ApiResult, ErrorBody};
-use crate::openapi::SnapshotList;
 use crate::schemas::{IdPath, PageParams};
 use crate::sessions::paginate;
+use crate::shapes::SnapshotList;
 use crate::{AppState, List};
 
 pub async fn list_snapshots<S: Store>(

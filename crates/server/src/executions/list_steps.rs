@@ -8,9 +8,9 @@ use stepwise_store::Store;
 use super::{PageQuery, load};
 use crate::auth::Caller;
 use crate::error::{ApiQuery, ApiResult, ErrorBody};
-use crate::openapi::StepList;
 use crate::schemas::{IdPath, PageParams};
 use crate::sessions::paginate;
+use crate::shapes::StepList;
 use crate::{AppState, List};
 
 pub async fn list_steps<S: Store>(

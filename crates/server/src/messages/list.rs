@@ -11,9 +11,9 @@ use utoipa::openapi::path::{Parameter, ParameterIn};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody, path_id};
-use crate::openapi::MessageList;
 use crate::schemas::IdPath;
 use crate::sessions::{load_session, parse_limit};
+use crate::shapes::MessageList;
 use crate::{AppState, List};
 
 /// Where the page starts and which roles it holds (every parameter optional).

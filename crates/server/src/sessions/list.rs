@@ -12,8 +12,8 @@ use utoipa::openapi::path::{Parameter, ParameterIn};
 use super::{MAX_REF_CHARS, check_text, parse_limit};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
-use crate::openapi::SessionList;
 use crate::schemas::{reference_filter, session_statuses};
+use crate::shapes::SessionList;
 use crate::{AppState, List};
 
 /// The filters and page of the list (every parameter optional).

@@ -3,6 +3,7 @@ use stepwise_store::{Store, StoreStats};
 
 use crate::Harness;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 /// Create, find by hash, list, revoke, count.
 pub async fn api_keys<H: Harness>(harness: &H) {

@@ -10,6 +10,7 @@ use stepwise_store::{
 use crate::Harness;
 use crate::assert_err;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 async fn save<S: Store>(store: &S, tenant: &stepwise_store::Tenant, execution: Id, n: u32) {
     let new = NewStep {

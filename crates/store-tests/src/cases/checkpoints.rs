@@ -12,6 +12,7 @@ use crate::Harness;
 use crate::assert_err;
 use crate::cases::sessions::list_all;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 fn typed(data: &str) -> TypedValue {
     TypedValue::new("json", data.as_bytes().to_vec())
@@ -59,7 +60,11 @@ fn versions(pairs: &[(&str, &str)]) -> Map<String, Value> {
 }
 
 async fn put<S: Store>(store: &S, tenant: &Tenant, new: NewCheckpoint) -> bool {
-    ok(store.put_checkpoint(tenant, new).await, "put_checkpoint").created
+    ok(
+        checkpoints(store).put_checkpoint(tenant, new).await,
+        "put_checkpoint",
+    )
+    .created
 }
 
 fn list_of(thread: Option<&str>, ns: Option<&str>, limit: u32) -> CheckpointQuery {
@@ -97,24 +102,30 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     let t = tenant("t1");
     assert!(
         ok(
-            store.get_checkpoint(&t, "th", "", None).await,
+            checkpoints(&store).get_checkpoint(&t, "th", "", None).await,
             "get of nothing"
         )
         .is_none(),
         "no thread: no checkpoint"
     );
-    assert!(ok(store.get_thread(&t, "th").await, "get_thread").is_none());
+    assert!(ok(checkpoints(&store).get_thread(&t, "th").await, "get_thread").is_none());
 
     // Step 1: a full blob of `messages`; step 2 appends one message; step 3 two more.
     let mut c1 = checkpoint("th", "", "001", None);
     c1.channel_versions = versions(&[("messages", "1"), ("count", "1")]);
     c1.blobs = vec![full("messages", "1", "[m0]"), full("count", "1", "1")];
-    let put1 = ok(store.put_checkpoint(&t, c1.clone()).await, "put 1");
+    let put1 = ok(
+        checkpoints(&store).put_checkpoint(&t, c1.clone()).await,
+        "put 1",
+    );
     assert!(
         put1.created && put1.thread_created,
         "the first put creates the thread"
     );
-    let again = ok(store.put_checkpoint(&t, c1).await, "put 1 again");
+    let again = ok(
+        checkpoints(&store).put_checkpoint(&t, c1).await,
+        "put 1 again",
+    );
     assert!(
         !again.created && !again.thread_created,
         "the same put again writes nothing"
@@ -135,7 +146,10 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     ];
     assert!(put(&store, &t, c3).await);
 
-    let latest = some(store.get_checkpoint(&t, "th", "", None).await, "latest");
+    let latest = some(
+        checkpoints(&store).get_checkpoint(&t, "th", "", None).await,
+        "latest",
+    );
     assert_eq!(latest.checkpoint_id, "003");
     assert_eq!(latest.parent_checkpoint_id.as_deref(), Some("002"));
     assert_eq!(latest.thread_id, "th");
@@ -166,7 +180,9 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     );
 
     let second = some(
-        store.get_checkpoint(&t, "th", "", Some("002")).await,
+        checkpoints(&store)
+            .get_checkpoint(&t, "th", "", Some("002"))
+            .await,
         "by id",
     );
     assert_eq!(
@@ -174,20 +190,26 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
         (Some("[m0]".to_string()), vec!["m1".into()])
     );
     let first = some(
-        store.get_checkpoint(&t, "th", "", Some("001")).await,
+        checkpoints(&store)
+            .get_checkpoint(&t, "th", "", Some("001"))
+            .await,
         "by id",
     );
     assert!(matches!(&first.blobs[1], ResolvedBlob::Full { value, .. } if *value == typed("[m0]")));
     assert!(
         ok(
-            store.get_checkpoint(&t, "th", "", Some("999")).await,
+            checkpoints(&store)
+                .get_checkpoint(&t, "th", "", Some("999"))
+                .await,
             "unknown id"
         )
         .is_none()
     );
     assert!(
         ok(
-            store.get_checkpoint(&t, "th", "other", None).await,
+            checkpoints(&store)
+                .get_checkpoint(&t, "th", "other", None)
+                .await,
             "other ns"
         )
         .is_none()
@@ -201,7 +223,12 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
         append("odd", "a", Some("z"), &["x"]),
     ];
     assert!(put(&store, &t, c4).await);
-    let odd = some(store.get_checkpoint(&t, "th", "", Some("004")).await, "004");
+    let odd = some(
+        checkpoints(&store)
+            .get_checkpoint(&t, "th", "", Some("004"))
+            .await,
+        "004",
+    );
     assert_eq!(
         list_items(&odd.blobs[0]),
         (Some("base".to_string()), vec!["x".into()])
@@ -211,13 +238,16 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     c5.channel_versions = versions(&[("count", "3")]);
     c5.blobs = vec![full("count", "3", "changed")];
     assert!(put(&store, &t, c5).await);
-    let c5 = some(store.get_checkpoint(&t, "th", "", None).await, "005");
+    let c5 = some(
+        checkpoints(&store).get_checkpoint(&t, "th", "", None).await,
+        "005",
+    );
     assert!(matches!(&c5.blobs[0], ResolvedBlob::Full { value, .. } if *value == typed("3")));
 
     // A reader holding an earlier version of a list gets only what came after it.
     let have = |c: &str, v: &str| [(c.to_string(), v.to_string())].into_iter().collect();
     let since = some(
-        store
+        checkpoints(&store)
             .get_checkpoint_since(&t, "th", "", Some("003"), &have("messages", "1"))
             .await,
         "since 1",
@@ -235,7 +265,7 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     assert_eq!((from.as_str(), version.as_str()), ("1", "3"));
     assert_eq!(items, &vec![typed("m1"), typed("m2"), typed("m3")]);
     let same = some(
-        store
+        checkpoints(&store)
             .get_checkpoint_since(&t, "th", "", Some("003"), &have("messages", "3"))
             .await,
         "since 3",
@@ -245,7 +275,7 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     ));
     for other in ["x", "9"] {
         let full = some(
-            store
+            checkpoints(&store)
                 .get_checkpoint_since(&t, "th", "", Some("003"), &have("messages", other))
                 .await,
             "not on the chain",
@@ -262,27 +292,35 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     orphan.channel_versions = versions(&[("messages", "9")]);
     orphan.blobs = vec![append("messages", "9", Some("8"), &["x"])];
     assert_err!(
-        store.put_checkpoint(&t, orphan.clone()).await,
+        checkpoints(&store).put_checkpoint(&t, orphan.clone()).await,
         stepwise_store::StoreError::Conflict(_),
         "an append on a missing base"
     );
     orphan.thread_id = "new-thread".into();
     assert_err!(
-        store.put_checkpoint(&t, orphan).await,
+        checkpoints(&store).put_checkpoint(&t, orphan).await,
         stepwise_store::StoreError::Conflict(_),
         "an append on a missing base"
     );
-    assert!(ok(store.get_thread(&t, "new-thread").await, "no thread").is_none());
     assert!(
         ok(
-            store.get_checkpoint(&t, "th", "", Some("009")).await,
+            checkpoints(&store).get_thread(&t, "new-thread").await,
+            "no thread"
+        )
+        .is_none()
+    );
+    assert!(
+        ok(
+            checkpoints(&store)
+                .get_checkpoint(&t, "th", "", Some("009"))
+                .await,
             "not stored"
         )
         .is_none()
     );
 
     // The thread is a session named after it, marked with the thread id.
-    let info = some(store.get_thread(&t, "th").await, "get_thread");
+    let info = some(checkpoints(&store).get_thread(&t, "th").await, "get_thread");
     assert_eq!(info.checkpoints, 5);
     let session = some(store.get_session(&t, info.session_id).await, "the session");
     assert_eq!(session.name.as_deref(), Some("th"));
@@ -292,7 +330,10 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     create_session(&store, &t, Some("taken")).await;
     for thread in ["taken", "a thread / with spaces", "ünï"] {
         assert!(put(&store, &t, checkpoint(thread, "", "001", None)).await);
-        let info = some(store.get_thread(&t, thread).await, "get_thread");
+        let info = some(
+            checkpoints(&store).get_thread(&t, thread).await,
+            "get_thread",
+        );
         let session = some(store.get_session(&t, info.session_id).await, "session");
         assert_eq!(session.name, None, "thread {thread:?}");
         assert_eq!(session.metadata["langgraph_thread_id"], json!(thread));
@@ -307,13 +348,24 @@ pub async fn checkpoints_put_get<H: Harness>(harness: &H) {
     c.channel_versions = versions(&[("m", "1")]);
     c.blobs = vec![append("m", "1", None, &[&big, "small"])];
     assert!(put(&store, &t, c).await);
-    let got = some(store.get_checkpoint(&t, "big", "", None).await, "big");
+    let got = some(
+        checkpoints(&store)
+            .get_checkpoint(&t, "big", "", None)
+            .await,
+        "big",
+    );
     assert_eq!(got.checkpoint, typed(&big));
     assert_eq!(list_items(&got.blobs[0]).1, vec![big, "small".to_string()]);
 }
 
 async fn latest_003_blobs<S: Store>(store: &S, t: &Tenant) -> Vec<ResolvedBlob> {
-    some(store.get_checkpoint(t, "th", "", Some("003")).await, "003").blobs
+    some(
+        checkpoints(store)
+            .get_checkpoint(t, "th", "", Some("003"))
+            .await,
+        "003",
+    )
+    .blobs
 }
 
 pub async fn checkpoint_writes<H: Harness>(harness: &H) {
@@ -337,7 +389,7 @@ pub async fn checkpoint_writes<H: Harness>(harness: &H) {
             .collect(),
     };
     ok(
-        store
+        checkpoints(&store)
             .put_checkpoint_writes(
                 &t,
                 writes("task-b", "~1", &[(0, "a", "b0"), (1, "b", "b1")]),
@@ -346,7 +398,7 @@ pub async fn checkpoint_writes<H: Harness>(harness: &H) {
         "writes",
     );
     ok(
-        store
+        checkpoints(&store)
             .put_checkpoint_writes(
                 &t,
                 writes("task-a", "~2", &[(0, "a", "a0"), (-1, "__error__", "e1")]),
@@ -356,7 +408,7 @@ pub async fn checkpoint_writes<H: Harness>(harness: &H) {
     );
     // idx >= 0 again: ignored; idx < 0 again: replaced.
     ok(
-        store
+        checkpoints(&store)
             .put_checkpoint_writes(
                 &t,
                 writes(
@@ -369,12 +421,15 @@ pub async fn checkpoint_writes<H: Harness>(harness: &H) {
         "writes again",
     );
     ok(
-        store
+        checkpoints(&store)
             .put_checkpoint_writes(&t, writes("task-c", "", &[(0, "c", "c0")]))
             .await,
         "writes without a path",
     );
-    let got = some(store.get_checkpoint(&t, "th", "", None).await, "get");
+    let got = some(
+        checkpoints(&store).get_checkpoint(&t, "th", "", None).await,
+        "get",
+    );
     let seen: Vec<(String, i64, String, String, String)> = got
         .pending_writes
         .iter()
@@ -410,17 +465,20 @@ pub async fn checkpoint_writes<H: Harness>(harness: &H) {
     );
     // Writes belong to their checkpoint: another checkpoint has none.
     assert!(put(&store, &t, checkpoint("th", "", "002", Some("001"))).await);
-    let latest = some(store.get_checkpoint(&t, "th", "", None).await, "002");
+    let latest = some(
+        checkpoints(&store).get_checkpoint(&t, "th", "", None).await,
+        "002",
+    );
     assert!(latest.pending_writes.is_empty());
     // Writes to a thread that does not exist yet create it.
     let mut w = writes("task", "", &[(0, "x", "1")]);
     w.thread_id = "fresh".into();
     ok(
-        store.put_checkpoint_writes(&t, w).await,
+        checkpoints(&store).put_checkpoint_writes(&t, w).await,
         "writes to a new thread",
     );
     assert_eq!(
-        some(store.get_thread(&t, "fresh").await, "fresh").checkpoints,
+        some(checkpoints(&store).get_thread(&t, "fresh").await, "fresh").checkpoints,
         0
     );
 }
@@ -448,7 +506,7 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
     assert!(put(&store, &t, checkpoint("other", "", "007b", None)).await);
 
     let all = ok(
-        store
+        checkpoints(&store)
             .list_checkpoints(&t, list_of(Some("th"), None, 100))
             .await,
         "list",
@@ -458,7 +516,7 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
     assert_eq!(ids(&all.items), expected, "newest first, every namespace");
     assert_eq!(all.next_cursor, None);
     let root = ok(
-        store
+        checkpoints(&store)
             .list_checkpoints(&t, list_of(Some("th"), Some(""), 100))
             .await,
         "list",
@@ -477,7 +535,7 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
     // limit and before
     let mut q = list_of(Some("th"), Some(""), 3);
     q.before = Some("010".into());
-    let page = ok(store.list_checkpoints(&t, q).await, "before");
+    let page = ok(checkpoints(&store).list_checkpoints(&t, q).await, "before");
     assert_eq!(ids(&page.items), vec!["009", "008", "007"]);
 
     // filter: top-level key equality on JSON values (missing equals null)
@@ -487,13 +545,13 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
         .cloned()
         .unwrap_or_default();
     assert_eq!(
-        ids(&ok(store.list_checkpoints(&t, q).await, "filter").items),
+        ids(&ok(checkpoints(&store).list_checkpoints(&t, q).await, "filter").items),
         vec!["012", "006"]
     );
     let mut q = list_of(Some("th"), None, 100);
     q.filter = json!({"step": 4}).as_object().cloned().unwrap_or_default();
     assert_eq!(
-        ids(&ok(store.list_checkpoints(&t, q).await, "filter").items),
+        ids(&ok(checkpoints(&store).list_checkpoints(&t, q).await, "filter").items),
         vec!["004"]
     );
     let mut q = list_of(Some("th"), None, 100);
@@ -502,7 +560,7 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
         .cloned()
         .unwrap_or_default();
     assert!(
-        ok(store.list_checkpoints(&t, q).await, "filter")
+        ok(checkpoints(&store).list_checkpoints(&t, q).await, "filter")
             .items
             .is_empty(),
         "4 is not \"4\""
@@ -513,7 +571,7 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
         .cloned()
         .unwrap_or_default();
     assert_eq!(
-        ids(&ok(store.list_checkpoints(&t, q).await, "filter").items),
+        ids(&ok(checkpoints(&store).list_checkpoints(&t, q).await, "filter").items),
         vec!["005b"]
     );
 
@@ -525,13 +583,18 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
         (None, Some("")),
     ] {
         let whole = ok(
-            store.list_checkpoints(&t, list_of(thread, ns, 1000)).await,
+            checkpoints(&store)
+                .list_checkpoints(&t, list_of(thread, ns, 1000))
+                .await,
             "whole",
         );
         let mut q = list_of(thread, ns, 5);
         let mut paged = Vec::new();
         loop {
-            let page = ok(store.list_checkpoints(&t, q.clone()).await, "page");
+            let page = ok(
+                checkpoints(&store).list_checkpoints(&t, q.clone()).await,
+                "page",
+            );
             assert!(page.items.len() <= 5);
             paged.extend(ids(&page.items));
             match page.next_cursor {
@@ -544,12 +607,14 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
 
     // Across threads: every thread of the tenant, newest first, with its thread id.
     let across = ok(
-        store.list_checkpoints(&t, list_of(None, None, 4)).await,
+        checkpoints(&store)
+            .list_checkpoints(&t, list_of(None, None, 4))
+            .await,
         "across",
     );
     assert_eq!(ids(&across.items), vec!["012", "011", "010", "009"]);
     let across = ok(
-        store
+        checkpoints(&store)
             .list_checkpoints(&t, list_of(None, Some(""), 1000))
             .await,
         "across",
@@ -563,7 +628,7 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
     );
     assert!(
         ok(
-            store
+            checkpoints(&store)
                 .list_checkpoints(&t, list_of(Some("nope"), None, 10))
                 .await,
             "unknown"
@@ -574,7 +639,7 @@ pub async fn checkpoints_list<H: Harness>(harness: &H) {
     let mut bad = list_of(None, None, 10);
     bad.cursor = Some("not a cursor".into());
     assert_err!(
-        store.list_checkpoints(&t, bad).await,
+        checkpoints(&store).list_checkpoints(&t, bad).await,
         stepwise_store::StoreError::Invalid { .. },
         "a cursor the server never issued"
     );
@@ -611,7 +676,9 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     ] {
         assert!(put(&store, &t, with_run("src", "", id, run, version, base)).await);
         ok(
-            store.put_checkpoint_writes(&t, write("src", id)).await,
+            checkpoints(&store)
+                .put_checkpoint_writes(&t, write("src", id))
+                .await,
             "writes",
         );
     }
@@ -625,16 +692,21 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     );
 
     // copy_thread: every checkpoint, blob and write; the source unchanged.
-    let copy = some(store.copy_thread(&t, "src", "dst", "user-1").await, "copy");
+    let copy = some(
+        checkpoints(&store)
+            .copy_thread(&t, "src", "dst", "user-1")
+            .await,
+        "copy",
+    );
     assert_eq!(copy.checkpoints, 4);
     let src = ok(
-        store
+        checkpoints(&store)
             .list_checkpoints(&t, list_of(Some("src"), None, 100))
             .await,
         "src",
     );
     let dst = ok(
-        store
+        checkpoints(&store)
             .list_checkpoints(&t, list_of(Some("dst"), None, 100))
             .await,
         "dst",
@@ -649,31 +721,48 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     }
     assert_ne!(
         copy.session_id,
-        some(store.get_thread(&t, "src").await, "src").session_id
+        some(checkpoints(&store).get_thread(&t, "src").await, "src").session_id
     );
     assert_err!(
-        store.copy_thread(&t, "src", "dst", "user-1").await,
+        checkpoints(&store)
+            .copy_thread(&t, "src", "dst", "user-1")
+            .await,
         stepwise_store::StoreError::Conflict(_),
         "copy onto a thread with checkpoints"
     );
     assert!(
         ok(
-            store.copy_thread(&t, "nope", "dst2", "user-1").await,
+            checkpoints(&store)
+                .copy_thread(&t, "nope", "dst2", "user-1")
+                .await,
             "no source"
         )
         .is_none()
     );
-    assert!(ok(store.get_thread(&t, "dst2").await, "no target made").is_none());
+    assert!(
+        ok(
+            checkpoints(&store).get_thread(&t, "dst2").await,
+            "no target made"
+        )
+        .is_none()
+    );
     // A thread with pending writes only (put before their checkpoint) is no empty target.
     ok(
-        store
+        checkpoints(&store)
             .put_checkpoint_writes(&t, write("only-writes", "001"))
             .await,
         "writes before their checkpoint",
     );
-    if ok(store.get_thread(&t, "only-writes").await, "only-writes").is_some() {
+    if ok(
+        checkpoints(&store).get_thread(&t, "only-writes").await,
+        "only-writes",
+    )
+    .is_some()
+    {
         assert_err!(
-            store.copy_thread(&t, "src", "only-writes", "user-1").await,
+            checkpoints(&store)
+                .copy_thread(&t, "src", "only-writes", "user-1")
+                .await,
             stepwise_store::StoreError::Conflict(_),
             "copy onto a thread with pending writes"
         );
@@ -682,7 +771,7 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     // delete_checkpoints_for_runs: those checkpoints and their writes, in every namespace.
     assert_eq!(
         ok(
-            store
+            checkpoints(&store)
                 .delete_checkpoints_for_runs(&t, vec!["run-1".into(), "nope".into()])
                 .await,
             "for runs"
@@ -690,11 +779,16 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
         3 + 3
     );
     assert_eq!(
-        ok(store.delete_checkpoints_for_runs(&t, vec![]).await, "none"),
+        ok(
+            checkpoints(&store)
+                .delete_checkpoints_for_runs(&t, vec![])
+                .await,
+            "none"
+        ),
         0
     );
     let left = ok(
-        store
+        checkpoints(&store)
             .list_checkpoints(&t, list_of(Some("src"), None, 100))
             .await,
         "src",
@@ -713,7 +807,9 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     for (id, version, base) in [("004", "4", Some("3")), ("005", "5", Some("4"))] {
         assert!(put(&store, &t, with_run("p", "", id, "run-3", version, base)).await);
         ok(
-            store.put_checkpoint_writes(&t, write("p", id)).await,
+            checkpoints(&store)
+                .put_checkpoint_writes(&t, write("p", id))
+                .await,
             "writes",
         );
     }
@@ -728,7 +824,7 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     );
     assert_eq!(
         ok(
-            store
+            checkpoints(&store)
                 .prune_checkpoints(
                     &t,
                     vec!["p".into(), "nope".into()],
@@ -740,7 +836,7 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
         3
     );
     let kept = ok(
-        store
+        checkpoints(&store)
             .list_checkpoints(&t, list_of(Some("p"), None, 100))
             .await,
         "kept",
@@ -758,7 +854,7 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     );
     assert_eq!(
         ok(
-            store
+            checkpoints(&store)
                 .prune_checkpoints(&t, vec![], PruneStrategy::KeepLatest)
                 .await,
             "empty"
@@ -768,26 +864,41 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     // prune delete: every checkpoint; the thread stays (empty).
     assert_eq!(
         ok(
-            store
+            checkpoints(&store)
                 .prune_checkpoints(&t, vec!["p".into()], PruneStrategy::Delete)
                 .await,
             "delete"
         ),
         2
     );
-    assert_eq!(some(store.get_thread(&t, "p").await, "p").checkpoints, 0);
-    assert!(ok(store.get_checkpoint(&t, "p", "", None).await, "none").is_none());
+    assert_eq!(
+        some(checkpoints(&store).get_thread(&t, "p").await, "p").checkpoints,
+        0
+    );
+    assert!(
+        ok(
+            checkpoints(&store).get_checkpoint(&t, "p", "", None).await,
+            "none"
+        )
+        .is_none()
+    );
 
     // delete_thread: the checkpoints and the session with its rows, for real.
-    let session = some(store.get_thread(&t, "dst").await, "dst").session_id;
+    let session = some(checkpoints(&store).get_thread(&t, "dst").await, "dst").session_id;
     append_message(&store, &t, session, stepwise_core::Role::User, "hello").await;
-    assert!(ok(store.delete_thread(&t, "dst").await, "delete"));
-    assert!(!ok(store.delete_thread(&t, "dst").await, "again"));
-    assert!(ok(store.get_thread(&t, "dst").await, "gone").is_none());
+    assert!(ok(
+        checkpoints(&store).delete_thread(&t, "dst").await,
+        "delete"
+    ));
+    assert!(!ok(
+        checkpoints(&store).delete_thread(&t, "dst").await,
+        "again"
+    ));
+    assert!(ok(checkpoints(&store).get_thread(&t, "dst").await, "gone").is_none());
     assert!(ok(store.get_session(&t, session).await, "session gone").is_none());
     assert!(
         ok(
-            store
+            checkpoints(&store)
                 .list_checkpoints(&t, list_of(Some("dst"), None, 100))
                 .await,
             "gone"
@@ -797,7 +908,7 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     );
     // The id is free again: a new put starts a new thread.
     let again = ok(
-        store
+        checkpoints(&store)
             .put_checkpoint(&t, checkpoint("dst", "", "001", None))
             .await,
         "put",
@@ -805,13 +916,13 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     assert!(again.thread_created && again.session_id != session);
 
     // Deleting the session (soft) deletes its thread rows; so does retention.
-    let session = some(store.get_thread(&t, "src").await, "src").session_id;
+    let session = some(checkpoints(&store).get_thread(&t, "src").await, "src").session_id;
     assert!(ok(
         store.delete_session(&t, session).await,
         "delete session"
     ));
-    assert!(ok(store.get_thread(&t, "src").await, "src gone").is_none());
-    let session = some(store.get_thread(&t, "dst").await, "dst").session_id;
+    assert!(ok(checkpoints(&store).get_thread(&t, "src").await, "src gone").is_none());
+    let session = some(checkpoints(&store).get_thread(&t, "dst").await, "dst").session_id;
     let patch = SessionPatch {
         status: Some(SessionStatus::Completed),
         ..SessionPatch::default()
@@ -825,9 +936,11 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
             .await,
         "cleanup",
     );
-    assert!(ok(store.get_thread(&t, "dst").await, "dst gone").is_none());
+    assert!(ok(checkpoints(&store).get_thread(&t, "dst").await, "dst gone").is_none());
     let left = ok(
-        store.list_checkpoints(&t, list_of(None, None, 100)).await,
+        checkpoints(&store)
+            .list_checkpoints(&t, list_of(None, None, 100))
+            .await,
         "left",
     );
     assert!(
@@ -846,17 +959,24 @@ pub async fn checkpoint_isolation<H: Harness>(harness: &H) {
     ca.blobs = vec![full("m", "1", "a's")];
     let mut cb = ca.clone();
     cb.blobs = vec![full("m", "1", "b's")];
-    let pa = ok(store.put_checkpoint(&a, ca).await, "a");
-    let pb = ok(store.put_checkpoint(&b, cb).await, "b");
+    let pa = ok(checkpoints(&store).put_checkpoint(&a, ca).await, "a");
+    let pb = ok(checkpoints(&store).put_checkpoint(&b, cb).await, "b");
     assert!(pa.created && pb.created && pa.thread_created && pb.thread_created);
     assert_ne!(pa.session_id, pb.session_id);
-    let got = some(store.get_checkpoint(&b, "shared", "", None).await, "b's");
+    let got = some(
+        checkpoints(&store)
+            .get_checkpoint(&b, "shared", "", None)
+            .await,
+        "b's",
+    );
     assert!(matches!(&got.blobs[0], ResolvedBlob::Full { value, .. } if *value == typed("b's")));
     let c = tenant("tenant-c");
-    assert!(ok(store.get_thread(&c, "shared").await, "c").is_none());
+    assert!(ok(checkpoints(&store).get_thread(&c, "shared").await, "c").is_none());
     assert!(
         ok(
-            store.list_checkpoints(&c, list_of(None, None, 100)).await,
+            checkpoints(&store)
+                .list_checkpoints(&c, list_of(None, None, 100))
+                .await,
             "c"
         )
         .items
@@ -864,7 +984,9 @@ pub async fn checkpoint_isolation<H: Harness>(harness: &H) {
     );
     assert_eq!(
         ok(
-            store.list_checkpoints(&a, list_of(None, None, 100)).await,
+            checkpoints(&store)
+                .list_checkpoints(&a, list_of(None, None, 100))
+                .await,
             "a"
         )
         .items
@@ -873,7 +995,7 @@ pub async fn checkpoint_isolation<H: Harness>(harness: &H) {
     );
     assert_eq!(
         ok(
-            store
+            checkpoints(&store)
                 .delete_checkpoints_for_runs(&c, vec!["run".into()])
                 .await,
             "c"
@@ -882,22 +1004,35 @@ pub async fn checkpoint_isolation<H: Harness>(harness: &H) {
     );
     assert_eq!(
         ok(
-            store
+            checkpoints(&store)
                 .prune_checkpoints(&c, vec!["shared".into()], PruneStrategy::Delete)
                 .await,
             "c"
         ),
         0
     );
-    assert!(!ok(store.delete_thread(&c, "shared").await, "c"));
-    assert!(ok(store.copy_thread(&c, "shared", "mine", "u").await, "c").is_none());
+    assert!(!ok(
+        checkpoints(&store).delete_thread(&c, "shared").await,
+        "c"
+    ));
+    assert!(
+        ok(
+            checkpoints(&store)
+                .copy_thread(&c, "shared", "mine", "u")
+                .await,
+            "c"
+        )
+        .is_none()
+    );
     assert!(ok(
-        store.delete_thread(&a, "shared").await,
+        checkpoints(&store).delete_thread(&a, "shared").await,
         "a deletes its own"
     ));
     assert!(
         some(
-            store.get_checkpoint(&b, "shared", "", None).await,
+            checkpoints(&store)
+                .get_checkpoint(&b, "shared", "", None)
+                .await,
             "b's stays"
         )
         .blobs
@@ -939,9 +1074,9 @@ pub async fn checkpoint_export_import<H: Harness>(harness: &H) {
     let mut child = checkpoint("portable", "tools:1", "002a", None);
     child.channel_versions = versions(&[("log", "1")]);
     child.blobs = vec![append("log", "1", None, &["started"])];
-    let session_id = ok(store.put_checkpoint(&acme, c1).await, "c1").session_id;
+    let session_id = ok(checkpoints(&store).put_checkpoint(&acme, c1).await, "c1").session_id;
     for c in [c2, c3, child] {
-        ok(store.put_checkpoint(&acme, c).await, "put");
+        ok(checkpoints(&store).put_checkpoint(&acme, c).await, "put");
     }
     for (ns, id, task, writes) in [
         (
@@ -969,7 +1104,10 @@ pub async fn checkpoint_export_import<H: Harness>(harness: &H) {
                 })
                 .collect(),
         };
-        ok(store.put_checkpoint_writes(&acme, put).await, "writes");
+        ok(
+            checkpoints(&store).put_checkpoint_writes(&acme, put).await,
+            "writes",
+        );
     }
 
     let doc = some(export_session(&store, &acme, session_id).await, "export");
@@ -1020,7 +1158,13 @@ pub async fn checkpoint_export_import<H: Harness>(harness: &H) {
         "import of a broken append chain"
     );
     assert_eq!(sessions(acme.clone()).await, before);
-    assert!(ok(store.get_thread(&acme, "other").await, "other").is_none());
+    assert!(
+        ok(
+            checkpoints(&store).get_thread(&acme, "other").await,
+            "other"
+        )
+        .is_none()
+    );
 
     // Into another tenant: a new thread that reads back like the original.
     let imported = ok(
@@ -1029,17 +1173,21 @@ pub async fn checkpoint_export_import<H: Harness>(harness: &H) {
     );
     assert_ne!(imported.id, session_id);
     let info = some(
-        store.get_thread(&globex, "portable").await,
+        checkpoints(&store).get_thread(&globex, "portable").await,
         "imported thread",
     );
     assert_eq!((info.session_id, info.checkpoints), (imported.id, 4));
     for ns in ["", "tools:1"] {
         let original = some(
-            store.get_checkpoint(&acme, "portable", ns, None).await,
+            checkpoints(&store)
+                .get_checkpoint(&acme, "portable", ns, None)
+                .await,
             "orig",
         );
         let copy = some(
-            store.get_checkpoint(&globex, "portable", ns, None).await,
+            checkpoints(&store)
+                .get_checkpoint(&globex, "portable", ns, None)
+                .await,
             "copy",
         );
         assert_eq!(copy.session_id, imported.id);
@@ -1050,7 +1198,9 @@ pub async fn checkpoint_export_import<H: Harness>(harness: &H) {
         );
     }
     let latest = some(
-        store.get_checkpoint(&globex, "portable", "", None).await,
+        checkpoints(&store)
+            .get_checkpoint(&globex, "portable", "", None)
+            .await,
         "latest",
     );
     let messages = latest.blobs.iter().find(|b| b.channel() == "messages");
@@ -1066,7 +1216,7 @@ pub async fn checkpoint_export_import<H: Harness>(harness: &H) {
         let store = &store;
         async move {
             ok(
-                store
+                checkpoints(store)
                     .list_checkpoints(&t, list_of(Some("portable"), None, 100))
                     .await,
                 "list",
@@ -1081,7 +1231,7 @@ pub async fn checkpoint_export_import<H: Harness>(harness: &H) {
     // By run: the imported checkpoints keep their run id.
     assert_eq!(
         ok(
-            store
+            checkpoints(&store)
                 .delete_checkpoints_for_runs(&globex, vec!["run-7".into()])
                 .await,
             "delete for runs"

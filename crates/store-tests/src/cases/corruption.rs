@@ -1,6 +1,7 @@
 use stepwise_core::summary::build_summary;
 use stepwise_core::{ExecutionStatus, Restored, Role};
-use stepwise_store::{MessageQuery, Store, export_session, restore_memory};
+use stepwise_store::prelude::*;
+use stepwise_store::{MessageQuery, export_session, restore_memory};
 
 use crate::support::*;
 use crate::{Corruption, Harness};

@@ -3,7 +3,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use stepwise_core::{Event, EventType, ExecutionStatus, Role};
-use stepwise_store::{NewEvent, Store, StoreError};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewEvent, StoreError};
 use tokio::sync::broadcast;
 
 use crate::Harness;

@@ -7,6 +7,7 @@ use stepwise_store::{
 use crate::Harness;
 use crate::assert_err;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 /// Create, read, list per session (subagents included), the fields a new one starts with.
 pub async fn executions<H: Harness>(harness: &H) {

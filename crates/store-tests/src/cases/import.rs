@@ -8,6 +8,7 @@ use crate::Harness;
 use crate::assert_err;
 use crate::cases::sessions::list_all;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 /// Export from one tenant, import into another: a new session with new ids throughout
 /// and the same content; a bad document is refused and writes nothing.

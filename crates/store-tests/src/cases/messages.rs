@@ -1,6 +1,7 @@
 use serde_json::json;
 use stepwise_core::{ExecutionStatus, Id, Message, Role};
-use stepwise_store::{MessageQuery, NewMessage, Store, StoreError};
+use stepwise_store::prelude::*;
+use stepwise_store::{MessageQuery, NewMessage, StoreError};
 
 use crate::Harness;
 use crate::assert_err;

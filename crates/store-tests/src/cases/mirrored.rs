@@ -12,6 +12,7 @@ use stepwise_store::{
 use crate::Harness;
 use crate::assert_err;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 fn mirror(session_id: Id, execution_id: Id, step_number: u32) -> StepMirror {
     StepMirror {

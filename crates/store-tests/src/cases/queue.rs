@@ -7,6 +7,7 @@ use stepwise_store::{Claim, Store, Transition};
 
 use crate::Harness;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 const LEASE: Duration = Duration::from_secs(30);
 const MAX_ATTEMPTS: u32 = 3;

@@ -1,6 +1,7 @@
 use serde_json::json;
 use stepwise_core::{ExecutionStatus, Restored, Role, StepKind};
-use stepwise_store::{MessageQuery, NewStep, Store, Transition, export_session, restore_memory};
+use stepwise_store::prelude::*;
+use stepwise_store::{MessageQuery, NewStep, Transition, export_session, restore_memory};
 
 use crate::Harness;
 use crate::support::*;

@@ -9,6 +9,7 @@ use stepwise_store::{
 
 use crate::Harness;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 /// "Now" in the retention cases: 400 days after [`T0`], so every age fits after it.
 const NOW: Timestamp = Timestamp(T0.0 + 400 * 86_400 * 1_000_000);

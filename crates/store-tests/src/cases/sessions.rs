@@ -9,6 +9,7 @@ use stepwise_store::{
 use crate::Harness;
 use crate::assert_err;
 use crate::support::*;
+use stepwise_store::prelude::*;
 
 /// Create, read, find by name, update, soft delete.
 pub async fn sessions<H: Harness>(harness: &H) {

@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 use stepwise_core::ExecutionStatus;
-use stepwise_store::{NewSnapshot, Store, StoreError};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewSnapshot, StoreError};
 
 use crate::Harness;
 use crate::assert_err;

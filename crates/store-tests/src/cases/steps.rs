@@ -1,7 +1,8 @@
 use std::collections::HashSet;
 
 use stepwise_core::{EventType, ExecutionStatus, Id, Restored, Step, StepKind, TokenUsage};
-use stepwise_store::{NewStep, Store, StoreError, restore_memory};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewStep, StoreError, restore_memory};
 
 use crate::Harness;
 use crate::assert_err;

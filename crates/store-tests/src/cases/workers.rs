@@ -9,6 +9,7 @@ use stepwise_store::{ClaimFilter, SessionPatch, Store, WorkerSeen};
 
 use crate::Harness;
 use crate::support::{T0, create_session, manual_store, new_execution, ok, some, tenant};
+use stepwise_store::prelude::*;
 
 const LEASE: Duration = Duration::from_secs(30);
 

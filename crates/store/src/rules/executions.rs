@@ -27,7 +27,7 @@ pub fn check_step_number(step_number: u32) -> Result<()> {
     Ok(())
 }
 
-/// What [`Store::create_execution_with_messages`](crate::Store::create_execution_with_messages)
+/// What [`ExecutionStore::create_execution_with_messages`](crate::ExecutionStore::create_execution_with_messages)
 /// accepts: a top-level execution of a session, with messages and events of that session.
 /// Answers the session.
 pub fn check_execution_with_messages(

@@ -1,0 +1,31 @@
+//! The storage API, one trait per domain. A backend implements each domain's trait in its
+//! own file for that domain; [`crate::Store`] is all of them together.
+//!
+//! Adding a domain: a module here with its trait (every call takes the [`crate::Tenant`]
+//! unless the domain serves every tenant, like the queue and retention), a supertrait of
+//! [`crate::Store`], an `impl` in each backend's file for it, a pass-through in the server's
+//! metering, and cases in the conformance suite.
+
+mod checkpoints;
+mod events;
+mod executions;
+mod keys;
+mod messages;
+mod operations;
+mod queue;
+mod retention;
+mod sessions;
+mod snapshots;
+mod steps;
+
+pub use checkpoints::{CheckpointStore, NoCheckpoints};
+pub use events::{EventStore, PassEvents};
+pub use executions::{ExecutionStore, PassExecutions};
+pub use keys::{KeyStore, PassKeys};
+pub use messages::{MessageStore, PassMessages};
+pub use operations::{OperationsStore, PassOperations};
+pub use queue::{PassQueue, QueueStore};
+pub use retention::{PassRetention, RetentionStore};
+pub use sessions::{PassSessions, SessionStore};
+pub use snapshots::{PassSnapshots, SnapshotStore};
+pub use steps::{PassSteps, StepStore};

@@ -1,0 +1,174 @@
+//! The execution queue and the workers that claim from it. Every tenant's
+//! executions: workers serve every tenant (a claim filter narrows what one takes).
+
+use std::future::Future;
+use std::time::Duration;
+
+use stepwise_core::{Id, Timestamp};
+
+use crate::{Claim, ClaimFilter, Result, Tenant, WorkerSeen};
+
+pub trait QueueStore: Send + Sync {
+    /// Claims up to one execution for each of `workers` among those `filter` allows, in
+    /// one transaction where the backend can: the `k`th claim's lease owner is
+    /// `workers[k]`. A claim takes a `running` execution whose worker's lease expired
+    /// first (attempts over `max_attempts` fail it instead), else the oldest `pending`
+    /// top-level execution of a session with no other execution running (subagents are
+    /// run inline by their parent's worker, never claimed). Fewer claims than workers
+    /// means nothing else was runnable.
+    fn claim_matching(
+        &self,
+        filter: &ClaimFilter,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Vec<Claim>>> + Send;
+
+    /// Claims the next runnable execution of any agent type and tenant (see
+    /// [`Self::claim_matching`]); `None` when there is nothing to do.
+    fn claim_next(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Option<Claim>>> + Send {
+        async move {
+            let workers = [worker.to_string()];
+            let mut claims = self
+                .claim_matching(&ClaimFilter::any(), &workers, lease, max_attempts)
+                .await?;
+            Ok(claims.pop())
+        }
+    }
+
+    /// Claims up to one execution of any agent type and tenant for each of `workers`
+    /// (see [`Self::claim_matching`]).
+    fn claim_batch(
+        &self,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
+        async move {
+            self.claim_matching(&ClaimFilter::any(), workers, lease, max_attempts)
+                .await
+        }
+    }
+
+    /// Extends the leases this worker holds on these executions; returns the ids it no
+    /// longer holds (cancelled, finished, or taken over).
+    fn renew_leases(
+        &self,
+        worker: &str,
+        ids: Vec<Id>,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<Id>>> + Send;
+
+    /// Gives a claimed execution back to the queue at once (graceful shutdown); the
+    /// attempt it was claimed with does not count.
+    fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
+
+    /// Puts a claimed execution back in the queue to be tried again (its agent failed
+    /// and asked for a retry); unlike [`Self::release`], the attempt counts.
+    fn requeue(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
+
+    /// Executions waiting to run.
+    fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Resolves when another process may have queued work for the workers (PostgreSQL:
+    /// a `NOTIFY` on the queue channel). Stores without such a doorbell never resolve:
+    /// their workers rely on the in-process doorbell and the fallback poll.
+    fn queue_signal(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
+
+    /// Records that a worker process of this tenant called (a claim or a heartbeat):
+    /// its agent types and the time. Workers not seen for a day are forgotten.
+    fn record_worker(
+        &self,
+        tenant: &Tenant,
+        worker: WorkerSeen,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The tenant's workers seen at or after `since`, most recent first.
+    fn list_workers(
+        &self,
+        tenant: &Tenant,
+        since: Timestamp,
+    ) -> impl Future<Output = Result<Vec<WorkerSeen>>> + Send;
+}
+
+/// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
+pub trait PassQueue: crate::Layer {}
+
+impl<L: PassQueue> QueueStore for L {
+    fn claim_matching(
+        &self,
+        filter: &ClaimFilter,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
+        self.layer_inner()
+            .claim_matching(filter, workers, lease, max_attempts)
+    }
+
+    fn claim_next(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Option<Claim>>> + Send {
+        self.layer_inner().claim_next(worker, lease, max_attempts)
+    }
+
+    fn claim_batch(
+        &self,
+        workers: &[String],
+        lease: Duration,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
+        self.layer_inner().claim_batch(workers, lease, max_attempts)
+    }
+
+    fn renew_leases(
+        &self,
+        worker: &str,
+        ids: Vec<Id>,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<Id>>> + Send {
+        self.layer_inner().renew_leases(worker, ids, lease)
+    }
+
+    fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send {
+        self.layer_inner().release(worker, id)
+    }
+
+    fn requeue(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send {
+        self.layer_inner().requeue(worker, id)
+    }
+
+    fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send {
+        self.layer_inner().queue_depth()
+    }
+
+    fn queue_signal(&self) -> impl Future<Output = ()> + Send {
+        self.layer_inner().queue_signal()
+    }
+
+    fn record_worker(
+        &self,
+        tenant: &Tenant,
+        worker: WorkerSeen,
+    ) -> impl Future<Output = Result<()>> + Send {
+        self.layer_inner().record_worker(tenant, worker)
+    }
+
+    fn list_workers(
+        &self,
+        tenant: &Tenant,
+        since: Timestamp,
+    ) -> impl Future<Output = Result<Vec<WorkerSeen>>> + Send {
+        self.layer_inner().list_workers(tenant, since)
+    }
+}
