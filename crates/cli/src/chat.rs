@@ -84,7 +84,8 @@ pub async fn run_local<S: Store>(store: S, args: ChatArgs) -> anyhow::Result<()>
         tools: agents.tools,
         ..NodeSettings::new(agents.registry)
     };
-    let node = Node::start(settings, store.clone())
+    // Metered like `serve`'s store: the binary then holds one copy of the server per backend.
+    let node = Node::start(settings, stepwise_server::Metered::new(store.clone()))
         .await
         .context("cannot start the in-process server")?;
     let (key, temporary_key) = match api_key(&store, &args).await {

@@ -586,3 +586,25 @@ fn a_corrupted_step_is_skipped_and_counted_and_the_rest_is_served() {
     let (status, _) = server.request("GET", "/readyz", None);
     assert_eq!(status, 200);
 }
+
+/// The files backend keeps no LangGraph checkpoints: each checkpoint endpoint answers 422
+/// `invalid_state` naming the backends that do, and the rest of the API works as usual.
+#[test]
+fn the_files_backend_answers_checkpoint_calls_with_422() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("files://{}", dir.path().join("sessions").display());
+    let server = serve(&["--database", &url], &dir.path().join("serve.log"));
+    for (method, path) in [
+        ("GET", "/v1/threads/t"),
+        ("GET", "/v1/threads/t/checkpoints/latest"),
+        ("GET", "/v1/checkpoints"),
+    ] {
+        let (status, body) = server.request(method, path, None);
+        assert_eq!(status, 422, "{method} {path}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_state", "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("SQLite or PostgreSQL"), "{message}");
+    }
+    let (status, _) = server.request("POST", "/v1/sessions", Some(&json!({"user_id": "u"})));
+    assert_eq!(status, 201);
+}

@@ -183,6 +183,22 @@ fn timed_ack_then<T: Send + 'static>(
     out
 }
 
+/// [`timed_ack`] for a step, which is also handed to the front-end streams once stored.
+fn timed_step(tenant: &Tenant, started: Instant, ack: Ack<StepAppend>) -> Ack<StepAppend> {
+    let tenant = tenant.clone();
+    timed_ack_then(Timed::SaveStep, started, ack, move |append| {
+        crate::runs::remember_step(&tenant, &append.step);
+    })
+}
+
+/// Awaits a save or a load, timing it when it succeeds.
+async fn timed<T>(what: Timed, load: impl Future<Output = Result<T>>) -> Result<T> {
+    let started = Instant::now();
+    let value = load.await?;
+    observe(what, started.elapsed());
+    Ok(value)
+}
+
 impl<S: Store> Layer for Metered<S> {
     type Inner = S;
 
@@ -215,10 +231,7 @@ impl<S: Store> Store for Metered<S> {
 
 impl<S: Store> MessageStore for Metered<S> {
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
-        let started = Instant::now();
-        let message = self.inner.append_message(tenant, new).await?;
-        observe(Timed::SaveMessage, started.elapsed());
-        Ok(message)
+        timed(Timed::SaveMessage, self.inner.append_message(tenant, new)).await
     }
 
     async fn list_messages(
@@ -227,10 +240,11 @@ impl<S: Store> MessageStore for Metered<S> {
         session_id: Id,
         query: MessageQuery,
     ) -> Result<Vec<Message>> {
-        let started = Instant::now();
-        let messages = self.inner.list_messages(tenant, session_id, query).await?;
-        observe(Timed::LoadMessages, started.elapsed());
-        Ok(messages)
+        timed(
+            Timed::LoadMessages,
+            self.inner.list_messages(tenant, session_id, query),
+        )
+        .await
     }
 
     async fn list_session_messages_after(
@@ -239,13 +253,12 @@ impl<S: Store> MessageStore for Metered<S> {
         session_id: Id,
         after: i64,
     ) -> Result<stepwise_store::MessagesAfter> {
-        let started = Instant::now();
-        let messages = self
-            .inner
-            .list_session_messages_after(tenant, session_id, after)
-            .await?;
-        observe(Timed::LoadMessages, started.elapsed());
-        Ok(messages)
+        timed(
+            Timed::LoadMessages,
+            self.inner
+                .list_session_messages_after(tenant, session_id, after),
+        )
+        .await
     }
 }
 
@@ -261,13 +274,12 @@ impl<S: Store> ExecutionStore for Metered<S> {
         messages: Vec<NewMessage>,
         events: Vec<NewEvent>,
     ) -> Result<(Execution, Vec<Message>)> {
-        let started = Instant::now();
-        let created = self
-            .inner
-            .create_execution_with_messages(tenant, new, messages, events)
-            .await?;
-        observe(Timed::SaveMessage, started.elapsed());
-        Ok(created)
+        timed(
+            Timed::SaveMessage,
+            self.inner
+                .create_execution_with_messages(tenant, new, messages, events),
+        )
+        .await
     }
 
     async fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>> {
@@ -337,15 +349,7 @@ impl<S: Store> StepStore for Metered<S> {
     async fn append_step(&self, tenant: &Tenant, new: NewStep) -> Result<Ack<StepAppend>> {
         let started = Instant::now();
         let ack = self.inner.append_step(tenant, new).await?;
-        let tenant = tenant.clone();
-        Ok(timed_ack_then(
-            Timed::SaveStep,
-            started,
-            ack,
-            move |append| {
-                crate::runs::remember_step(&tenant, &append.step);
-            },
-        ))
+        Ok(timed_step(tenant, started, ack))
     }
 
     /// The inner store's own write (one transaction with its mirror where the backend has
@@ -358,15 +362,7 @@ impl<S: Store> StepStore for Metered<S> {
     ) -> Result<Ack<StepAppend>> {
         let started = Instant::now();
         let ack = self.inner.append_step_mirrored(tenant, new, mirror).await?;
-        let tenant = tenant.clone();
-        Ok(timed_ack_then(
-            Timed::SaveStep,
-            started,
-            ack,
-            move |append| {
-                crate::runs::remember_step(&tenant, &append.step);
-            },
-        ))
+        Ok(timed_step(tenant, started, ack))
     }
 
     async fn list_steps(&self, tenant: &Tenant, execution_id: Id) -> Result<Loaded<Step>> {
@@ -374,10 +370,11 @@ impl<S: Store> StepStore for Metered<S> {
     }
 
     async fn list_session_steps(&self, tenant: &Tenant, session_id: Id) -> Result<Loaded<Step>> {
-        let started = Instant::now();
-        let steps = self.inner.list_session_steps(tenant, session_id).await?;
-        observe(Timed::LoadMemory, started.elapsed());
-        Ok(steps)
+        timed(
+            Timed::LoadMemory,
+            self.inner.list_session_steps(tenant, session_id),
+        )
+        .await
     }
 
     async fn list_session_steps_after(
@@ -386,13 +383,12 @@ impl<S: Store> StepStore for Metered<S> {
         session_id: Id,
         after: i64,
     ) -> Result<stepwise_store::StepsAfter> {
-        let started = Instant::now();
-        let steps = self
-            .inner
-            .list_session_steps_after(tenant, session_id, after)
-            .await?;
-        observe(Timed::LoadMemory, started.elapsed());
-        Ok(steps)
+        timed(
+            Timed::LoadMemory,
+            self.inner
+                .list_session_steps_after(tenant, session_id, after),
+        )
+        .await
     }
 }
 

@@ -257,16 +257,10 @@ pub struct IdLease;
 
 impl IntoParams for IdLease {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![
-            param("id", ParameterIn::Path, "", uuid()).build(),
-            param(
-                "Stepwise-Lease",
-                ParameterIn::Header,
-                "The lease of a worker's claim (required for a worker's execution)",
-                lease_token(),
-            )
-            .build(),
-        ]
+        id_and_lease(
+            "The lease of a worker's claim (required for a worker's execution)",
+            Required::False,
+        )
     }
 }
 
@@ -275,18 +269,23 @@ pub struct IdRequiredLease;
 
 impl IntoParams for IdRequiredLease {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![
-            param("id", ParameterIn::Path, "", uuid()).build(),
-            param(
-                "Stepwise-Lease",
-                ParameterIn::Header,
-                "The lease of the worker's claim",
-                lease_token(),
-            )
-            .required(Required::True)
-            .build(),
-        ]
+        id_and_lease("The lease of the worker's claim", Required::True)
     }
+}
+
+/// The execution's `{id}` and its `Stepwise-Lease` header.
+fn id_and_lease(description: &str, required: Required) -> Vec<Parameter> {
+    vec![
+        param("id", ParameterIn::Path, "", uuid()).build(),
+        param(
+            "Stepwise-Lease",
+            ParameterIn::Header,
+            description,
+            lease_token(),
+        )
+        .required(required)
+        .build(),
+    ]
 }
 
 /// `limit` and `cursor` of a list paged by cursor.

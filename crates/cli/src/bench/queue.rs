@@ -268,11 +268,16 @@ async fn measure_mixed(
     with_store!(store, s => measure_mixed_on(s, args, progress).await)
 }
 
-fn demo_engine<S: Store>(store: S, workers: usize, intake_concurrency: usize) -> Engine<S> {
+/// The engine `serve` runs (its store metered), with the demo agent at full speed.
+fn demo_engine<S: Store>(
+    store: S,
+    workers: usize,
+    intake_concurrency: usize,
+) -> Engine<stepwise_server::Metered<S>> {
     let mut agents = AgentRegistry::new();
     agents.register(DEMO_AGENT, DemoAgent::with_step_delay(Duration::ZERO));
     Engine::new(
-        store,
+        stepwise_server::Metered::new(store),
         agents,
         EngineConfig {
             workers,

@@ -141,7 +141,8 @@ async fn measure<S: Store>(
             },
             ..NodeSettings::new(agents)
         },
-        store.clone(),
+        // Metered, as `serve` runs it.
+        stepwise_server::Metered::new(store.clone()),
     )
     .await?;
     let addr = node.local_addr().to_string();
