@@ -4,6 +4,8 @@
 //! `S: Store`, and [`with_store!`] opens the backend the URL names and runs the command
 //! body with it, then closes the store so queued writes are drained before exit.
 
+mod dispatch;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -194,7 +196,9 @@ fn redact_password(url: &str) -> String {
     }
 }
 
-/// An opened backend. Each variant holds a concrete [`stepwise_store::Store`].
+/// An opened backend. Each variant holds a concrete [`stepwise_store::Store`]; the enum is
+/// a store too (`dispatch.rs`), the one type the commands and the server run on.
+#[derive(Clone)]
 pub enum OpenedStore {
     Sqlite(SqliteStore),
     Files(FileStore),
@@ -339,37 +343,16 @@ pub async fn close_sqlite(store: SqliteStore) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `$body` with `$store` bound to the concrete store the opened backend holds, then
-/// closes the store whatever the body returned. Evaluates to the body's `anyhow::Result`.
-/// A new backend is a new arm here and in [`OpenedStore`].
+/// Runs `$body` with `$store` bound to the opened store, then closes the store whatever the
+/// body returned. Evaluates to the body's `anyhow::Result`.
 macro_rules! with_store {
     ($opened:expr, |$store:ident| $body:expr) => {{
-        match $opened {
-            $crate::db::OpenedStore::Sqlite(handle) => {
-                let result: anyhow::Result<_> = {
-                    let $store = handle.clone();
-                    $body.await
-                };
-                let closed = $crate::db::OpenedStore::Sqlite(handle).close().await;
-                $crate::db::first_error(result, closed)
-            }
-            $crate::db::OpenedStore::Files(handle) => {
-                let result: anyhow::Result<_> = {
-                    let $store = handle.clone();
-                    $body.await
-                };
-                let closed = $crate::db::OpenedStore::Files(handle).close().await;
-                $crate::db::first_error(result, closed)
-            }
-            $crate::db::OpenedStore::Postgres(handle) => {
-                let result: anyhow::Result<_> = {
-                    let $store = handle.clone();
-                    $body.await
-                };
-                let closed = $crate::db::OpenedStore::Postgres(handle).close().await;
-                $crate::db::first_error(result, closed)
-            }
-        }
+        let opened: $crate::db::OpenedStore = $opened;
+        let result: anyhow::Result<_> = {
+            let $store = opened.clone();
+            $body.await
+        };
+        $crate::db::first_error(result, opened.close().await)
     }};
 }
 pub(crate) use with_store;

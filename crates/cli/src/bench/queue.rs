@@ -235,21 +235,8 @@ fn postgres_url(config: &tokio_postgres::Config, dbname: &str) -> String {
     format!("postgres://{user}{password}@{host}:{port}/{dbname}")
 }
 
-/// The store of one run (the engine is generic over it).
-#[derive(Clone)]
-enum AnyStore {
-    Sqlite(stepwise_store_sqlite::SqliteStore),
-    Postgres(PgStore),
-}
-
-macro_rules! with_store {
-    ($store:expr, $s:ident => $body:expr) => {
-        match $store {
-            AnyStore::Sqlite($s) => $body,
-            AnyStore::Postgres($s) => $body,
-        }
-    };
-}
+/// The store of one run: the opened store, the one type the binary's engine is compiled for.
+type AnyStore = crate::db::OpenedStore;
 
 async fn measure_depth(
     store: AnyStore,
@@ -257,7 +244,7 @@ async fn measure_depth(
     depth: u64,
     progress: &Progress,
 ) -> anyhow::Result<Value> {
-    with_store!(store, s => measure_depth_on(s, args, depth, progress).await)
+    measure_depth_on(store, args, depth, progress).await
 }
 
 async fn measure_mixed(
@@ -265,7 +252,7 @@ async fn measure_mixed(
     args: &QueueArgs,
     progress: &Progress,
 ) -> anyhow::Result<Value> {
-    with_store!(store, s => measure_mixed_on(s, args, progress).await)
+    measure_mixed_on(store, args, progress).await
 }
 
 /// The engine `serve` runs (its store metered), with the demo agent at full speed.

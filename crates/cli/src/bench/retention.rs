@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use stepwise_store::prelude::*;
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -82,8 +83,10 @@ pub async fn run(args: RetentionArgs, database: Option<&str>) -> anyhow::Result<
             .await
             .context("the database open task failed")?
             .context("cannot open the SQLite database")?;
+            // As the opened store: the one type the binary's server is compiled for.
+            let store = crate::db::OpenedStore::Sqlite(store);
             let report = measure(&store, &clock, &args, "sqlite").await;
-            crate::db::close_sqlite(store).await?;
+            store.close().await?;
             report?
         }
         DatabaseUrl::Postgres(text) => {
@@ -96,6 +99,7 @@ pub async fn run(args: RetentionArgs, database: Option<&str>) -> anyhow::Result<
             )
             .await
             .context("cannot open the PostgreSQL database")?;
+            let store = crate::db::OpenedStore::Postgres(store);
             let report = measure(&store, &clock, &args, "postgres").await;
             store.close().await?;
             report?
@@ -110,8 +114,8 @@ pub async fn run(args: RetentionArgs, database: Option<&str>) -> anyhow::Result<
     Ok(())
 }
 
-async fn measure<S: Store>(
-    store: &S,
+async fn measure(
+    store: &crate::db::OpenedStore,
     clock: &Arc<ManualClock>,
     args: &RetentionArgs,
     backend: &str,
