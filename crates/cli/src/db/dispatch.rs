@@ -3,9 +3,10 @@
 //! release build's time: each copy of the server is several MB of machine code). Each call
 //! is one `match` on the backend, next to a database round trip or a queued write.
 //!
-//! The calls are listed per domain below, as the domains' traits declare them; a method
-//! added to a trait and not here is a compile error ("not all trait items implemented"), so
-//! this list cannot fall behind.
+//! The calls are listed per domain below, as the domains' traits declare them. A method
+//! added to a trait without a default and not listed here is a compile error ("not all trait
+//! items implemented"); one with a default must be listed too, or the default would run
+//! instead of the backend's own.
 
 use std::sync::Arc;
 use std::time::Duration;
