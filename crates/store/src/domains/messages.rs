@@ -23,9 +23,10 @@ pub trait MessageStore: Send + Sync {
     ) -> impl Future<Output = Result<Vec<Message>>> + Send;
 
     /// The session's message rows past `after` (a position from an earlier answer, or
-    /// [`START_POSITION`](crate::START_POSITION)), with the number of messages the session has, read together:
-    /// what the [`SessionCache`](crate::SessionCache) asks on each [`list_session_messages`](crate::list_session_messages). The default reads
-    /// all the session's messages (every row counts as new).
+    /// [`START_POSITION`](crate::START_POSITION)), with the number of messages the session
+    /// has, read together: what the [`SessionCache`](crate::SessionCache) asks on each
+    /// [`list_session_messages`](crate::list_session_messages). The default reads all the
+    /// session's messages (every row counts as new).
     fn list_session_messages_after(
         &self,
         tenant: &Tenant,

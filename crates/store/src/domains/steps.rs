@@ -46,9 +46,10 @@ pub trait StepStore: Send + Sync {
     ) -> impl Future<Output = Result<Loaded<Step>>> + Send;
 
     /// The session's step rows past `after` (a position from an earlier answer, or
-    /// [`START_POSITION`](crate::START_POSITION)), with the number of rows the session has, read together: what
-    /// the [`SessionCache`](crate::SessionCache) asks on each restore. The default reads the whole session
-    /// (every row counts as new); backends with a cache answer with an indexed query.
+    /// [`START_POSITION`](crate::START_POSITION)), with the number of rows the session has,
+    /// read together: what the [`SessionCache`](crate::SessionCache) asks on each restore.
+    /// The default reads the whole session (every row counts as new); backends with a cache
+    /// answer with an indexed query.
     fn list_session_steps_after(
         &self,
         tenant: &Tenant,
