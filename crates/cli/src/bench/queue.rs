@@ -24,7 +24,8 @@ use stepwise_store_postgres::PgStore;
 use stepwise_store_sqlite::{Durability, SqliteOptions};
 
 use super::{Progress, ms, per_s, percentile_ms, round};
-use crate::db::{self, DatabaseUrl};
+
+use crate::db::{self, DatabaseUrl, OpenedStore};
 use stepwise_store::prelude::*;
 
 #[derive(Args, Debug, Clone)]
@@ -148,7 +149,7 @@ async fn with_fresh_store<F, Fut>(
     measure: F,
 ) -> anyhow::Result<Value>
 where
-    F: FnOnce(AnyStore) -> Fut,
+    F: FnOnce(OpenedStore) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Value>>,
 {
     match backend {
@@ -162,7 +163,7 @@ where
                 },
             )
             .await?;
-            let result = measure(AnyStore::Sqlite(store.clone())).await;
+            let result = measure(OpenedStore::Sqlite(store.clone())).await;
             store.flush().await.ok();
             drop(store);
             result
@@ -195,7 +196,7 @@ where
                 let store = PgStore::connect(&url)
                     .await
                     .with_context(|| format!("opening {name}"))?;
-                let result = measure(AnyStore::Postgres(store.clone())).await;
+                let result = measure(OpenedStore::Postgres(store.clone())).await;
                 store.close().await.ok();
                 result
             }
@@ -233,26 +234,6 @@ fn postgres_url(config: &tokio_postgres::Config, dbname: &str) -> String {
         .map(|p| format!(":{}", String::from_utf8_lossy(p)))
         .unwrap_or_default();
     format!("postgres://{user}{password}@{host}:{port}/{dbname}")
-}
-
-/// The store of one run: the opened store, the one type the binary's engine is compiled for.
-type AnyStore = crate::db::OpenedStore;
-
-async fn measure_depth(
-    store: AnyStore,
-    args: &QueueArgs,
-    depth: u64,
-    progress: &Progress,
-) -> anyhow::Result<Value> {
-    measure_depth_on(store, args, depth, progress).await
-}
-
-async fn measure_mixed(
-    store: AnyStore,
-    args: &QueueArgs,
-    progress: &Progress,
-) -> anyhow::Result<Value> {
-    measure_mixed_on(store, args, progress).await
 }
 
 /// The engine `serve` runs (its store metered), with the demo agent at full speed.
@@ -303,8 +284,8 @@ async fn create_sessions<S: Store>(
     Ok(sessions)
 }
 
-async fn measure_depth_on<S: Store>(
-    store: S,
+async fn measure_depth(
+    store: OpenedStore,
     args: &QueueArgs,
     depth: u64,
     progress: &Progress,
@@ -422,8 +403,8 @@ async fn measure_depth_on<S: Store>(
     }))
 }
 
-async fn measure_mixed_on<S: Store>(
-    store: S,
+async fn measure_mixed(
+    store: OpenedStore,
     args: &QueueArgs,
     progress: &Progress,
 ) -> anyhow::Result<Value> {
