@@ -36,6 +36,7 @@ from smolagents.monitoring import Timing, TokenUsage  # noqa: E402
 
 from stepwise import Stepwise  # noqa: E402
 from stepwise.smolagents import StepwiseMemory, decode_step, encode_step  # noqa: E402
+import stepwise.smolagents as smol  # noqa: E402
 from stepwise.testing import local_server  # noqa: E402
 
 RFC3339_MICROS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -396,13 +397,13 @@ def test_queued_steps_go_out_in_batches_in_order_once(server, client, name):
 
     total = count + 2  # the task, the actions, the final answer
     posts = transport.step_posts()
-    # The task alone (the sender had found it alone), then the rest in batches of 1,000 at most.
-    assert posts == [
-        ("one", [1]),
-        ("batch", list(range(2, 1_002))),
-        ("batch", list(range(1_002, 2_002))),
-        ("batch", list(range(2_002, total + 1))),
-    ]
+    # The task alone (the sender had found it alone), then the rest in order, each step once,
+    # in batches of 1,000 at most: those converted while the server was busy go together.
+    assert posts[0] == ("one", [1])
+    assert [n for _, numbers in posts for n in numbers] == list(range(1, total + 1))
+    assert all(len(numbers) <= 1_000 for _, numbers in posts)
+    assert len(posts[1]) and len(posts[1][1]) >= smol._BATCH_MAX  # queued while the task was held
+    assert len(posts) <= 2 + (total - 1) // smol._BATCH_MAX
     # The execution is completed only after its last step went out.
     ends = [i for i, (method, path, _) in enumerate(transport.requests) if path.endswith("/complete")]
     assert ends == [len(transport.requests) - 1]
@@ -431,13 +432,19 @@ def test_runs_queued_together_keep_their_order(server, client, name):
     assert memory.errors == 0
 
     writes = [
-        (path.rsplit("/", 2)[-2] if path.endswith("/batch") else path.rsplit("/", 1)[-1],
-         [s["step_number"] for s in body["steps"]] if path.endswith("/batch") else None)
+        ("steps", [s["step_number"] for s in body["steps"]]) if path.endswith("/batch")
+        else ("steps", [body["step_number"]]) if path.endswith("/steps")
+        else (path.rsplit("/", 1)[-1], None)
         for method, path, body in transport.requests
         if method == "POST" and "/executions" in path  # not the session's creation
     ]
-    run = [("executions", None), ("steps", [1, 2, 3, 4, 5]), ("complete", None)]
-    assert writes == run + run
+    # Each run: opened, its steps in order (those queued together in one batch or a few),
+    # completed; the second run's requests after the first's.
+    second = writes.index(("executions", None), 1)
+    for run in (writes[:second], writes[second:]):
+        assert run[0] == ("executions", None) and run[-1] == ("complete", None)
+        assert [n for _, numbers in run[1:-1] for n in numbers] == [1, 2, 3, 4, 5]
+        assert {kind for kind, _ in run[1:-1]} == {"steps"}
     first, second = executions(client, memory.session_id)
     for execution, answer in ((first, "first"), (second, "second")):
         assert execution["status"] == "completed"

@@ -29,11 +29,12 @@ How it hooks into smolagents (1.26):
   steps, and a ``final_answer`` step; the execution then ends ``completed`` (its
   ``final_message`` is the answer as text) or ``failed`` with the error.
 * Nothing in the agent's thread waits for the network: the callback takes a shallow copy
-  of the finished step and puts it on a queue, and a background thread converts and sends
-  it (``append_step(..., step_number=n)``, so a retried send never writes twice). Steps
-  of a run that queued up while the thread was busy go out together, numbered, in one
-  ``append_steps`` request (up to 1,000); the run's open, complete and fail still come
-  in order, after the steps queued before them.
+  of the finished step and puts it on a queue; a background thread converts it to JSON
+  and a second one sends it (``append_step(..., step_number=n)``, so a retried send never
+  writes twice), so converting the next steps overlaps sending the last ones. Steps of a
+  run that queued up while the threads were busy go out together, numbered, in one
+  ``append_steps`` request (up to 1,000); the run's open, complete and fail still come in
+  order, after the steps queued before them.
   ``flush()`` waits until everything queued so far is saved; interpreter exit flushes too.
 * A saved step is readable in Stepwise's terms (``kind``, ``model_output``, ``tool_calls``,
   ``code``, ``observations``, ``error``, ``token_usage``, ``started_at``/``ended_at``) and
@@ -124,9 +125,21 @@ _TAGS = ("$dict", "$tuple", "$float", "$int", "$image", "$object")
 
 
 def _enc(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
+    # The common exact types first (a step is mostly these): about half the time per step.
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is dict:
+        return _enc_dict(value)
+    if t is list:
+        return [_enc(v) for v in value]
+    if t is int and -(2**63) <= value < 2**64:
+        return value
+    if t is float and math.isfinite(value):
+        return value
+    if isinstance(value, (bool, int, str)):
         # str subclasses (smolagents' AgentText) are kept as their text.
-        if isinstance(value, str) and type(value) is not str:
+        if isinstance(value, str):
             return str(value)
         if isinstance(value, int) and not isinstance(value, bool):
             if not -(2**63) <= value < 2**64:  # beyond what the server's JSON keeps exactly
@@ -144,19 +157,24 @@ def _enc(value: Any) -> Any:
     if isinstance(value, tuple):
         return {"$tuple": [_enc(v) for v in value]}
     if isinstance(value, dict):
-        keys = list(value.keys())
-        plain = (
-            all(type(k) is str for k in keys)
-            and keys == sorted(keys)
-            and not (len(keys) in (1, 2) and keys[0] in _TAGS)
-        )
-        if plain:
-            return {k: _enc(v) for k, v in value.items()}
-        return {"$dict": [[_enc(k), _enc(v)] for k, v in value.items()]}
+        return _enc_dict(value)
     image = _encode_image(value)
     if image is not None:
         return {"$image": image}
     return {"$object": type(value).__name__, "value": _enc(make_json_serializable(value))}
+
+
+def _enc_dict(value: dict) -> dict:
+    """A dict with sorted text keys as JSON keeps it; any other as ``{"$dict": pairs}``."""
+    keys = list(value)
+    plain = (
+        all(type(k) is str for k in keys)
+        and keys == sorted(keys)
+        and not (len(keys) in (1, 2) and keys[0] in _TAGS)
+    )
+    if plain:
+        return {k: _enc(v) for k, v in value.items()}
+    return {"$dict": [[_enc(k), _enc(v)] for k, v in value.items()]}
 
 
 def _dec(value: Any) -> Any:
@@ -660,15 +678,25 @@ _OPEN, _STEP, _COMPLETE, _FAIL, _MARK, _STOP = range(6)
 # The answers that mean the server has an operation already (a retried complete/fail).
 _DONE_CODES = {"invalid_state", "conflict"}
 
-# Most steps sent in one request (what `POST .../steps/batch` takes).
-_BATCH_MAX = 1_000
+# Most steps converted in one go: the next ones are converted while these are on the wire.
+_BATCH_MAX = 250
+# Most steps sent in one request (what `POST .../steps/batch` takes): converted batches of
+# one run that wait together for the sending thread go out as one.
+_REQUEST_MAX = 1_000
+# Requests converted ahead of the one being sent (then the converting thread waits).
+_AHEAD = 4
+# An item of the send queue: steps of a run, converted (numbered bodies).
+_POST = -1
 
 
 class _Sender:
-    """One thread that sends a memory's operations in order.
+    """Two threads that send a memory's operations in order.
 
+    The first takes operations off ``queue`` and converts steps to request bodies; the
+    second takes what the first hands it (``outbox``, in the same order) and sends it.
     Steps of one run that are queued together (the agent went faster than the server)
-    go out in one ``append_steps`` request, up to ``_BATCH_MAX`` of them; any other
+    are converted ``_BATCH_MAX`` at a time, and the converted batches of a run that wait
+    together go out in one ``append_steps`` request, up to ``_REQUEST_MAX`` steps; any other
     operation (open, complete, fail, a flush mark) waits until the steps queued before it
     are sent. A step found alone is sent with ``append_step``, as one request.
     """
@@ -677,8 +705,11 @@ class _Sender:
         self.client = client
         self.memory_ref = weakref.ref(memory)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
+        self.outbox: queue.Queue = queue.Queue(maxsize=_AHEAD)
+        self.thread: threading.Thread | None = None  # converts
+        self.poster: threading.Thread | None = None  # sends
         self.lock = threading.Lock()
+        self.errors_lock = threading.Lock()
         self.errors = 0
         self.stopping = False
         # Only a client whose class has `append_steps` (`Stepwise`) gets batches: a stand-in
@@ -695,17 +726,25 @@ class _Sender:
     def _start(self) -> None:
         with self.lock:
             if self.thread is None:
-                thread = threading.Thread(target=self._loop, name="stepwise-smolagents-sender", daemon=True)
+                poster = threading.Thread(target=self._post_loop, name="stepwise-smolagents-sender", daemon=True)
+                poster.start()
+                self.poster = poster
+                thread = threading.Thread(target=self._loop, name="stepwise-smolagents-converter", daemon=True)
                 thread.start()
                 self.thread = thread
 
+    def lost(self, n: int) -> None:
+        """Counts `n` operations given up on (from either thread)."""
+        with self.errors_lock:
+            self.errors += n
+
     def flush(self, timeout: float | None) -> bool:
-        thread = self.thread
-        if thread is None or not thread.is_alive():
+        poster = self.poster
+        if poster is None or not poster.is_alive():
             return True
-        if self.stopping:  # no mark would be read after the stop: wait for the thread
-            thread.join(timeout)
-            return not thread.is_alive()
+        if self.stopping:  # no mark would be read after the stop: wait for the threads
+            poster.join(timeout)
+            return not poster.is_alive()
         done = threading.Event()
         self.queue.put((_MARK, done))
         return done.wait(timeout)
@@ -718,14 +757,36 @@ class _Sender:
 
     def stop(self, timeout: float | None) -> None:
         self.stop_soon()
-        if self.thread is not None and self.thread.is_alive():
-            self.thread.join(timeout)
+        if self.poster is not None and self.poster.is_alive():
+            self.poster.join(timeout)
 
     def _loop(self) -> None:
+        """The converting thread: steps become numbered bodies; every operation goes on to
+        the sending thread in the order it was queued."""
         after: tuple | None = None  # taken from the queue behind a batch: handled next
         while True:
             item = after if after is not None else self.queue.get()
             after = None
+            if item[0] == _STEP:
+                batch, after = self._take_steps(item) if self.batching else ([item], None)
+                try:
+                    item = (_POST, item[1], self._encode_steps(batch))
+                except Exception:  # never let the thread die
+                    self.lost(len(batch))
+                    logger.exception("stepwise: could not save a smolagents step")
+                    continue
+            self.outbox.put(item)
+            if item[0] == _STOP:
+                return
+
+    def _post_loop(self) -> None:
+        """The sending thread: sends what the converting thread hands it, in order."""
+        after: tuple | None = None  # taken from the outbox behind a request: handled next
+        while True:
+            item = after if after is not None else self.outbox.get()
+            after = None
+            if item[0] == _POST:
+                item, after = self._take_posts(item)
             op = item[0]
             if op == _STOP:
                 return
@@ -733,14 +794,12 @@ class _Sender:
                 item[1].set()
                 continue
             try:
-                if op == _STEP and self.batching:
-                    batch, after = self._take_steps(item)
-                    if len(batch) > 1:
-                        self._send_steps(batch)
-                        continue
-                self._send(item)
+                if op == _POST:
+                    self._post_run_steps(item[1], item[2])
+                else:
+                    self._send(item)
             except Exception:  # never let the thread die
-                self.errors += 1
+                self.lost(1)
                 logger.exception("stepwise: could not save a smolagents step")
 
     def _take_steps(self, first: tuple) -> tuple[list[tuple], tuple | None]:
@@ -758,12 +817,25 @@ class _Sender:
             batch.append(item)
         return batch, None
 
-    def _send_steps(self, batch: list[tuple]) -> None:
-        """Sends steps of one run, numbered, in as few requests as the server takes."""
+    def _take_posts(self, first: tuple) -> tuple[tuple, tuple | None]:
+        """``first`` joined by the converted steps of its run waiting right behind it (up to
+        ``_REQUEST_MAX`` steps), and the item that stopped it, taken from the outbox (or
+        None)."""
+        run, numbered = first[1], first[2]
+        while len(numbered) < _REQUEST_MAX:
+            try:
+                item = self.outbox.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] != _POST or item[1] is not run or len(numbered) + len(item[2]) > _REQUEST_MAX:
+                return (_POST, run, numbered), item
+            numbered = numbered + item[2]
+        return (_POST, run, numbered), None
+
+    def _encode_steps(self, batch: list[tuple]) -> list[tuple[int, dict]]:
+        """Steps of one run as numbered request bodies (a step that cannot be converted is
+        counted and logged; the others go on)."""
         run = batch[0][1]
-        if run.execution_id is None:  # its execution could not be opened (logged then)
-            self.errors += len(batch)
-            return
         memory = self.memory_ref()
         save_model_input = memory.save_model_input if memory is not None else False
         tool_inputs: dict[Any, dict[str, str]] = {}  # per agent_ref: the same for a run's steps
@@ -780,12 +852,21 @@ class _Sender:
                     extra=item[5] if len(item) > 5 else None,
                     task_images=run.task_images,
                 )
-            except Exception:  # as for a step sent alone: this one is lost, not the others
-                self.errors += 1
+            except Exception:  # this one is lost, not the others
+                self.lost(1)
                 logger.exception("stepwise: could not save a smolagents step")
                 continue
             body["step_number"] = number
             numbered.append((number, body))
+        return numbered
+
+    def _post_run_steps(self, run: _Run, numbered: list[tuple[int, dict]]) -> None:
+        """Sends steps of one run, numbered, in as few requests as the server takes."""
+        if run.execution_id is None:  # its execution could not be opened (logged then)
+            if not run.open_failed:  # pragma: no cover - _OPEN always comes first
+                logger.error("stepwise: a step of a run without an execution was dropped")
+            self.lost(len(numbered))
+            return
         self._post_steps(run.execution_id, numbered)
 
     def _post_steps(self, eid: str, numbered: list[tuple[int, dict]]) -> None:
@@ -805,7 +886,7 @@ class _Sender:
                 self._post_steps(eid, numbered[half:])
                 return
             if e.status is None or e.status >= 500 or e.status == 429:  # retried for retry_for
-                self.errors += len(numbered)
+                self.lost(len(numbered))
                 logger.error(
                     "stepwise: steps %d to %d of execution %s were not saved: %s", first, last, eid, e
                 )
@@ -827,7 +908,7 @@ class _Sender:
             try:
                 saved += self._post_step(eid, number, body)
             except Exception:  # as the thread's loop does for a step sent alone
-                self.errors += 1
+                self.lost(1)
                 logger.exception("stepwise: could not save a smolagents step")
         return saved
 
@@ -835,14 +916,13 @@ class _Sender:
         try:
             self._call(lambda: self.client.append_step(eid, body, step_number=number))
         except StepwiseError as e:
-            self.errors += 1
+            self.lost(1)
             logger.error("stepwise: step %d of execution %s was not saved: %s", number, eid, e)
             return False
         return True
 
     def _send(self, item: tuple) -> None:
         op, run = item[0], item[1]
-        memory = self.memory_ref()
         if op == _OPEN:
             try:
                 execution = self._call(
@@ -854,28 +934,15 @@ class _Sender:
                 )
             except StepwiseError as e:
                 run.open_failed = True
-                self.errors += 1
+                self.lost(1)
                 logger.error("stepwise: could not open an execution for the run: %s", e)
                 return
             run.execution_id = execution["id"]
             return
-        if run.execution_id is None:
-            if not run.open_failed:  # pragma: no cover - _OPEN always comes first
-                logger.error("stepwise: a step of a run without an execution was dropped")
-            self.errors += 1
+        if run.execution_id is None:  # its execution could not be opened (logged then)
+            self.lost(1)
             return
         eid = run.execution_id
-        if op == _STEP:
-            number, step, agent_ref = item[2], item[3], item[4]
-            body = encode_step(
-                step,
-                save_model_input=memory.save_model_input if memory is not None else False,
-                tool_inputs=_tool_inputs(agent_ref()),
-                extra=item[5] if len(item) > 5 else None,
-                task_images=run.task_images,
-            )
-            self._post_step(eid, number, body)
-            return
         if op == _COMPLETE:
             answer = item[2]
             text = _answer_text(answer)
@@ -895,7 +962,7 @@ class _Sender:
         try:
             self._call(call, done_codes=_DONE_CODES)
         except StepwiseError as e:
-            self.errors += 1
+            self.lost(1)
             logger.error("stepwise: could not end execution %s: %s", eid, e)
 
     def _call(
