@@ -54,14 +54,24 @@ def decode(saver, typed):
 
 def test_next_version_is_a_zero_padded_counter_that_sorts_as_text(saver):
     v1 = saver.get_next_version(None, None)
-    assert v1.split(".")[0] == "1".zfill(32)
+    assert v1.split(".")[0] == "1".zfill(12)
     versions = [v1]
     for _ in range(120):
         versions.append(saver.get_next_version(versions[-1], None))
     assert versions == sorted(versions)
     assert [int(v.split(".")[0]) for v in versions] == list(range(1, 122))
-    assert saver.get_next_version(7, None).startswith("8".zfill(32) + ".")
+    assert len(set(versions)) == len(versions)
+    assert saver.get_next_version(7, None).startswith("8".zfill(12) + ".")
     assert AsyncStepwiseSaver(client=None, base_url="http://127.0.0.1:9").get_next_version(v1, None) > v1
+
+
+def test_a_thread_with_langgraphs_long_versions_keeps_their_width(saver):
+    """Versions are compared as text: a thread written with 32-digit counters (LangGraph's own
+    savers, earlier clients) must not get shorter ones, which would sort before them."""
+    old = "9".zfill(32) + ".0.41724145132718515"
+    new = saver.get_next_version(old, None)
+    assert new.split(".")[0] == "10".zfill(32)
+    assert new > old
 
 
 def test_a_list_that_grew_is_sent_as_an_append_of_the_new_items_only(saver):

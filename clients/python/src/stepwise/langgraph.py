@@ -569,15 +569,27 @@ class _Wire:
         )
 
 
+# Digits of the counter of a new thread's versions (10^12 versions). Versions are compared
+# as strings (by LangGraph and by the server), so all of one thread's have one width: a
+# thread whose versions have another (32, as LangGraph's own savers and earlier clients of
+# Stepwise write them) keeps it.
+_VERSION_DIGITS = 12
+
+
 def _next_version(current: str | int | float | None) -> str:
-    """LangGraph's string versions: a zero-padded counter, a dot, a random fraction."""
+    """LangGraph's string versions: a zero-padded counter, a dot, 48 random bits in hex (two
+    forks of a thread never give one channel the same version). 25 characters, where
+    LangGraph's own savers write 51: a version is stored with every value and checkpoint."""
+    width = _VERSION_DIGITS
     if current is None:
         current_v = 0
     elif isinstance(current, (int, float)):
         current_v = int(current)
     else:
-        current_v = int(current.split(".")[0])
-    return f"{current_v + 1:032}.{random.random():016}"
+        head = current.split(".")[0]
+        current_v = int(head)
+        width = len(head)
+    return f"{current_v + 1:0{width}}.{random.getrandbits(48):012x}"
 
 
 def _is_not_found(error: StepwiseError) -> bool:
