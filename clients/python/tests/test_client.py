@@ -434,6 +434,12 @@ def test_append_steps_is_retried_when_its_numbers_are_known() -> None:
         assert request.url.path == "/v1/executions/e1/steps/batch"
         assert [s["step_number"] for s in json.loads(request.content)["steps"]] == [4, 5]
     assert steps == [{"kind": "action"}, {"kind": "final_answer"}]  # the caller's dicts: unchanged
+    assert "items" not in server.requests[0].url.params  # the stored steps are wanted back
+
+    server = Counting(lambda request: httpx.Response(201, json={"items": [], "created": 1}))
+    with mock_client(server) as c:
+        assert c.append_steps("e1", [{"kind": "action"}], first_step_number=1, return_items=False) is None
+    assert server.requests[0].url.params["items"] == "false"  # not written back by the server
 
     # The first step's own number fixes the others' too.
     answers = iter([httpx.Response(500), httpx.Response(201, json={"items": [], "created": 1})])
@@ -615,6 +621,24 @@ def test_append_steps_saves_a_batch_in_order_once(client: Stepwise) -> None:
         None, "first", "more 0", "more 1", "more 2"
     ]
     assert client.get_execution(execution["id"])["step_count"] == 5
+
+
+def test_a_batch_with_items_false_is_stored_and_answered_without_the_steps(client: Stepwise) -> None:
+    session = client.create_session(name=unique("batch-quiet"))
+    execution = client.open_execution(session["id"], input={"task": "count"})
+    steps = [{"kind": "action", "model_output": f"step {n}", "step_number": n} for n in (1, 2, 3)]
+    answer = client.request(
+        "POST", f"/v1/executions/{execution['id']}/steps/batch", json={"steps": steps}, params={"items": "false"}
+    )
+    assert answer == {"items": [], "created": 3}
+    assert [s["model_output"] for s in client.list_steps(execution["id"])] == ["step 1", "step 2", "step 3"]
+    again = client.request("POST", f"/v1/executions/{execution['id']}/steps/batch", json={"steps": steps})
+    assert [s["step_number"] for s in again["items"]] == [1, 2, 3] and again["created"] == 0
+    with pytest.raises(StepwiseError) as e:
+        client.request(
+            "POST", f"/v1/executions/{execution['id']}/steps/batch", json={"steps": steps}, params={"items": "maybe"}
+        )
+    assert e.value.status == 400
 
 
 def test_export_and_import(client: Stepwise) -> None:

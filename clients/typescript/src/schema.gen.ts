@@ -715,6 +715,7 @@ export type StepList = {
 export type StepsAppended = {
   /** How many of them were new (the others were stored already with the same body). */
   created: number;
+  /** The stored steps (empty with `?items=false`). */
   items: Step[];
 };
 
@@ -791,7 +792,7 @@ export const OPERATIONS = {
   ai_sdk_resume: { method: "GET", path: "/v1/ai-sdk/chat/{chat_id}/stream", params: ["path:chat_id"] },
   append_items: { method: "POST", path: "/v1/sessions/{id}/items", params: ["path:id"] },
   append_step: { method: "POST", path: "/v1/executions/{id}/steps", params: ["path:id","header:Stepwise-Lease"] },
-  append_steps: { method: "POST", path: "/v1/executions/{id}/steps/batch", params: ["path:id","header:Stepwise-Lease"] },
+  append_steps: { method: "POST", path: "/v1/executions/{id}/steps/batch", params: ["path:id","header:Stepwise-Lease","query:items"] },
   cancel_execution: { method: "POST", path: "/v1/executions/{id}/cancel", params: ["path:id"] },
   claim_executions: { method: "POST", path: "/v1/workers/claim", params: [] },
   clear_items: { method: "DELETE", path: "/v1/sessions/{id}/items", params: ["path:id","query:version","query:op_id"] },

@@ -794,8 +794,8 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         """Records several steps of an external execution in one request
         (``POST /v1/executions/{id}/steps/batch``); returns ``{items, created}``: the stored
         steps in order, and how many of them were new. With ``return_items=False`` it returns
-        ``None`` without reading the answer (the stored steps come back whole: reading them
-        costs about as much as sending them).
+        ``None``, and the server leaves the stored steps out of its answer (``?items=false``:
+        writing them back costs about as much as reading them).
 
         Each of `steps` holds the fields `append_step` takes; there are 1 to 1,000 of them.
         A step without a ``step_number`` takes the number after the step before it (the
@@ -832,6 +832,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 "POST",
                 f"/v1/executions/{seg(execution_id, 'execution_id')}/steps/batch",
                 json={"steps": payload},
+                params=None if return_items else {"items": "false"},
                 idempotent=numbered,
                 expect="json" if return_items else "none",
             )

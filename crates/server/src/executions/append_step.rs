@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::Value;
-use stepwise_core::{Step, StepBody, StepKind};
+use stepwise_core::{Step, StepBody, StepError, StepKind, Timestamp, TokenUsage, ToolCall};
 use stepwise_engine::ExternalStep;
 use stepwise_store::Store;
 
@@ -29,6 +29,59 @@ pub struct StepInput {
     pub kind: Option<String>,
     #[serde(flatten)]
     pub body: StepBody,
+}
+
+/// A [`StepInput`] as a request holds it, read field by field: the same fields and defaults,
+/// without `#[serde(flatten)]`, which buffers every field of every step before reading it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct StepWire {
+    step_number: Option<u32>,
+    kind: Option<String>,
+    model_output: Option<String>,
+    tool_calls: Vec<ToolCall>,
+    code: Option<String>,
+    observations: Option<String>,
+    error: Option<StepError>,
+    output: Value,
+    token_usage: TokenUsage,
+    started_at: Option<Timestamp>,
+    ended_at: Option<Timestamp>,
+}
+
+impl From<StepWire> for StepInput {
+    fn from(w: StepWire) -> Self {
+        StepInput {
+            step_number: w.step_number,
+            kind: w.kind,
+            body: StepBody {
+                model_output: w.model_output,
+                tool_calls: w.tool_calls,
+                code: w.code,
+                observations: w.observations,
+                error: w.error,
+                output: w.output,
+                token_usage: w.token_usage,
+                started_at: w.started_at,
+                ended_at: w.ended_at,
+            },
+        }
+    }
+}
+
+/// Counts the bytes written to it (the JSON size of a step, without keeping the JSON).
+#[derive(Default)]
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The step to save, checked: its kind, its number, its size.
@@ -58,7 +111,8 @@ pub(super) fn check(input: StepInput, step_count: u64) -> ApiResult<ExternalStep
     if body.token_usage.total == 0 {
         body.token_usage.total = body.token_usage.input + body.token_usage.output;
     }
-    let size = serde_json::to_vec(&body).map(|b| b.len()).unwrap_or(0);
+    let mut size = Counter::default();
+    let size = serde_json::to_writer(&mut size, &body).map_or(0, |()| size.0);
     if size > MAX_CONTENT_BYTES * 2 {
         return Err(ApiError::invalid("body", "the step is larger than 2 MiB"));
     }
@@ -76,7 +130,7 @@ pub async fn append_step<S: Store>(
     lease: LeaseHeader,
     ApiJson(input): ApiJson<Value>,
 ) -> ApiResult<impl IntoResponse> {
-    let input: StepInput = typed_body(
+    let input: StepWire = typed_body(
         input,
         &[
             "/step_number",
@@ -86,7 +140,7 @@ pub async fn append_step<S: Store>(
         ],
     )?;
     let execution = load_external(&state, &caller, &id, &lease).await?;
-    let step = check(input, execution.step_count)?;
+    let step = check(input.into(), execution.step_count)?;
     let appended = state
         .engine
         .append_external_step(&caller.tenant, &execution, step)

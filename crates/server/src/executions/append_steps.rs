@@ -1,7 +1,9 @@
 //! `POST /v1/executions/{id}/steps/batch`: several steps of an external agent (or a
 //! worker) in one request and one durable commit: 201 with each stored step and whether it
 //! was new (the same step again writes nothing; another body at a stored number is 409 and
-//! stops the batch there, the steps before it saved).
+//! stops the batch there, the steps before it saved). With `?items=false` the answer
+//! leaves the stored steps out (`items` is empty): for a sender that does not read them,
+//! the server does not write them back.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -10,29 +12,64 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use stepwise_core::Step;
 use stepwise_store::Store;
+use utoipa::IntoParams;
+use utoipa::openapi::path::{Parameter, ParameterIn};
 
-use super::append_step::{StepInput, check};
+use super::append_step::{StepInput, StepWire, check};
 use super::{LeaseHeader, load_external, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::schemas::IdLease;
+use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult, ErrorBody};
+use crate::schemas::{IdLease, param};
 
 /// Most steps one batch takes.
 pub const MAX_BATCH_STEPS: usize = 1_000;
 
 /// Steps in order; one without `step_number` takes the number after the step before it
-/// (the first: after the execution's last step).
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+/// (the first: after the execution's last step). The request's schema: requests are read
+/// as [`BatchWire`].
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
 pub struct StepBatch {
     /// 1 to 1,000 steps.
     #[schema(min_items = 1, max_items = 1000)]
     pub steps: Vec<StepInput>,
 }
 
+/// `?items=false`: answer without the stored steps.
+#[derive(Debug, Default, Deserialize)]
+pub struct BatchQuery {
+    #[serde(default)]
+    pub items: Option<bool>,
+}
+
+impl IntoParams for BatchQuery {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let schema = utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::Boolean)
+            .default(Some(Value::Bool(true)));
+        vec![
+            param(
+                "items",
+                ParameterIn::Query,
+                "false: the answer's `items` is empty (the steps are stored all the same)",
+                schema,
+            )
+            .build(),
+        ]
+    }
+}
+
+/// A [`StepBatch`] as a request holds it (see [`StepWire`]).
+#[derive(Debug, Deserialize)]
+struct BatchWire {
+    steps: Vec<StepWire>,
+}
+
 /// The stored steps, in the batch's order.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct StepsAppended {
+    /// The stored steps (empty with `?items=false`).
     pub items: Vec<Step>,
     /// How many of them were new (the others were stored already with the same body).
     pub created: u32,
@@ -43,6 +80,7 @@ pub async fn append_steps<S: Store>(
     caller: Caller,
     Path(id): Path<String>,
     lease: LeaseHeader,
+    ApiQuery(query): ApiQuery<BatchQuery>,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<(StatusCode, Json<StepsAppended>)> {
     let count = body
@@ -68,12 +106,12 @@ pub async fn append_steps<S: Store>(
         }
     }
     let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
-    let batch: StepBatch = typed_body(body, &pointers)?;
+    let batch: BatchWire = typed_body(body, &pointers)?;
     let execution = load_external(&state, &caller, &id, &lease).await?;
     let mut last = execution.step_count;
     let mut steps = Vec::with_capacity(batch.steps.len());
     for (n, input) in batch.steps.into_iter().enumerate() {
-        let step = check(input, last).map_err(|e| {
+        let step = check(input.into(), last).map_err(|e| {
             let field = format!("steps[{n}].{}", e.field.as_deref().unwrap_or("step"));
             e.with_field(field)
         })?;
@@ -85,12 +123,16 @@ pub async fn append_steps<S: Store>(
         .append_external_steps(&caller.tenant, &execution, steps)
         .await?;
     let created = appended.iter().filter(|a| a.created).count() as u32;
-    let items = appended.into_iter().map(|a| a.step).collect();
+    let items = if query.items.unwrap_or(true) {
+        appended.into_iter().map(|a| a.step).collect()
+    } else {
+        Vec::new()
+    };
     Ok((StatusCode::CREATED, Json(StepsAppended { items, created })))
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/steps/batch", tag = "external agents", operation_id = "append_steps",
-    params(IdLease), request_body = StepBatch,
+    params(IdLease, BatchQuery), request_body = StepBatch,
     responses((status = 201, body = StepsAppended), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
