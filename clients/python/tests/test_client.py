@@ -641,6 +641,30 @@ def test_a_batch_with_items_false_is_stored_and_answered_without_the_steps(clien
     assert e.value.status == 400
 
 
+def test_a_batch_is_read_as_json_with_clear_errors(server: LocalServer, client: Stepwise) -> None:
+    session = client.create_session(name=unique("batch-errors"))
+    execution = client.open_execution(session["id"], input={"task": "count"})
+    url = f"{server.url}/v1/executions/{execution['id']}/steps/batch"
+    # Whole numbers written as floats are numbers all the same.
+    answer = httpx.post(url, json={"steps": [{"step_number": 1.0, "token_usage": {"input": 3.0}}]})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["items"][0]["token_usage"]["input"] == 3
+    for body, headers, status, field in [
+        (b"{not json", {"content-type": "application/json"}, 400, None),
+        (b'{"steps": []}', {"content-type": "application/json"}, 400, "steps"),
+        (b'{"steps": {}}', {"content-type": "application/json"}, 400, "steps"),
+        (b'{"steps": [{"step_number": "two"}]}', {"content-type": "application/json"}, 400, None),
+        (b'{"steps": [{"step_number": 2}]}', {"content-type": "text/plain"}, 415, None),
+        (b'{"steps": [{"step_number": 2}]}', {}, 415, None),
+    ]:
+        answer = httpx.post(url, content=body, headers=headers)
+        assert answer.status_code == status, (body, answer.text)
+        error = answer.json()["error"]
+        if field:
+            assert error["field"] == field
+    assert [s["step_number"] for s in client.list_steps(execution["id"])] == [1]
+
+
 def test_export_and_import(client: Stepwise) -> None:
     session = client.create_session(name=unique("export"), title="to copy")
     client.wait(client.post_message(session["id"], "2+3")["execution"]["id"])

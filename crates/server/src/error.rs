@@ -183,6 +183,79 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// A JSON body read straight into `T` when it is a `T` as written, else as a [`Value`]
+/// (for a handler that also takes what `T` does not, like whole numbers written as `3.0`,
+/// and whose errors name the field): the usual request is parsed once, not into a `Value`
+/// and then again. The rejections of [`ApiJson`].
+pub enum JsonBody<T> {
+    Typed(T),
+    Value(serde_json::Value),
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        check_charset(req.headers())?;
+        if !json_content_type(req.headers()) {
+            return Err(not_json());
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    too_large()
+                } else {
+                    ApiError::bad_request(format!("the body could not be read: {rejection}"))
+                }
+            })?;
+        if let Ok(typed) = serde_json::from_slice::<T>(&bytes) {
+            return Ok(JsonBody::Typed(typed));
+        }
+        match axum::Json::<serde_json::Value>::from_bytes(&bytes) {
+            Ok(axum::Json(value)) => Ok(JsonBody::Value(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+/// Whether the `Content-Type` is JSON (`application/json` or `application/*+json`), as
+/// axum's `Json` requires.
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
+        return false;
+    };
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json"))
+}
+
+fn not_json() -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "the body must be JSON with Content-Type: application/json",
+    )
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the body is larger than this server accepts",
+    )
+}
+
 /// 415 `unsupported_media_type` when the `Content-Type` names a charset other than UTF-8
 /// (JSON is UTF-8; `charset=utf-8` in any case, quoted or not, is accepted).
 pub(crate) fn check_charset(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
@@ -211,16 +284,8 @@ pub(crate) fn check_charset(headers: &axum::http::HeaderMap) -> Result<(), ApiEr
 
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     match rejection.status() {
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "the body must be JSON with Content-Type: application/json",
-        ),
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the body is larger than this server accepts",
-        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => not_json(),
+        StatusCode::PAYLOAD_TOO_LARGE => too_large(),
         _ => {
             let text = rejection.body_text();
             let detail = text

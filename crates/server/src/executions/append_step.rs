@@ -14,7 +14,7 @@ use stepwise_store::Store;
 use super::{LeaseHeader, MAX_TOOL_CALLS_PER_STEP, load_external, schema, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult, ErrorBody, JsonBody};
 use crate::schemas::IdLease;
 use crate::sessions::MAX_CONTENT_BYTES;
 
@@ -35,7 +35,7 @@ pub struct StepInput {
 /// without `#[serde(flatten)]`, which buffers every field of every step before reading it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(super) struct StepWire {
+pub struct StepWire {
     step_number: Option<u32>,
     kind: Option<String>,
     model_output: Option<String>,
@@ -128,17 +128,20 @@ pub async fn append_step<S: Store>(
     caller: Caller,
     Path(id): Path<String>,
     lease: LeaseHeader,
-    ApiJson(input): ApiJson<Value>,
+    input: JsonBody<StepWire>,
 ) -> ApiResult<impl IntoResponse> {
-    let input: StepWire = typed_body(
-        input,
-        &[
-            "/step_number",
-            "/token_usage/input",
-            "/token_usage/output",
-            "/token_usage/total",
-        ],
-    )?;
+    let input: StepWire = match input {
+        JsonBody::Typed(input) => input,
+        JsonBody::Value(input) => typed_body(
+            input,
+            &[
+                "/step_number",
+                "/token_usage/input",
+                "/token_usage/output",
+                "/token_usage/total",
+            ],
+        )?,
+    };
     let execution = load_external(&state, &caller, &id, &lease).await?;
     let step = check(input.into(), execution.step_count)?;
     let appended = state

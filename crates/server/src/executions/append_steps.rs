@@ -19,7 +19,7 @@ use super::append_step::{StepInput, StepWire, check};
 use super::{LeaseHeader, load_external, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiQuery, ApiResult, ErrorBody, JsonBody};
 use crate::schemas::{IdLease, param};
 
 /// Most steps one batch takes.
@@ -62,7 +62,7 @@ impl IntoParams for BatchQuery {
 
 /// A [`StepBatch`] as a request holds it (see [`StepWire`]).
 #[derive(Debug, Deserialize)]
-struct BatchWire {
+pub struct BatchWire {
     steps: Vec<StepWire>,
 }
 
@@ -81,32 +81,13 @@ pub async fn append_steps<S: Store>(
     Path(id): Path<String>,
     lease: LeaseHeader,
     ApiQuery(query): ApiQuery<BatchQuery>,
-    ApiJson(body): ApiJson<Value>,
+    body: JsonBody<BatchWire>,
 ) -> ApiResult<(StatusCode, Json<StepsAppended>)> {
-    let count = body
-        .get("steps")
-        .and_then(Value::as_array)
-        .map(Vec::len)
-        .ok_or_else(|| ApiError::invalid("steps", "steps must be an array of steps"))?;
-    if count == 0 || count > MAX_BATCH_STEPS {
-        return Err(ApiError::invalid(
-            "steps",
-            format!("a batch holds 1 to {MAX_BATCH_STEPS} steps"),
-        ));
-    }
-    let mut pointers = Vec::with_capacity(count * 4);
-    for n in 0..count {
-        for field in [
-            "step_number",
-            "token_usage/input",
-            "token_usage/output",
-            "token_usage/total",
-        ] {
-            pointers.push(format!("/steps/{n}/{field}"));
-        }
-    }
-    let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
-    let batch: BatchWire = typed_body(body, &pointers)?;
+    let batch = match body {
+        JsonBody::Typed(batch) => batch,
+        JsonBody::Value(body) => read_batch(body)?,
+    };
+    check_count(batch.steps.len())?;
     let execution = load_external(&state, &caller, &id, &lease).await?;
     let mut last = execution.step_count;
     let mut steps = Vec::with_capacity(batch.steps.len());
@@ -129,6 +110,40 @@ pub async fn append_steps<S: Store>(
         Vec::new()
     };
     Ok((StatusCode::CREATED, Json(StepsAppended { items, created })))
+}
+
+fn check_count(count: usize) -> ApiResult<()> {
+    if count == 0 || count > MAX_BATCH_STEPS {
+        return Err(ApiError::invalid(
+            "steps",
+            format!("a batch holds 1 to {MAX_BATCH_STEPS} steps"),
+        ));
+    }
+    Ok(())
+}
+
+/// A batch not read straight into [`BatchWire`]: checked as JSON first (`steps` an array
+/// of 1 to 1,000), whole numbers written as floats taken, then read.
+fn read_batch(body: Value) -> ApiResult<BatchWire> {
+    let count = body
+        .get("steps")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .ok_or_else(|| ApiError::invalid("steps", "steps must be an array of steps"))?;
+    check_count(count)?;
+    let mut pointers = Vec::with_capacity(count * 4);
+    for n in 0..count {
+        for field in [
+            "step_number",
+            "token_usage/input",
+            "token_usage/output",
+            "token_usage/total",
+        ] {
+            pointers.push(format!("/steps/{n}/{field}"));
+        }
+    }
+    let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
+    typed_body(body, &pointers)
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/steps/batch", tag = "external agents", operation_id = "append_steps",
