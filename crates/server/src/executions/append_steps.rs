@@ -25,9 +25,9 @@ use crate::schemas::{IdLease, param};
 /// Most steps one batch takes.
 pub const MAX_BATCH_STEPS: usize = 1_000;
 
+// The request's schema only: requests are read as `BatchWire`.
 /// Steps in order; one without `step_number` takes the number after the step before it
-/// (the first: after the execution's last step). The request's schema: requests are read
-/// as [`BatchWire`].
+/// (the first: after the execution's last step).
 #[derive(Debug, utoipa::ToSchema)]
 #[allow(dead_code)]
 pub struct StepBatch {
