@@ -278,6 +278,12 @@ impl Inner {
     }
 }
 
+/// WAL pages after which the writer's commit checkpoints what the checkpoint thread has not
+/// copied yet (SQLite's own default). Once the whole WAL is copied the next commit starts it
+/// over from its beginning: commits then overwrite blocks the file already has, where a WAL
+/// that only grows makes every sync also record the file system's new blocks.
+const WAL_RESTART_PAGES: u32 = 1000;
+
 fn connect(path: &Path, options: &SqliteOptions, writer: bool) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
@@ -294,9 +300,10 @@ fn connect(path: &Path, options: &SqliteOptions, writer: bool) -> Result<Connect
     let pragmas = if writer {
         format!(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; PRAGMA foreign_keys = OFF; \
-             PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {}; \
+             PRAGMA wal_autocheckpoint = {}; PRAGMA journal_size_limit = {}; \
              PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000;",
             options.durability.synchronous(),
+            WAL_RESTART_PAGES,
             options.wal_limit_bytes.min(i64::MAX as u64)
         )
     } else {
