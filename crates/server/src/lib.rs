@@ -27,6 +27,7 @@ mod runs;
 mod schemas;
 mod sessions;
 mod shapes;
+mod turn;
 mod ui_assets;
 mod workers;
 

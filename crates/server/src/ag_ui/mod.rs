@@ -16,16 +16,14 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use stepwise_core::{Event, Id, Message, Role, Step, StepKind};
+use stepwise_core::{Event, Id, Message, Role, Step, ToolCall};
 use stepwise_store::{MessageQuery, Store, Tenant};
 
 use crate::error::{ApiError, ApiResult};
 use crate::limits::SubscriberSlot;
 use crate::messages::AgentBody;
-use crate::runs::{
-    LiveText, Out, RunFollower, RunItem, StepCache, Streamed, final_answer, for_step, says_text,
-    shared_frame, tool_result,
-};
+use crate::runs::{Out, RunFollower, RunItem, StepCache, shared_frame};
+use crate::turn::{Protocol, StepFrames, Turn};
 
 /// The AG-UI `RunAgentInput` (the fields Stepwise reads; `tools`, `context` and `state` are
 /// accepted and ignored).
@@ -150,96 +148,55 @@ impl RunAgentInput {
 /// The events of one run, in the order `@ag-ui/client`'s verifier accepts: `RUN_STARTED`
 /// first, every step, text message and tool call closed before the run ends, and
 /// `RUN_FINISHED` (outcome `success`, `interrupt` or `cancelled`) or `RUN_ERROR` last.
-pub(crate) struct AgUiStream {
+pub(crate) type AgUiStream = Turn<AgUi>;
+
+/// AG-UI: what a run's events look like in it, and the ids they echo.
+pub(crate) struct AgUi {
     thread_id: String,
     run_id: String,
-    execution_id: Id,
     session_id: Id,
-    step: u32,
-    step_open: Option<String>,
-    /// Streamed tokens and their open text message.
-    live: LiveText,
-    answered: bool,
-    /// The `user_input` call of the step that paused.
-    asking_call: Option<String>,
-    seq: u32,
 }
 
 impl AgUiStream {
     pub(crate) fn new(thread_id: String, run_id: String, session_id: Id, execution_id: Id) -> Self {
-        AgUiStream {
-            thread_id,
-            run_id,
+        Turn::begin(
+            AgUi {
+                thread_id,
+                run_id,
+                session_id,
+            },
             execution_id,
-            session_id,
-            step: 0,
-            step_open: None,
-            live: LiveText::default(),
-            answered: false,
-            asking_call: None,
-            seq: 0,
-        }
+        )
     }
 
     pub(crate) fn run_started(&self) -> Value {
-        json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id,
-               "metadata": {"stepwise": {"sessionId": self.session_id, "executionId": self.execution_id}}})
-    }
-
-    fn next_id(&mut self, what: &str) -> String {
-        self.seq += 1;
-        format!("{}-{}-{what}{}", self.execution_id, self.step, self.seq)
-    }
-
-    /// A stored text: sent whole, unless its tokens were streamed.
-    fn text(&mut self, out: &mut Out, text: &str) {
-        match self.live.take(text) {
-            Streamed::Whole => self.close_text(out),
-            Streamed::Prefix => {}
-            Streamed::No => {
-                let id = self.next_id("text");
-                out.push(
-                    json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}),
-                );
-                out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
-                out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
-            }
-        }
-    }
-
-    fn open_step(&mut self, out: &mut Out) {
-        if self.step_open.is_none() {
-            let name = format!("step {}", self.step);
-            out.raw(
-                format!("data: {{\"type\":\"STEP_STARTED\",\"stepName\":\"{name}\"}}\n\n")
-                    .as_bytes(),
-            );
-            self.step_open = Some(name);
-        }
-    }
-
-    fn close_text(&mut self, out: &mut Out) {
-        if let Some(id) = self.live.id.take() {
-            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
-        }
-        self.live = LiveText::default();
-    }
-
-    fn close_step(&mut self, out: &mut Out) {
-        if let Some(name) = self.step_open.take() {
-            out.raw(
-                format!("data: {{\"type\":\"STEP_FINISHED\",\"stepName\":\"{name}\"}}\n\n")
-                    .as_bytes(),
-            );
-        }
-    }
-
-    fn close_all(&mut self, out: &mut Out) {
-        self.close_text(out);
-        self.close_step(out);
+        let AgUi {
+            thread_id,
+            run_id,
+            session_id,
+        } = &self.protocol;
+        json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id,
+               "metadata": {"stepwise": {"sessionId": session_id, "executionId": self.execution_id()}}})
     }
 
     pub(crate) fn finished(&self, outcome: Value, result: Option<&str>) -> Value {
+        self.protocol.finished(outcome, result)
+    }
+
+    /// `RUN_FINISHED` for a run that ends at once (a reconnect with nothing running).
+    pub(crate) fn finish_now(&self, paused_question: Option<&str>) -> Value {
+        match paused_question {
+            Some(question) => self.finished(
+                interrupt(self.execution_id(), question, self.asking_call()),
+                None,
+            ),
+            None => self.finished(json!({"type": "success"}), None),
+        }
+    }
+}
+
+impl AgUi {
+    fn finished(&self, outcome: Value, result: Option<&str>) -> Value {
         let mut event = json!({"type": "RUN_FINISHED", "threadId": self.thread_id,
                                "runId": self.run_id, "outcome": outcome});
         if let Some(result) = result {
@@ -247,177 +204,89 @@ impl AgUiStream {
         }
         event
     }
+}
 
-    /// The interrupt a paused execution ends its run with.
-    pub(crate) fn interrupt(&self, question: &str) -> Value {
-        let mut interrupt = json!({"id": self.execution_id.to_string(), "reason": "input_required",
-                                   "message": question});
-        if let Some(call) = &self.asking_call {
-            interrupt["toolCallId"] = json!(call);
-        }
-        json!({"type": "interrupt", "interrupts": [interrupt]})
+/// The interrupt a paused execution ends its run with.
+fn interrupt(execution_id: Id, question: &str, asking_call: Option<&str>) -> Value {
+    let mut interrupt = json!({"id": execution_id.to_string(), "reason": "input_required",
+                               "message": question});
+    if let Some(call) = asking_call {
+        interrupt["toolCallId"] = json!(call);
+    }
+    json!({"type": "interrupt", "interrupts": [interrupt]})
+}
+
+static STEP_EVENTS: StepCache<StepFrames> = StepCache::new(VecDeque::new());
+
+impl Protocol for AgUi {
+    fn text_start(id: &str) -> Value {
+        json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"})
     }
 
-    /// `RUN_FINISHED` for a run that ends at once (a reconnect with nothing running).
-    pub(crate) fn finish_now(&self, paused_question: Option<&str>) -> Value {
-        match paused_question {
-            Some(question) => self.finished(self.interrupt(question), None),
-            None => self.finished(json!({"type": "success"}), None),
-        }
+    fn text_delta(id: &str, delta: &str) -> Value {
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": delta})
     }
 
-    /// The event of a Stepwise event that has no AG-UI event of its own: the same for every viewer.
-    fn custom(event: &Event) -> Value {
+    fn text_end(id: &str) -> Value {
+        json!({"type": "TEXT_MESSAGE_END", "messageId": id})
+    }
+
+    fn step_started(n: u32) -> Vec<u8> {
+        format!("data: {{\"type\":\"STEP_STARTED\",\"stepName\":\"step {n}\"}}\n\n").into_bytes()
+    }
+
+    fn step_finished(n: u32) -> Vec<u8> {
+        format!("data: {{\"type\":\"STEP_FINISHED\",\"stepName\":\"step {n}\"}}\n\n").into_bytes()
+    }
+
+    fn tool_call(
+        out: &mut Out,
+        call_id: &str,
+        call: &ToolCall,
+        result: Option<Result<String, String>>,
+    ) {
+        out.push(
+            json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": call.name}),
+        );
+        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": call.arguments.to_string()}));
+        out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
+        let content = match result {
+            Some(Ok(output)) => output,
+            Some(Err(error)) => format!("Error: {error}"),
+            None => return,
+        };
+        out.push(
+            json!({"type": "TOOL_CALL_RESULT", "messageId": format!("{call_id}-result"),
+                        "toolCallId": call_id, "content": content, "role": "tool"}),
+        );
+    }
+
+    fn other_step(step: &Step) -> Value {
+        json!({"type": "CUSTOM", "name": "stepwise.step", "value": step})
+    }
+
+    fn other_event(event: &Event) -> Value {
         json!({"type": "CUSTOM", "name": format!("stepwise.{}", event.event_type.as_str()), "value": event})
     }
 
-    /// The events for one item of the turn.
-    pub(crate) fn events(&mut self, item: RunItem) -> Out {
-        let mut out = Out::default();
-        match item {
-            RunItem::StepStarted(n) => {
-                self.close_step(&mut out);
-                self.step = n;
-                self.open_step(&mut out);
-            }
-            RunItem::Delta(text) => {
-                if text.is_empty() {
-                    return out;
-                }
-                let id = match &self.live.id {
-                    Some(id) => id.clone(),
-                    None => {
-                        let id = self.next_id("text");
-                        out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
-                        self.live.id = Some(id.clone());
-                        id
-                    }
-                };
-                self.live.push(&text);
-                out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
-            }
-            RunItem::Step(step) => {
-                if self.step != step.step_number {
-                    self.close_step(&mut out);
-                    self.step = step.step_number;
-                }
-                self.open_step(&mut out);
-                let events = for_step(&STEP_EVENTS, &step, || {
-                    StepEvents::new(self.execution_id, &step)
-                });
-                for (text, frames) in [&events.text, &events.answer].into_iter().flatten() {
-                    match self.live.take(text) {
-                        Streamed::Whole => self.close_text(&mut out),
-                        Streamed::Prefix => {}
-                        Streamed::No => out.raw(frames),
-                    }
-                }
-                if events.is_final {
-                    self.answered = true;
-                }
-                if let Some(call) = &events.asking_call {
-                    self.asking_call = Some(call.clone());
-                }
-                out.raw(&events.rest);
-                self.close_step(&mut out);
-            }
-            RunItem::Paused { question } => {
-                self.close_all(&mut out);
-                self.text(&mut out, &question);
-                out.push(self.finished(self.interrupt(&question), None));
-            }
-            RunItem::Completed { answer } => {
-                if !self.answered && !answer.is_empty() {
-                    self.text(&mut out, &answer);
-                }
-                self.close_all(&mut out);
-                out.push(self.finished(json!({"type": "success"}), Some(&answer)));
-            }
-            RunItem::Failed { error } => {
-                self.close_all(&mut out);
-                out.push(
-                    json!({"type": "RUN_ERROR", "message": error, "code": "execution_failed"}),
-                );
-            }
-            RunItem::Cancelled => {
-                self.close_all(&mut out);
-                out.push(self.finished(json!({"type": "cancelled"}), None));
-            }
-            RunItem::Other(event) => out.push(AgUiStream::custom(&event)),
-            RunItem::KeepAlive => {}
-        }
-        out
+    fn step_cache() -> &'static StepCache<StepFrames> {
+        &STEP_EVENTS
     }
-}
 
-/// The events of a stored step, the same for every viewer: its text, its answer (each with
-/// the text they hold, to match streamed tokens), and its tool calls with their results.
-struct StepEvents {
-    text: Option<(String, Bytes)>,
-    answer: Option<(String, Bytes)>,
-    is_final: bool,
-    /// The call without a result (the `user_input` call of a pause).
-    asking_call: Option<String>,
-    rest: Bytes,
-}
+    fn paused(&self, out: &mut Out, execution_id: Id, question: &str, asking_call: Option<&str>) {
+        out.push(self.finished(interrupt(execution_id, question, asking_call), None));
+    }
 
-static STEP_EVENTS: StepCache<StepEvents> = StepCache::new(VecDeque::new());
+    fn completed(&self, out: &mut Out, answer: &str) {
+        out.push(self.finished(json!({"type": "success"}), Some(answer)));
+    }
 
-impl StepEvents {
-    fn new(execution_id: Id, step: &Step) -> Self {
-        let n = step.step_number;
-        let text_frames = |id: String, text: &str| {
-            let mut out = Out::default();
-            out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
-            out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
-            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
-            out.bytes()
-        };
-        let text = says_text(step).map(|t| {
-            (
-                t.to_string(),
-                text_frames(format!("{execution_id}-{n}-text"), t),
-            )
-        });
-        let answer = final_answer(step).filter(|a| !a.is_empty()).map(|a| {
-            let frames = text_frames(format!("{execution_id}-{n}-answer"), &a);
-            (a, frames)
-        });
-        let mut rest = Out::default();
-        let mut asking_call = None;
-        if step.kind == StepKind::Action {
-            for (i, call) in step.tool_calls.iter().enumerate() {
-                let call_id = if call.id.is_empty() {
-                    format!("{execution_id}-{n}-call{i}")
-                } else {
-                    call.id.clone()
-                };
-                rest.push(json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": call.name}));
-                rest.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": call.arguments.to_string()}));
-                rest.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
-                let content = match tool_result(step, i) {
-                    Some(Ok(output)) => output,
-                    Some(Err(error)) => format!("Error: {error}"),
-                    None => {
-                        asking_call = Some(call_id);
-                        continue;
-                    }
-                };
-                rest.push(
-                    json!({"type": "TOOL_CALL_RESULT", "messageId": format!("{call_id}-result"),
-                                 "toolCallId": call_id, "content": content, "role": "tool"}),
-                );
-            }
-        } else if step.kind != StepKind::FinalAnswer {
-            rest.push(json!({"type": "CUSTOM", "name": "stepwise.step", "value": step}));
-        }
-        StepEvents {
-            text,
-            answer,
-            is_final: step.kind == StepKind::FinalAnswer,
-            asking_call,
-            rest: rest.bytes(),
-        }
+    fn failed(&self, out: &mut Out, error: &str) {
+        out.push(json!({"type": "RUN_ERROR", "message": error, "code": "execution_failed"}));
+    }
+
+    fn cancelled(&self, out: &mut Out) {
+        out.push(self.finished(json!({"type": "cancelled"}), None));
     }
 }
 
@@ -453,9 +322,9 @@ pub(crate) fn respond<S: Store>(
         let bytes = match &item {
             RunItem::KeepAlive => Bytes::from_static(b":\n\n"),
             RunItem::Other(event) => {
-                shared_frame(event, "ag-ui", || frame(&AgUiStream::custom(event)))
+                shared_frame(event, "ag-ui", || frame(&AgUi::other_event(event)))
             }
-            _ => view.events(item).bytes(),
+            _ => view.frames(item).bytes(),
         };
         Some((bytes, Some((follower, view, slot))))
     });
