@@ -149,7 +149,7 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
     {
-        self.submit_with(work, true, &self.tx).await
+        self.submit_with(work, true, Lane::Work).await
     }
 
     /// [`submit`](Self::submit) for `work` that makes all its checks before its first
@@ -159,7 +159,7 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
     {
-        self.submit_with(work, false, &self.tx).await
+        self.submit_with(work, false, Lane::Work).await
     }
 
     /// [`write`](Self::write) on the intake lane: new work (a message that queues an
@@ -169,22 +169,22 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
     {
-        self.submit_with(work, true, &self.intake_tx).await?.await
+        self.submit_with(work, true, Lane::Intake).await?.await
     }
 
-    async fn submit_with<T, F>(
-        &self,
-        work: F,
-        savepoint: bool,
-        lane: &mpsc::Sender<Job>,
-    ) -> Result<Ack<T>>
+    async fn submit_with<T, F>(&self, work: F, savepoint: bool, lane: Lane) -> Result<Ack<T>>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Published) -> Result<T> + Send + 'static,
     {
         let (mut job, ack) = job(work, savepoint);
-        job.intake = std::ptr::eq(lane, &self.intake_tx);
-        lane.send(job)
+        job.intake = lane == Lane::Intake;
+        let sender = match lane {
+            Lane::Work => &self.tx,
+            Lane::Intake => &self.intake_tx,
+        };
+        sender
+            .send(job)
             .await
             .map_err(|_| StoreError::Unavailable("the store is closed".into()))?;
         Ok(ack)
@@ -209,6 +209,13 @@ impl Writer {
     pub(crate) fn depth(&self) -> u64 {
         (2 * self.capacity - self.tx.capacity() - self.intake_tx.capacity()) as u64
     }
+}
+
+/// The queue a job goes to: the work already running, or new work that yields to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    Work,
+    Intake,
 }
 
 /// A job running `work`, and the [`Ack`] its caller waits on.
