@@ -2,7 +2,8 @@
 //! test on its own temporary database:
 //! - `--durability full` syncs the WAL between writing a step and answering for it
 //!   (seen with `strace`), `process` does not;
-//! - the WAL stays bounded under steady writes and is truncated when writes stop;
+//! - the WAL stays bounded under steady writes and is truncated when writes stop; under the
+//!   default limit it starts over long before that limit;
 //! - a second `serve` on the same file refuses to start, CLI commands still work;
 //! - pausing and resuming an execution many times is not counted as crashes;
 //! - kill -9 under 32 writing clients: every acknowledged step is there exactly once;
@@ -158,17 +159,10 @@ fn durability_full_syncs_the_wal_before_answering_and_process_does_not() {
 
 // --- the WAL stays bounded -------------------------------------------------------------
 
-#[test]
-fn the_wal_stays_bounded_under_steady_writes_and_is_truncated_when_idle() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("stepwise.db");
-    let db_text = db_arg(&db);
-    // A 1 MiB bound; the writes below put ~40 MiB through the WAL.
-    let server = serve(
-        &["--database", &db_text, "--wal-limit-mb", "1"],
-        &dir.path().join("serve.log"),
-    );
-    let wal = wal_path(&db);
+/// Four clients writing 1,000 steps of 8 KiB each (~40 MiB through the WAL) while the
+/// `-wal` file is watched: the largest size it reached, and the database file's size after.
+fn largest_wal_under_steady_writes(server: &Server, db: &Path) -> (u64, u64) {
+    let wal = wal_path(db);
     let largest = Arc::new(Mutex::new(0u64));
     let writing = Arc::new(AtomicBool::new(true));
     let watcher = {
@@ -206,11 +200,25 @@ fn the_wal_stays_bounded_under_steady_writes_and_is_truncated_when_idle() {
     writing.store(false, Ordering::Relaxed);
     watcher.join().expect("watcher");
     let largest = *largest.lock().expect("lock");
-    let data = file_size(&db);
+    let data = file_size(db);
     assert!(
         data > 20 * 1024 * 1024,
         "the writes reached the database file ({data} bytes)"
     );
+    (largest, data)
+}
+
+#[test]
+fn the_wal_stays_bounded_under_steady_writes_and_is_truncated_when_idle() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+    let db_text = db_arg(&db);
+    // A 1 MiB bound, far below what goes through the WAL.
+    let server = serve(
+        &["--database", &db_text, "--wal-limit-mb", "1"],
+        &dir.path().join("serve.log"),
+    );
+    let (largest, data) = largest_wal_under_steady_writes(&server, &db);
     // The bound is 1 MiB; a batch and the checkpoint in progress may pass it. Far less
     // than the data written (the WAL used to hold all of it).
     assert!(
@@ -219,10 +227,26 @@ fn the_wal_stays_bounded_under_steady_writes_and_is_truncated_when_idle() {
     );
     // Idle: the WAL is checkpointed and truncated to nothing.
     wait_for("the idle WAL to be truncated", || {
-        (file_size(&wal) == 0).then_some(())
+        (file_size(&wal_path(&db)) == 0).then_some(())
     });
     let (status, _) = server.request("GET", "/readyz", None);
     assert_eq!(status, 200);
+}
+
+#[test]
+fn under_steady_writes_the_wal_starts_over_long_before_its_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+    let db_text = db_arg(&db);
+    // The default limit (64 MiB): truncating at three quarters of it is the last resort.
+    // Before that, past 1,000 pages (4 MiB) the writer's commit checkpoints and the WAL
+    // starts over from its beginning, so the file stops growing a few MiB in.
+    let server = serve(&["--database", &db_text], &dir.path().join("serve.log"));
+    let (largest, data) = largest_wal_under_steady_writes(&server, &db);
+    assert!(
+        largest < 24 * 1024 * 1024,
+        "the WAL grew to {largest} bytes ({data} bytes of data): it did not start over"
+    );
 }
 
 // --- one server per SQLite file ---------------------------------------------------------
