@@ -91,10 +91,10 @@ impl StepFrames {
                     call.id.clone()
                 };
                 let result = tool_result(step, i);
-                P::tool_call(&mut rest, &call_id, call, result.clone());
                 if result.is_none() {
-                    asking_call = Some(call_id);
+                    asking_call = Some(call_id.clone());
                 }
+                P::tool_call(&mut rest, &call_id, call, result);
             }
         } else if step.kind != StepKind::FinalAnswer {
             rest.push(P::other_step(step));

@@ -84,10 +84,12 @@ pub async fn append_steps<S: Store>(
     body: JsonBody<BatchWire>,
 ) -> ApiResult<(StatusCode, Json<StepsAppended>)> {
     let batch = match body {
-        JsonBody::Typed(batch) => batch,
+        JsonBody::Typed(batch) => {
+            check_count(batch.steps.len())?;
+            batch
+        }
         JsonBody::Value(body) => read_batch(body)?,
     };
-    check_count(batch.steps.len())?;
     let execution = load_external(&state, &caller, &id, &lease).await?;
     let mut last = execution.step_count;
     let mut steps = Vec::with_capacity(batch.steps.len());
