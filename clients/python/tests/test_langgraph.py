@@ -432,6 +432,52 @@ def test_flat_storage_bytes_per_put_stay_constant_as_the_thread_grows(server: Lo
         assert sum(transport.put_bytes) - before < per_turn[-1] + 600
 
 
+def _message_appends(client: Stepwise, thread: str) -> list[dict[str, Any]]:
+    """The `messages` append blobs of a thread, as its session's export document has them."""
+    session_id = client.request("GET", f"/v1/threads/{thread}")["session"]["id"]
+    doc = client.request("GET", f"/v1/sessions/{session_id}/export")
+    return [b for b in doc["thread"]["checkpoint_blobs"] if b["channel"] == "messages" and b["kind"] == "append"]
+
+
+def test_a_nodes_output_is_stored_once_as_its_pending_write(server: LocalServer) -> None:
+    """The items a node appends are its pending write: the next checkpoint refers to that
+    write instead of storing them again (the export shows one item to splice per turn), and
+    every reader, pruned or not, gets the same list back."""
+    thread = new_thread("once")
+    expected = [{"role": "assistant", "content": f"step {n} " + "lorem ipsum " * 80} for n in range(20)]
+    with Stepwise(server.url) as client:
+        graph = log_graph(StepwiseSaver(client))
+        for turn in range(20):
+            graph.invoke({"turn": turn}, cfg(thread))
+        appends = _message_appends(client, thread)
+        assert len(appends) == 19, appends
+        assert all(len(b["items"]) == 1 and b["items"][0].get("splice") for b in appends), appends
+        with StepwiseSaver(base_url=server.url) as fresh:
+            assert log_graph(fresh).get_state(cfg(thread)).values["messages"] == expected
+            old = [t for t in fresh.list(cfg(thread)) if len(t.checkpoint["channel_values"].get("messages", [])) == 10]
+            assert old and old[0].checkpoint["channel_values"]["messages"] == expected[:10]
+            # Pruning deletes the writes of the older checkpoints; the values stay.
+            fresh.prune([thread])
+        with StepwiseSaver(base_url=server.url) as fresh:
+            assert log_graph(fresh).get_state(cfg(thread)).values["messages"] == expected
+        assert graph.get_state(cfg(thread)).values["messages"] == expected
+
+
+async def test_the_async_saver_refers_to_pending_writes_too(server: LocalServer) -> None:
+    thread = new_thread("once-async")
+    expected = [{"role": "assistant", "content": f"step {n} " + "lorem ipsum " * 80} for n in range(8)]
+    async with AsyncStepwiseSaver(base_url=server.url) as saver:
+        graph = log_graph(saver)
+        for turn in range(8):
+            await graph.ainvoke({"turn": turn}, cfg(thread))
+        assert (await graph.aget_state(cfg(thread))).values["messages"] == expected
+    with Stepwise(server.url) as client:
+        appends = _message_appends(client, thread)
+    assert len(appends) == 7 and all(b["items"][0].get("splice") for b in appends), appends
+    with StepwiseSaver(base_url=server.url) as fresh:
+        assert log_graph(fresh).get_state(cfg(thread)).values["messages"] == expected
+
+
 def test_an_append_whose_base_is_gone_is_resent_whole(server: LocalServer) -> None:
     thread = new_thread("gone")
     with StepwiseSaver(base_url=server.url) as a, StepwiseSaver(base_url=server.url) as b:

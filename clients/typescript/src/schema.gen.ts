@@ -48,10 +48,15 @@ export type AgentList = {
 export type AppendBlob = {
   base_version?: string | null;
   channel: string;
-  items: {
+  items: Array<{
     data: string;
     type: string;
-  }[];
+  } | {
+    write: {
+      idx: number;
+      task_id: string;
+    };
+  }>;
   version: string;
 };
 
@@ -240,6 +245,8 @@ export type DocumentThread = {
 /** A value as LangGraph's serializer produced it: a type tag and base64 bytes. */
 export type DocumentTyped = {
   data: string;
+  /** On an append blob's item: `data` is a list whose items go in this item's place. */
+  splice?: boolean;
   type: string;
 };
 
@@ -374,6 +381,17 @@ export type LegacySessionFile = {
     }> | null;
   } | null;
   updated_at?: string | null;
+};
+
+/**
+ * An item of a list value. With `splice: true`, `data` is a serialized list whose items go
+ * in this item's place: a node's pending write, stored once and referred to by the list.
+ */
+export type ListItem = {
+  /** The bytes, base64 (standard alphabet, padded). */
+  data: string;
+  splice?: boolean;
+  type: string;
 };
 
 /** A session's agent memory as restored from the store. */
@@ -529,12 +547,12 @@ export type ResolvedBlob = {
 } | {
   base: null | TypedJson;
   channel: string;
-  items: TypedJson[];
+  items: ListItem[];
   type: "list";
   version: string;
 } | {
   channel: string;
-  items: TypedJson[];
+  items: ListItem[];
   since: string;
   type: "list";
   version: string;

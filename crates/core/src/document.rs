@@ -56,6 +56,9 @@ pub struct DocumentTyped {
     #[serde(rename = "type")]
     pub type_name: String,
     pub data: String,
+    /// On an append blob's item: `data` is a list whose items go in this item's place.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub splice: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

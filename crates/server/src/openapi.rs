@@ -248,7 +248,7 @@ impl Modify for MiddlewareResponses {
         SessionList, MessageList, ExecutionList, StepList, SnapshotList,
         crate::items::list::ItemsPage, crate::items::append::AppendItemsBody, crate::items::append::ItemsAdded,
         crate::items::pop::PopItemBody, crate::items::pop::PoppedItem, crate::items::clear::ItemsCleared,
-        crate::checkpoints::TypedJson, crate::checkpoints::PendingWrite, crate::checkpoints::CheckpointTuple,
+        crate::checkpoints::TypedJson, crate::checkpoints::ListItem, crate::checkpoints::PendingWrite, crate::checkpoints::CheckpointTuple,
         crate::checkpoints::CheckpointPage, crate::checkpoints::put::PutCheckpointBody, crate::checkpoints::put::CheckpointStored,
         crate::checkpoints::mirror::MirrorMessage, crate::checkpoints::put_writes::PutWritesBody,
         crate::checkpoints::get_thread::Thread, crate::checkpoints::copy::CopyThreadBody, crate::checkpoints::copy::ThreadCopied,

@@ -143,4 +143,5 @@ stepwise_store_tests::conformance_tests!(FilesHarness::new(); skip = [
     checkpoint_threads,
     checkpoint_isolation,
     checkpoint_export_import,
+    checkpoint_write_refs,
 ]);

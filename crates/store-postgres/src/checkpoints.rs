@@ -13,8 +13,9 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    CheckpointRow, ResolvedBlobs, StoredBlob, chain_versions, channel_version_pairs,
-    checkpoint_cursor, missing_base, pack_payload, resolve_chain, run_id_of, unpack_payload,
+    CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, chain_versions, channel_version_pairs,
+    checkpoint_cursor, missing_base, missing_write, pack_payload, refs_to, resolve_chain,
+    run_id_of, settle_payload, splice_writes, unpack_payload, write_refs_of,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
@@ -75,6 +76,20 @@ const WRITES_OF: &str = "SELECT w.session_id, w.checkpoint_ns, w.checkpoint_id, 
      FROM checkpoint_writes w JOIN unnest($2::uuid[], $3::text[], $4::text[]) AS k(session_id, checkpoint_ns, checkpoint_id) \
      ON w.session_id = k.session_id AND w.checkpoint_ns = k.checkpoint_ns AND w.checkpoint_id = k.checkpoint_id \
      WHERE w.tenant_id = $1 ORDER BY w.task_path, w.task_id, w.idx";
+const WRITE_VALUES: &str = "SELECT w.checkpoint_id, w.task_id, w.idx, w.type, w.payload \
+     FROM checkpoint_writes w JOIN unnest($4::text[], $5::text[], $6::int8[]) AS k(checkpoint_id, task_id, idx) \
+     ON w.checkpoint_id = k.checkpoint_id AND w.task_id = k.task_id AND w.idx = k.idx \
+     WHERE w.tenant_id = $1 AND w.session_id = $2 AND w.checkpoint_ns = $3";
+const WRITE_ON_CHANNEL: &str = "SELECT COUNT(*) AS n FROM checkpoint_writes \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id = $4 AND task_id = $5 AND idx = $6 AND channel = $7";
+const APPENDS_OF_NS: &str = "SELECT channel, version, payload FROM checkpoint_blobs \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND is_append";
+const SET_BLOB_PAYLOAD: &str = "UPDATE checkpoint_blobs SET payload = $6 \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = $4 AND version = $5";
+const WRITE_CHECKPOINTS_OTHER_THAN: &str = "SELECT DISTINCT checkpoint_id FROM checkpoint_writes \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id <> $4";
+const RUN_CHECKPOINT_KEYS: &str = "SELECT session_id, checkpoint_ns, checkpoint_id FROM checkpoints \
+     WHERE tenant_id = $1 AND run_id = ANY($2)";
 const COUNT_CHECKPOINTS: &str =
     "SELECT COUNT(*) AS n FROM checkpoints WHERE tenant_id = $1 AND session_id = $2";
 /// Whether a thread holds anything a copy would collide with: checkpoints, values or
@@ -343,6 +358,20 @@ async fn complete(
             }
         }
     }
+    let refs = write_refs_of(&resolved);
+    if !refs.is_empty() {
+        let mut by_ns: HashMap<(Id, String), Vec<WriteRef>> = HashMap::new();
+        for (session, ns, r) in refs {
+            by_ns.entry((session, ns)).or_default().push(r);
+        }
+        let mut values = HashMap::new();
+        for ((session, ns), refs) in by_ns {
+            for (r, value) in write_values(c, tenant, session, &ns, &refs).await? {
+                values.insert((session, ns.clone(), r), value);
+            }
+        }
+        splice_writes(&mut resolved, &values)?;
+    }
     let mut writes: HashMap<(Id, String, String), Vec<WriteRecord>> = HashMap::new();
     if !rows.is_empty() {
         let sessions: Vec<Id> = rows.iter().map(|r| r.session_id).collect();
@@ -387,14 +416,108 @@ async fn complete(
     Ok(out)
 }
 
-/// Every append blob's `base_version` is stored or comes in the same put: a `Conflict`
-/// otherwise (the writer sends the whole value instead).
+/// The values of pending writes of `(session, ns)` (those stored).
+async fn write_values(
+    c: &impl GenericClient,
+    tenant: &str,
+    session: Id,
+    ns: &str,
+    refs: &[WriteRef],
+) -> Result<Vec<(WriteRef, TypedValue)>> {
+    let ids: Vec<String> = refs.iter().map(|r| r.checkpoint_id.clone()).collect();
+    let tasks: Vec<String> = refs.iter().map(|r| r.task_id.clone()).collect();
+    let idxs: Vec<i64> = refs.iter().map(|r| r.idx).collect();
+    let found = c
+        .query_typed(WRITE_VALUES, args![tenant, session, ns, ids, tasks, idxs])
+        .await
+        .map_err(map_pg)?;
+    found
+        .iter()
+        .map(|r| {
+            let payload: Vec<u8> = sql::get(r, "payload")?;
+            Ok((
+                WriteRef {
+                    checkpoint_id: sql::get(r, "checkpoint_id")?,
+                    task_id: sql::get(r, "task_id")?,
+                    idx: sql::get(r, "idx")?,
+                },
+                TypedValue {
+                    type_name: sql::get(r, "type")?,
+                    data: unpack_payload(&payload)?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Before the pending writes of `gone` checkpoints of `(session, ns)` are deleted, the
+/// append items that refer to them take a copy of their values.
+async fn settle_writes(
+    c: &impl GenericClient,
+    tenant: &str,
+    session: Id,
+    ns: &str,
+    gone: &HashSet<String>,
+) -> Result<()> {
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let appends = c
+        .query_typed(APPENDS_OF_NS, args![tenant, session, ns])
+        .await
+        .map_err(map_pg)?;
+    for row in &appends {
+        let payload: Vec<u8> = sql::get(row, "payload")?;
+        let refs = refs_to(&payload, gone)?;
+        if refs.is_empty() {
+            continue;
+        }
+        let values: HashMap<WriteRef, TypedValue> = write_values(c, tenant, session, ns, &refs)
+            .await?
+            .into_iter()
+            .collect();
+        if let Some(payload) = settle_payload(&payload, gone, |r| Ok(values.get(r).cloned()))? {
+            let (channel, version): (String, String) =
+                (sql::get(row, "channel")?, sql::get(row, "version")?);
+            c.execute_typed(
+                SET_BLOB_PAYLOAD,
+                args![tenant, session, ns, channel, version, payload],
+            )
+            .await
+            .map_err(map_pg)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every append blob's `base_version` is stored or comes in the same put, and every pending
+/// write an item refers to is stored on its channel: a `Conflict` otherwise (the writer
+/// sends the whole value instead).
 async fn check_bases(
     c: &impl GenericClient,
     tenant: &str,
     session: Id,
     new: &NewCheckpoint,
 ) -> Result<()> {
+    for (i, channel, r) in new.write_refs() {
+        let stored = count(
+            c,
+            WRITE_ON_CHANNEL,
+            args![
+                tenant,
+                session,
+                new.checkpoint_ns,
+                r.checkpoint_id,
+                r.task_id,
+                r.idx,
+                channel
+            ],
+        )
+        .await?;
+        if stored == 0 {
+            return Err(missing_write(i, channel, &r));
+        }
+    }
     for (i, channel, base) in new.outside_bases() {
         let stored = count(
             c,
@@ -488,10 +611,21 @@ async fn prune_thread(
                     .execute_typed(DELETE_OLDER, args![tenant, session, ns, keep])
                     .await
                     .map_err(map_pg)?;
+                collect_blobs(c, tenant, session, &ns).await?;
+                let gone = c
+                    .query_typed(
+                        WRITE_CHECKPOINTS_OTHER_THAN,
+                        args![tenant, session, ns, keep],
+                    )
+                    .await
+                    .map_err(map_pg)?
+                    .iter()
+                    .map(|r| sql::get(r, "checkpoint_id"))
+                    .collect::<Result<HashSet<String>>>()?;
+                settle_writes(c, tenant, session, &ns, &gone).await?;
                 c.execute_typed(DELETE_OLDER_WRITES, args![tenant, session, ns, keep])
                     .await
                     .map_err(map_pg)?;
-                collect_blobs(c, tenant, session, &ns).await?;
             }
             Ok(deleted)
         }
@@ -516,12 +650,15 @@ fn check_put(new: &NewCheckpoint) -> Result<()> {
         check_text("blobs", &blob.channel)?;
         check_text("blobs", &blob.version)?;
         if let stepwise_store::BlobBody::Append {
-            base_version: Some(base),
+            base_version,
             items,
         } = &blob.body
         {
-            check_text("blobs", base)?;
-            for item in items {
+            if let Some(base) = base_version {
+                check_text("blobs", base)?;
+            }
+            // A reference to a pending write is the store's own item (see `WriteRef`).
+            for item in items.iter().filter(|i| WriteRef::of_item(i).is_none()) {
                 check_text("blobs", &item.type_name)?;
             }
         }
@@ -952,6 +1089,19 @@ impl stepwise_store::CheckpointStore for PgStore {
         let t = tenant.as_str();
         let mut client = self.client().await?;
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let mut gone: BTreeMap<(Id, String), HashSet<String>> = BTreeMap::new();
+        for r in tx
+            .query_typed(RUN_CHECKPOINT_KEYS, args![t, run_ids])
+            .await
+            .map_err(map_pg)?
+        {
+            gone.entry((sql::get(&r, "session_id")?, sql::get(&r, "checkpoint_ns")?))
+                .or_default()
+                .insert(sql::get(&r, "checkpoint_id")?);
+        }
+        for ((session, ns), ids) in &gone {
+            settle_writes(&tx, t, *session, ns, ids).await?;
+        }
         tx.execute_typed(DELETE_RUN_WRITES, args![t, run_ids])
             .await
             .map_err(map_pg)?;

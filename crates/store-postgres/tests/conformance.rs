@@ -166,4 +166,5 @@ pg_conformance! {
     checkpoint_threads
     checkpoint_isolation
     checkpoint_export_import
+    checkpoint_write_refs
 }

@@ -12,9 +12,10 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    CheckpointRow, ResolvedBlobs, StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows,
-    chain_versions, channel_version_pairs, checkpoint_cursor, missing_base, pack_payload,
-    resolve_chain, run_id_of, thread_document, unpack_payload,
+    CheckpointRow, ResolvedBlobs, StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows, WriteRef,
+    chain_versions, channel_version_pairs, checkpoint_cursor, missing_base, missing_write,
+    pack_payload, resolve_chain, run_id_of, settle_payload, splice_writes, thread_document,
+    unpack_payload, write_refs_of,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
@@ -60,6 +61,16 @@ const BLOBS_ALL: &str = "SELECT version, is_append, base_version, type, payload 
 const WRITES_OF: &str = "SELECT task_id, idx, channel, type, payload, task_path FROM checkpoint_writes \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 \
      ORDER BY task_path, task_id, idx";
+const WRITE_VALUE: &str = "SELECT type, payload FROM checkpoint_writes \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
+const WRITE_ON_CHANNEL: &str = "SELECT COUNT(*) FROM checkpoint_writes \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6 AND channel = ?7";
+const APPENDS_OF_NS: &str = "SELECT channel, version, payload FROM checkpoint_blobs \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND is_append = 1";
+const SET_BLOB_PAYLOAD: &str = "UPDATE checkpoint_blobs SET payload = ?6 \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4 AND version = ?5";
+const WRITE_CHECKPOINTS_OTHER_THAN: &str = "SELECT DISTINCT checkpoint_id FROM checkpoint_writes \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id <> ?4";
 const COUNT_CHECKPOINTS: &str =
     "SELECT COUNT(*) FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2";
 /// Whether a thread holds anything a copy would collide with: checkpoints, values or
@@ -441,6 +452,16 @@ fn complete(
             }
         }
     }
+    let refs = write_refs_of(&resolved);
+    if !refs.is_empty() {
+        let mut values = HashMap::new();
+        for key in refs {
+            if let Some(value) = write_value(conn, tenant, key.0, &key.1, &key.2)? {
+                values.insert(key, value);
+            }
+        }
+        splice_writes(&mut resolved, &values)?;
+    }
     let mut out = Vec::with_capacity(rows.len());
     for (row, channel_versions) in rows.into_iter().zip(versions) {
         let pending_writes = conn
@@ -486,9 +507,103 @@ fn complete(
     Ok(out)
 }
 
-/// Every append blob's `base_version` is stored or comes in the same put: a `Conflict`
-/// otherwise (the writer sends the whole value instead).
+/// The rows `sql` answers for one `(tenant, session, ns)`.
+fn ns_rows<T>(
+    conn: &Connection,
+    sql: &str,
+    tenant: &str,
+    session: Id,
+    ns: &str,
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| {
+            s.query_map(params![tenant, bid(session), ns], row)?
+                .collect()
+        })
+        .map_err(map_sqlite)
+}
+
+/// The value of one pending write.
+fn write_value(
+    conn: &Connection,
+    tenant: &str,
+    session: Id,
+    ns: &str,
+    r: &WriteRef,
+) -> Result<Option<TypedValue>> {
+    let row: Option<(String, Vec<u8>)> = conn
+        .prepare_cached(WRITE_VALUE)
+        .and_then(|mut s| {
+            s.query_row(
+                params![tenant, bid(session), ns, r.checkpoint_id, r.task_id, r.idx],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+        })
+        .map_err(map_sqlite)?;
+    row.map(|(type_name, payload)| {
+        Ok(TypedValue {
+            type_name,
+            data: unpack_payload(&payload)?,
+        })
+    })
+    .transpose()
+}
+
+/// Before the pending writes of `gone` checkpoints of `(session, ns)` are deleted, the
+/// append items that refer to them take a copy of their values.
+fn settle_writes(
+    conn: &Connection,
+    tenant: &str,
+    session: Id,
+    ns: &str,
+    gone: &HashSet<String>,
+) -> Result<()> {
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let appends: Vec<(String, String, Vec<u8>)> =
+        ns_rows(conn, APPENDS_OF_NS, tenant, session, ns, |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+    for (channel, version, payload) in appends {
+        let settled = settle_payload(&payload, gone, |r| {
+            write_value(conn, tenant, session, ns, r)
+        })?;
+        if let Some(payload) = settled {
+            execute(
+                conn,
+                SET_BLOB_PAYLOAD,
+                params![tenant, bid(session), ns, channel, version, payload],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Every append blob's `base_version` is stored or comes in the same put, and every pending
+/// write an item refers to is stored on its channel: a `Conflict` otherwise (the writer
+/// sends the whole value instead).
 fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint) -> Result<()> {
+    for (i, channel, r) in new.write_refs() {
+        let stored = count(
+            conn,
+            WRITE_ON_CHANNEL,
+            params![
+                tenant,
+                bid(session),
+                new.checkpoint_ns,
+                r.checkpoint_id,
+                r.task_id,
+                r.idx,
+                channel
+            ],
+        )?;
+        if stored == 0 {
+            return Err(missing_write(i, channel, &r));
+        }
+    }
     for (i, channel, base) in new.outside_bases() {
         let stored = count(
             conn,
@@ -504,23 +619,12 @@ fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint
 
 /// Deletes the blobs of `(session, ns)` that no remaining checkpoint needs.
 fn collect_blobs(conn: &Connection, tenant: &str, session: Id, ns: &str) -> Result<()> {
-    let kept: Vec<String> = conn
-        .prepare_cached(VERSIONS_OF_NS)
-        .and_then(|mut s| {
-            s.query_map(params![tenant, bid(session), ns], |r| r.get(0))?
-                .collect()
-        })
-        .map_err(map_sqlite)?;
+    let kept: Vec<String> = ns_rows(conn, VERSIONS_OF_NS, tenant, session, ns, |r| r.get(0))?;
     let mut links: HashMap<String, HashMap<String, Option<String>>> = HashMap::new();
-    let stored: Vec<(String, String, Option<String>)> = conn
-        .prepare_cached(BLOB_LINKS_OF_NS)
-        .and_then(|mut s| {
-            s.query_map(params![tenant, bid(session), ns], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect()
-        })
-        .map_err(map_sqlite)?;
+    let stored: Vec<(String, String, Option<String>)> =
+        ns_rows(conn, BLOB_LINKS_OF_NS, tenant, session, ns, |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
     for (channel, version, base) in &stored {
         links
             .entry(channel.clone())
@@ -582,12 +686,20 @@ fn prune_thread(
             for (ns, keep) in latest {
                 deleted +=
                     execute(conn, DELETE_OLDER, params![tenant, bid(session), ns, keep])? as u64;
+                collect_blobs(conn, tenant, session, &ns)?;
+                let gone: HashSet<String> = conn
+                    .prepare_cached(WRITE_CHECKPOINTS_OTHER_THAN)
+                    .and_then(|mut s| {
+                        s.query_map(params![tenant, bid(session), ns, keep], |r| r.get(0))?
+                            .collect()
+                    })
+                    .map_err(map_sqlite)?;
+                settle_writes(conn, tenant, session, &ns, &gone)?;
                 execute(
                     conn,
                     DELETE_OLDER_WRITES,
                     params![tenant, bid(session), ns, keep],
                 )?;
-                collect_blobs(conn, tenant, session, &ns)?;
             }
             Ok(deleted)
         }
@@ -912,14 +1024,17 @@ impl stepwise_store::CheckpointStore for SqliteStore {
                         .collect()
                     })
                     .map_err(map_sqlite)?;
+                let mut gone: BTreeMap<(Id, String), HashSet<String>> = BTreeMap::new();
                 for (session, ns, id) in rows {
-                    execute(
-                        conn,
-                        DELETE_CHECKPOINT_WRITES,
-                        params![tenant, session, ns, id],
-                    )?;
-                    deleted +=
-                        execute(conn, DELETE_CHECKPOINT, params![tenant, session, ns, id])? as u64;
+                    gone.entry((session.0, ns)).or_default().insert(id);
+                }
+                for ((session, ns), ids) in gone {
+                    settle_writes(conn, &tenant, session, &ns, &ids)?;
+                    for id in ids {
+                        let key = (tenant.as_str(), bid(session), ns.as_str(), id.as_str());
+                        execute(conn, DELETE_CHECKPOINT_WRITES, key)?;
+                        deleted += execute(conn, DELETE_CHECKPOINT, key)? as u64;
+                    }
                 }
             }
             Ok(deleted)

@@ -116,6 +116,7 @@ macro_rules! __with_cases {
             checkpoint_threads
             checkpoint_isolation
             checkpoint_export_import
+            checkpoint_write_refs
         }
     };
 }

@@ -100,6 +100,176 @@ impl NewCheckpoint {
     }
 }
 
+impl NewCheckpoint {
+    /// The append items that stand for a pending write of the parent checkpoint, as
+    /// `(blob index, channel, reference)`: each write must be stored, on the blob's channel,
+    /// or the put is refused with [`missing_write`].
+    pub fn write_refs(&self) -> impl Iterator<Item = (usize, &str, WriteRef)> {
+        self.blobs.iter().enumerate().flat_map(|(i, blob)| {
+            let items: &[TypedValue] = match &blob.body {
+                BlobBody::Append { items, .. } => items,
+                BlobBody::Full(_) => &[],
+            };
+            items
+                .iter()
+                .filter_map(WriteRef::of_item)
+                .map(move |r| (i, blob.channel.as_str(), r))
+        })
+    }
+}
+
+/// The refusal of an append item whose pending write is not stored on the blob's channel
+/// (the writer sends the items instead).
+pub fn missing_write(index: usize, channel: &str, write: &WriteRef) -> StoreError {
+    StoreError::Conflict(format!(
+        "blobs[{index}]: pending write (task '{}', idx {}) of checkpoint '{}' on channel '{channel}' is not stored; send the items",
+        write.task_id, write.idx, write.checkpoint_id
+    ))
+}
+
+/// The type name of an append item that stands for a pending write (see [`WriteRef`]).
+/// Serializers' type names hold no control characters, and the API refuses them.
+pub const WRITE_REF_TYPE: &str = "\u{0}write";
+/// The type-name prefix of an append item whose data is a list to splice in its place
+/// (the value of a [`WriteRef`], copied when its write went away). Read back, the item
+/// is `{type, data, splice: true}`.
+pub const SPLICE_PREFIX: &str = "\u{0}splice:";
+
+/// A pending write of a checkpoint in the same thread and namespace. As an append item,
+/// it stands for the items of the list that write holds (LangGraph's `operator.add`
+/// channels append exactly what a node wrote), so a message is stored once, as the write.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WriteRef {
+    pub checkpoint_id: String,
+    pub task_id: String,
+    pub idx: i64,
+}
+
+impl WriteRef {
+    /// The append item that stands for this write.
+    pub fn to_item(&self) -> TypedValue {
+        TypedValue::new(
+            WRITE_REF_TYPE,
+            format!("{}\n{}\n{}", self.checkpoint_id, self.task_id, self.idx),
+        )
+    }
+
+    /// The write an append item stands for (`None` for an item that holds its value).
+    pub fn of_item(item: &TypedValue) -> Option<WriteRef> {
+        if item.type_name != WRITE_REF_TYPE {
+            return None;
+        }
+        let text = std::str::from_utf8(&item.data).ok()?;
+        let mut parts = text.splitn(3, '\n');
+        Some(WriteRef {
+            checkpoint_id: parts.next()?.to_string(),
+            task_id: parts.next()?.to_string(),
+            idx: parts.next()?.parse().ok()?,
+        })
+    }
+
+    /// The item that holds the write's value in place of the reference.
+    pub fn spliced(value: TypedValue) -> TypedValue {
+        TypedValue {
+            type_name: format!("{SPLICE_PREFIX}{}", value.type_name),
+            data: value.data,
+        }
+    }
+}
+
+/// An append item as read back: its serializer's type, and whether its data is a list
+/// whose items go in its place.
+pub fn item_type(item: &TypedValue) -> (&str, bool) {
+    match item.type_name.strip_prefix(SPLICE_PREFIX) {
+        Some(type_name) => (type_name, true),
+        None => (&item.type_name, false),
+    }
+}
+
+/// A pending write of one thread (session) and namespace.
+pub type WriteKey = (Id, String, WriteRef);
+
+/// Every write the append items of `blobs` refer to.
+pub fn write_refs_of(blobs: &ResolvedBlobs) -> HashSet<WriteKey> {
+    let mut out = HashSet::new();
+    for ((session, ns, _, _), blob) in blobs {
+        if let ResolvedBlob::List { items, .. } | ResolvedBlob::Since { items, .. } = blob {
+            for r in items.iter().filter_map(WriteRef::of_item) {
+                out.insert((*session, ns.clone(), r));
+            }
+        }
+    }
+    out
+}
+
+/// Puts the values of the writes the items of `blobs` refer to in their place (as spliced
+/// items). A write that is not in `values` is a store fault: it is kept while referred to.
+pub fn splice_writes(
+    blobs: &mut ResolvedBlobs,
+    values: &HashMap<WriteKey, TypedValue>,
+) -> Result<()> {
+    for ((session, ns, _, _), blob) in blobs.iter_mut() {
+        if let ResolvedBlob::List { items, .. } | ResolvedBlob::Since { items, .. } = blob {
+            splice_items(items, |r| {
+                values.get(&(*session, ns.clone(), r.clone())).cloned()
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Replaces the references among `items` with the values `value_of` finds, spliced.
+pub fn splice_items(
+    items: &mut [TypedValue],
+    mut value_of: impl FnMut(&WriteRef) -> Option<TypedValue>,
+) -> Result<()> {
+    for item in items.iter_mut() {
+        if let Some(r) = WriteRef::of_item(item) {
+            *item = WriteRef::spliced(value_of(&r).ok_or_else(|| dangling(&r))?);
+        }
+    }
+    Ok(())
+}
+
+fn dangling(r: &WriteRef) -> StoreError {
+    StoreError::Backend(format!(
+        "an append blob refers to pending write (task '{}', idx {}) of checkpoint '{}', which is not stored",
+        r.task_id, r.idx, r.checkpoint_id
+    ))
+}
+
+/// An append blob's stored payload with its references to writes of `gone` checkpoints
+/// replaced by the writes' values (before those writes are deleted): `None` when it has
+/// none. `value_of` reads a write.
+pub fn settle_payload(
+    payload: &[u8],
+    gone: &HashSet<String>,
+    mut value_of: impl FnMut(&WriteRef) -> Result<Option<TypedValue>>,
+) -> Result<Option<Vec<u8>>> {
+    let mut items = unframe_items(&unpack_payload(payload)?)?;
+    let mut changed = false;
+    for item in items.iter_mut() {
+        let Some(r) = WriteRef::of_item(item) else {
+            continue;
+        };
+        if gone.contains(&r.checkpoint_id) {
+            *item = WriteRef::spliced(value_of(&r)?.ok_or_else(|| dangling(&r))?);
+            changed = true;
+        }
+    }
+    Ok(changed.then(|| pack_payload(&frame_items(&items))))
+}
+
+/// The references to writes of `gone` checkpoints in a stored append payload (to read
+/// those writes before [`settle_payload`], where a backend cannot read inside it).
+pub fn refs_to(payload: &[u8], gone: &HashSet<String>) -> Result<Vec<WriteRef>> {
+    Ok(unframe_items(&unpack_payload(payload)?)?
+        .iter()
+        .filter_map(WriteRef::of_item)
+        .filter(|r| gone.contains(&r.checkpoint_id))
+        .collect())
+}
+
 /// The refusal of an append blob whose base is neither stored nor in the same put (the
 /// writer sends the whole value instead).
 pub fn missing_base(index: usize, channel: &str, base: &str) -> StoreError {
@@ -572,6 +742,33 @@ pub fn thread_document(
     let typed = |type_name: String, data: &[u8]| DocumentTyped {
         type_name,
         data: base64::encode(data),
+        splice: false,
+    };
+    // Append items that refer to a pending write carry its value in the document.
+    let mut written: HashMap<(&str, WriteRef), (&str, &[u8])> = HashMap::new();
+    for w in &writes {
+        let key = WriteRef {
+            checkpoint_id: w.checkpoint_id.clone(),
+            task_id: w.task_id.clone(),
+            idx: w.idx,
+        };
+        written.insert((w.checkpoint_ns.as_str(), key), (&w.type_name, &w.payload));
+    }
+    let item = |ns: &str, item: TypedValue| -> Result<DocumentTyped> {
+        if let Some(r) = WriteRef::of_item(&item) {
+            let (type_name, payload) = written.get(&(ns, r.clone())).ok_or_else(|| dangling(&r))?;
+            return Ok(DocumentTyped {
+                type_name: type_name.to_string(),
+                data: base64::encode(&unpack_payload(payload)?),
+                splice: true,
+            });
+        }
+        let (type_name, splice) = item_type(&item);
+        Ok(DocumentTyped {
+            type_name: type_name.to_string(),
+            data: base64::encode(&item.data),
+            splice,
+        })
     };
     let keys: HashSet<(String, String)> = checkpoints
         .iter()
@@ -600,7 +797,6 @@ pub fn thread_document(
             let bytes = unpack_payload(&b.payload)?;
             Ok(if b.is_append {
                 DocumentBlob {
-                    checkpoint_ns,
                     channel,
                     version: b.version,
                     kind: BlobKind::Append,
@@ -609,8 +805,9 @@ pub fn thread_document(
                     data: None,
                     items: unframe_items(&bytes)?
                         .into_iter()
-                        .map(|i| typed(i.type_name, &i.data))
-                        .collect(),
+                        .map(|i| item(&checkpoint_ns, i))
+                        .collect::<Result<_>>()?,
+                    checkpoint_ns,
                 }
             } else {
                 DocumentBlob {
@@ -692,9 +889,14 @@ pub fn thread_rows(thread: DocumentThread) -> Result<ThreadRows> {
                     .items
                     .into_iter()
                     .map(|i| {
-                        Ok(TypedValue {
+                        let value = TypedValue {
                             data: bytes("thread.checkpoint_blobs", &i.data)?,
                             type_name: i.type_name,
+                        };
+                        Ok(if i.splice {
+                            WriteRef::spliced(value)
+                        } else {
+                            value
                         })
                     })
                     .collect::<Result<Vec<_>>>()?,

@@ -17,7 +17,9 @@ server's ``/v1/threads/...`` endpoints, serialized with LangGraph's own serializ
 Flat storage: when a list channel (``messages``) only grew since the version this saver last
 wrote or read for that thread, namespace and channel, only the new items are sent, as an
 ``append`` blob on top of that version; the server rebuilds the list when it is read. A
-thread of 1,000 steps does not send (or store) its history 1,000 times. New messages of
+thread of 1,000 steps does not send (or store) its history 1,000 times. New items that are
+exactly what a node wrote (its pending write, sent just before by this saver) are sent as a
+reference to that write, so a message is stored once. New messages of
 the ``messages`` channel are also mirrored into the session (user and assistant messages,
 tool calls and their results as steps), so the conversation shows in Stepwise's UI and API.
 
@@ -37,6 +39,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, cast
@@ -75,6 +78,9 @@ _PRUNE_STRATEGIES = ("keep_latest", "delete")
 # like EncryptedSerializer's "+aes"), when that saves at least a tenth.
 _COMPRESS_FROM = 256
 _ZLIB = "+zlib"
+# How long a put waits for its parent's pending writes that are being sent (to refer to
+# them rather than send their items again).
+_WAIT_FOR_WRITES = 2.0
 
 
 # --------------------------------------------------------------------------- encoding
@@ -171,12 +177,78 @@ class _ListCache:
 
     def drop_threads(self, thread_ids: Sequence[str] | None) -> None:
         with self._lock:
-            if thread_ids is None:
-                self._data.clear()
-                return
-            wanted = set(thread_ids)
-            for key in [k for k in self._data if k[0] in wanted]:
-                del self._data[key]
+            _drop_threads(self._data, thread_ids)
+
+
+def _drop_threads(data: OrderedDict[Any, Any], thread_ids: Sequence[str] | None) -> None:
+    """Drops the entries of `data` (keyed by tuples that start with a thread id) of the
+    threads named, or all of them for `None`."""
+    if thread_ids is None:
+        data.clear()
+        return
+    wanted = set(thread_ids)
+    for key in [k for k in data if k[0] in wanted]:
+        del data[key]
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A pending write this saver stored whose value is a list: what an append can refer to."""
+
+    task_id: str
+    idx: int
+    channel: str
+    items: tuple[Any, ...]
+    typed: Mapping[str, str]
+
+
+class _WrittenLists:
+    """The list-valued pending writes this saver stored, per (thread, namespace, checkpoint),
+    for the next checkpoint's appends. Bounded, least recently written first out.
+
+    LangGraph sends a task's writes and the next checkpoint concurrently; the put waits for
+    writes of its parent that are on their way (`sending`), so it can refer to them."""
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[tuple[str, str, str], list[_Written]] = OrderedDict()
+        self._sending: dict[tuple[str, str, str], int] = {}
+        self._cond = threading.Condition()
+
+    def start(self, key: tuple[str, str, str]) -> None:
+        with self._cond:
+            self._sending[key] = self._sending.get(key, 0) + 1
+
+    def finish(self, key: tuple[str, str, str], written: Sequence[_Written]) -> None:
+        """The end of a `start`ed send: `written` is what was stored (empty when it failed)."""
+        with self._cond:
+            left = self._sending.get(key, 1) - 1
+            if left > 0:
+                self._sending[key] = left
+            else:
+                self._sending.pop(key, None)
+            if written:
+                self._data.setdefault(key, []).extend(written)
+                self._data.move_to_end(key)
+                while len(self._data) > self.maxsize:
+                    self._data.popitem(last=False)
+            self._cond.notify_all()
+
+    def sending(self, key: tuple[str, str, str]) -> bool:
+        with self._cond:
+            return key in self._sending
+
+    def of(self, key: tuple[str, str, str], channel: str, wait: float = 0.0) -> list[_Written]:
+        """The writes of `key` on `channel`, after waiting up to `wait` seconds for those on
+        their way."""
+        with self._cond:
+            if wait > 0:
+                self._cond.wait_for(lambda: key not in self._sending, timeout=wait)
+            return [w for w in self._data.get(key) or () if w.channel == channel]
+
+    def drop_threads(self, thread_ids: Sequence[str] | None) -> None:
+        with self._cond:
+            _drop_threads(self._data, thread_ids)
 
 
 # --------------------------------------------------------------------------- mirror
@@ -278,6 +350,7 @@ class _Wire:
         self.saver = saver
         self.compress = compress
         self.cache = _ListCache(cache_size)
+        self.written = _WrittenLists()
         self.mirror_channels = frozenset(mirror_channels)
 
     # -- values
@@ -314,6 +387,7 @@ class _Wire:
         new_versions: ChannelVersions,
         *,
         allow_append: bool = True,
+        wait: float = 0.0,
     ) -> tuple[str, dict[str, Any], list[tuple[tuple[str, str, str], str, list[Any] | _Value]], RunnableConfig]:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
@@ -342,12 +416,14 @@ class _Wire:
                 if prev is not None and prev[0] != vkey and _common_prefix(prev[1], value):
                     base_version, prev_items = prev
                     new_items = value[len(prev_items):]
+                    parent = conf.get("checkpoint_id")
+                    written = self.written.of((thread_id, checkpoint_ns, str(parent)), channel, wait) if parent else []
                     blobs.append(
                         {
                             "channel": channel,
                             "version": vkey,
                             "base_version": base_version,
-                            "items": [self.dump(item) for item in new_items],
+                            "items": self._append_items(new_items, written),
                         }
                     )
                 else:
@@ -381,6 +457,29 @@ class _Wire:
         }
         return path, body, cache_updates, result
 
+    def _append_items(self, new_items: Sequence[Any], written: Sequence[_Written]) -> list[dict[str, Any]]:
+        """The items of an append: a run of new items that is exactly the list a pending write
+        holds (the same objects, serialized to the same bytes) goes as a reference to it."""
+        out: list[dict[str, Any]] = []
+        used: set[int] = set()
+        i, n = 0, len(new_items)
+        while i < n:
+            for k, w in enumerate(written):
+                size = len(w.items)
+                if k in used or size > n - i or any(a is not b for a, b in zip(w.items, new_items[i : i + size])):
+                    continue
+                # Equal bytes, or the items changed since they were written (a reducer may
+                # set ids on them): then they are sent as they are now.
+                if self.dump(list(new_items[i : i + size])) == w.typed:
+                    out.append({"write": {"task_id": w.task_id, "idx": w.idx}})
+                    used.add(k)
+                    i += size
+                    break
+            else:
+                out.append(self.dump(new_items[i]))
+                i += 1
+        return out
+
     @staticmethod
     def _new_since(prev: Sequence[Any], value: list[Any]) -> list[Any]:
         """Items of `value` after the longest common prefix with `prev` (a fork, an edit)."""
@@ -410,6 +509,41 @@ class _Wire:
     def commit(self, updates: list[tuple[tuple[str, str, str], str, list[Any] | _Value]]) -> None:
         for key, version, value in updates:
             self.cache.set(key, version, value)
+
+    @staticmethod
+    def writes_key(config: RunnableConfig) -> tuple[str, str, str]:
+        conf = config["configurable"]
+        return (str(conf["thread_id"]), conf.get("checkpoint_ns") or "", str(conf["checkpoint_id"]))
+
+    @contextmanager
+    def sending_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        """The requests of a put_writes, to send inside the block. Once they are all sent,
+        its list-valued writes are remembered: the next checkpoint's appends may refer to
+        them instead of sending (and storing) their items again."""
+        requests = self.writes_requests(config, writes, task_id, task_path)
+        rows = [row for _, body in requests for row in body["writes"]]
+        lists = [
+            _Written(task_id, row["idx"], channel, tuple(value), {"type": row["type"], "data": row["data"]})
+            for (channel, value), row in zip(writes, rows)
+            if isinstance(value, list) and value and row["idx"] >= 0
+        ]
+        if not lists:
+            yield requests
+            return
+        key = self.writes_key(config)
+        self.written.start(key)
+        stored = False
+        try:
+            yield requests
+            stored = True
+        finally:
+            self.written.finish(key, lists if stored else [])
+
+    def drop_threads(self, thread_ids: Sequence[str] | None) -> None:
+        self.cache.drop_threads(thread_ids)
+        self.written.drop_threads(thread_ids)
 
     # -- put_writes
 
@@ -525,7 +659,11 @@ class _Wire:
                 else:
                     base = blob.get("base")
                     value = list(self.load(base)) if base else []
-                value.extend(self.load(item) for item in blob["items"])
+                for item in blob["items"]:
+                    if item.get("splice"):  # a pending write's list, stored once
+                        value.extend(self.load(item))
+                    else:
+                        value.append(self.load(item))
             else:
                 typed = {"type": blob["type"], "data": blob.get("data") or ""}
                 version = _version_key(blob["version"])
@@ -798,7 +936,9 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        path, body, updates, result = self._wire.put_request(config, checkpoint, metadata, new_versions)
+        path, body, updates, result = self._wire.put_request(
+            config, checkpoint, metadata, new_versions, wait=_WAIT_FOR_WRITES
+        )
         try:
             self._call("PUT", path, json=body)
         except StepwiseError as e:
@@ -818,11 +958,12 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        for path, body in self._wire.writes_requests(config, writes, task_id, task_path):
-            self._call("PUT", path, json=body)
+        with self._wire.sending_writes(config, writes, task_id, task_path) as requests:
+            for path, body in requests:
+                self._call("PUT", path, json=body)
 
     def delete_thread(self, thread_id: str) -> None:
-        self._wire.cache.drop_threads([thread_id])
+        self._wire.drop_threads([thread_id])
         try:
             self.client.request("DELETE", self._wire.thread_path(thread_id))
         except StepwiseError as e:
@@ -832,7 +973,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         if not run_ids:
             return
-        self._wire.cache.drop_threads(None)
+        self._wire.drop_threads(None)
         self.client.request(
             "POST", "/v1/checkpoints/delete-for-runs", json={"run_ids": [str(r) for r in run_ids]}, idempotent=True
         )
@@ -853,7 +994,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"strategy must be one of {_PRUNE_STRATEGIES}, got {strategy!r}")
         if not thread_ids:
             return
-        self._wire.cache.drop_threads(list(thread_ids))
+        self._wire.drop_threads(list(thread_ids))
         self.client.request(
             "POST",
             "/v1/checkpoints/prune",
@@ -1025,6 +1166,10 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        parent = self._wire.writes_key(config) if config["configurable"].get("checkpoint_id") else None
+        deadline = time.monotonic() + _WAIT_FOR_WRITES
+        while parent and self._wire.written.sending(parent) and time.monotonic() < deadline:
+            await asyncio.sleep(0.0005)  # aput_writes of the parent runs on this loop
         path, body, updates, result = self._wire.put_request(config, checkpoint, metadata, new_versions)
         try:
             await self.client.request("PUT", path, json=body)
@@ -1045,11 +1190,12 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        for path, body in self._wire.writes_requests(config, writes, task_id, task_path):
-            await self.client.request("PUT", path, json=body)
+        with self._wire.sending_writes(config, writes, task_id, task_path) as requests:
+            for path, body in requests:
+                await self.client.request("PUT", path, json=body)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self._wire.cache.drop_threads([thread_id])
+        self._wire.drop_threads([thread_id])
         try:
             await self.client.request("DELETE", self._wire.thread_path(thread_id))
         except StepwiseError as e:
@@ -1059,7 +1205,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         if not run_ids:
             return
-        self._wire.cache.drop_threads(None)
+        self._wire.drop_threads(None)
         await self.client.request(
             "POST", "/v1/checkpoints/delete-for-runs", json={"run_ids": [str(r) for r in run_ids]}, idempotent=True
         )
@@ -1080,7 +1226,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"strategy must be one of {_PRUNE_STRATEGIES}, got {strategy!r}")
         if not thread_ids:
             return
-        self._wire.cache.drop_threads(list(thread_ids))
+        self._wire.drop_threads(list(thread_ids))
         await self.client.request(
             "POST",
             "/v1/checkpoints/prune",

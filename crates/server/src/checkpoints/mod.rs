@@ -40,6 +40,8 @@ pub const MAX_PATH_CHARS: usize = 1024;
 pub const MAX_TYPE_CHARS: usize = 64;
 /// Most blobs, writes, mirrored messages, run ids or thread ids in one request.
 pub const MAX_ITEMS: usize = 1000;
+/// Highest `idx` of a pending write.
+pub const MAX_WRITE_IDX: i64 = i32::MAX as i64;
 /// A list page when the request names no limit.
 pub const DEFAULT_LIMIT: u32 = 100;
 /// Text with no control characters at all (thread ids, names, versions).
@@ -77,6 +79,30 @@ impl From<&TypedValue> for TypedJson {
         TypedJson {
             type_name: value.type_name.clone(),
             data: base64_encode(&value.data),
+        }
+    }
+}
+
+/// An item of a list value. With `splice: true`, `data` is a serialized list whose items go
+/// in this item's place: a node's pending write, stored once and referred to by the list.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ListItem {
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// The bytes, base64 (standard alphabet, padded).
+    #[schema(content_encoding = "base64")]
+    pub data: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub splice: bool,
+}
+
+impl From<&TypedValue> for ListItem {
+    fn from(value: &TypedValue) -> Self {
+        let (type_name, splice) = stepwise_store::checkpoints::item_type(value);
+        ListItem {
+            type_name: type_name.to_string(),
+            data: base64_encode(&value.data),
+            splice,
         }
     }
 }
@@ -222,7 +248,7 @@ pub enum BlobOut {
         #[serde(rename = "type")]
         type_name: &'static str,
         base: Option<TypedJson>,
-        items: Vec<TypedJson>,
+        items: Vec<ListItem>,
     },
     /// The items appended after `since`, a version the reader said it holds (`have`).
     Since {
@@ -231,7 +257,7 @@ pub enum BlobOut {
         #[serde(rename = "type")]
         type_name: &'static str,
         since: String,
-        items: Vec<TypedJson>,
+        items: Vec<ListItem>,
     },
 }
 
@@ -291,7 +317,7 @@ impl From<CheckpointRecord> for CheckpointTuple {
                     version: version.clone(),
                     type_name: "list",
                     base: base.as_ref().map(TypedJson::from),
-                    items: items.iter().map(TypedJson::from).collect(),
+                    items: items.iter().map(ListItem::from).collect(),
                 },
                 ResolvedBlob::Since {
                     channel,
@@ -303,7 +329,7 @@ impl From<CheckpointRecord> for CheckpointTuple {
                     version: version.clone(),
                     type_name: "list",
                     since: since.clone(),
-                    items: items.iter().map(TypedJson::from).collect(),
+                    items: items.iter().map(ListItem::from).collect(),
                 },
             })
             .collect();

@@ -12,12 +12,14 @@ use stepwise_store::{BlobBody, NewBlob, NewCheckpoint, Store};
 
 use super::mirror::{MirrorMessage, parse_mirror};
 use super::{
-    MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, array, checkpoint_id, object, only, required, string,
-    thread_id, typed_value,
+    MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, MAX_WRITE_IDX, array, checkpoint_id, object, only,
+    required, string, thread_id, typed_value,
 };
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use stepwise_store::TypedValue;
+use stepwise_store::checkpoints::WriteRef;
 use stepwise_store::prelude::*;
 
 /// A checkpoint to store. `checkpoint` is LangGraph's checkpoint serialized without its
@@ -58,6 +60,45 @@ pub struct CheckpointStored {
     /// The thread's session.
     #[schema(value_type = String, format = Uuid)]
     pub session_id: stepwise_core::Id,
+}
+
+/// An append item: `{type, data}`, or `{write: {task_id, idx}}` for the list a pending write
+/// of the parent checkpoint holds (stored once, as the write).
+fn append_item(item: &Value, path: &str, parent: &Option<String>) -> ApiResult<TypedValue> {
+    let Some(Value::Object(write)) = item.as_object().and_then(|m| m.get("write")) else {
+        return typed_value(item, path);
+    };
+    if let Some(map) = item.as_object() {
+        only(map, &["write"], path)?;
+    }
+    let at = format!("{path}.write");
+    only(write, &["task_id", "idx"], &at)?;
+    let task_id = required(
+        string(write, "task_id", &format!("{at}.task_id"), 1, MAX_ID_CHARS)?,
+        &format!("{at}.task_id"),
+    )?;
+    let idx = match write.get("idx").and_then(Value::as_i64) {
+        Some(idx) if (0..=MAX_WRITE_IDX).contains(&idx) => idx,
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{at}.idx"),
+                format!("idx must be an integer from 0 to {MAX_WRITE_IDX}"),
+            ));
+        }
+    };
+    let Some(checkpoint_id) = parent.clone() else {
+        // Well-formed, but there is no parent checkpoint whose write it could be.
+        return Err(ApiError::conflict(
+            "an item that refers to a pending write needs the parent_checkpoint_id it was written against",
+        )
+        .with_field(at));
+    };
+    Ok(WriteRef {
+        checkpoint_id,
+        task_id,
+        idx,
+    }
+    .to_item())
 }
 
 /// Reads and checks the whole body (nothing is written when any of it is wrong).
@@ -148,7 +189,9 @@ fn parse(
                 Some(Value::Array(items)) if items.len() <= MAX_ITEMS => items
                     .iter()
                     .enumerate()
-                    .map(|(k, item)| typed_value(item, &format!("{path}.items[{k}]")))
+                    .map(|(k, item)| {
+                        append_item(item, &format!("{path}.items[{k}]"), &parent_checkpoint_id)
+                    })
                     .collect::<ApiResult<Vec<_>>>()?,
                 _ => {
                     return Err(ApiError::invalid(

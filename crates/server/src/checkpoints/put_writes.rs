@@ -19,7 +19,7 @@ use stepwise_store::prelude::*;
 
 /// Lowest and highest `idx`.
 const MIN_IDX: i64 = i32::MIN as i64;
-const MAX_IDX: i64 = i32::MAX as i64;
+const MAX_IDX: i64 = super::MAX_WRITE_IDX;
 
 /// A task's writes.
 #[derive(Debug, utoipa::ToSchema)]

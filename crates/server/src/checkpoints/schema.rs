@@ -11,7 +11,9 @@ use utoipa::openapi::schema::{
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::{BASE64, MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, MAX_TYPE_CHARS, NO_CONTROL};
+use super::{
+    BASE64, MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, MAX_TYPE_CHARS, MAX_WRITE_IDX, NO_CONTROL,
+};
 use crate::schemas::typed;
 
 /// Text of `min..=max` characters without control characters.
@@ -40,6 +42,30 @@ fn typed_value() -> ObjectBuilder {
         .additional_properties(Some(AdditionalProperties::FreeForm(false)))
         .property("type", text(1, MAX_TYPE_CHARS))
         .property("data", base64())
+}
+
+/// An append item that stands for a pending write of the parent checkpoint.
+fn write_ref() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .required("write")
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .property(
+            "write",
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .required("task_id")
+                .required("idx")
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+                .property("task_id", text(1, MAX_ID_CHARS))
+                .property(
+                    "idx",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0))
+                        .maximum(Some(MAX_WRITE_IDX)),
+                ),
+        )
 }
 
 /// A namespace (`checkpoint_ns`, `task_path` of a body): at most [`MAX_PATH_CHARS`], or `null`.
@@ -256,9 +282,16 @@ impl PartialSchema for AppendBlob {
             .property("base_version", id_or_null())
             .property(
                 "items",
-                ArrayBuilder::new()
-                    .max_items(Some(MAX_ITEMS))
-                    .items(typed_value()),
+                ArrayBuilder::new().max_items(Some(MAX_ITEMS)).items(
+                    OneOfBuilder::new()
+                        .item(typed_value())
+                        .item(write_ref())
+                        .description(Some(
+                            "An item `{type, data}`, or `{write: {task_id, idx}}`: the items of \
+                             the list that the parent checkpoint's pending write (task_id, idx) \
+                             on this channel holds",
+                        )),
+                ),
             )
             .into()
     }
@@ -287,7 +320,7 @@ impl ResolvedBlob {
     }
 
     fn typed_items() -> ArrayBuilder {
-        ArrayBuilder::new().items(Ref::from_schema_name(super::TypedJson::name()))
+        ArrayBuilder::new().items(Ref::from_schema_name(super::ListItem::name()))
     }
 }
 

@@ -15,9 +15,11 @@ use crate::support::*;
 use stepwise_store::prelude::*;
 
 mod documents;
+mod refs;
 mod threads;
 
 pub use documents::checkpoint_export_import;
+pub use refs::checkpoint_write_refs;
 pub use threads::{checkpoint_isolation, checkpoint_threads};
 
 fn typed(data: &str) -> TypedValue {
