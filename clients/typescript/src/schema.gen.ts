@@ -54,6 +54,8 @@ export type AppendBlob = {
   } | {
     write: {
       idx: number;
+      /** SHA-256 of the write's bytes (`data` decoded), hex */
+      sha256: string;
       task_id: string;
     };
   }>;

@@ -35,6 +35,10 @@ fn b64(text: &str) -> String {
     out
 }
 
+fn sha256(text: &str) -> String {
+    stepwise_store::checkpoints::sha256_hex(text.as_bytes())
+}
+
 fn typed(text: &str) -> Value {
     json!({"type": "json", "data": b64(text)})
 }
@@ -372,9 +376,10 @@ async fn writes_replace_special_channels_and_keep_the_others() {
     server.stop().await;
 }
 
-/// An append item `{write: {task_id, idx}}` stands for the list a pending write of the parent
-/// checkpoint holds: read back as `{type, data, splice: true}`. One that names no stored
-/// write on its channel, or comes without a parent, is a 409; one with a bad shape a 400.
+/// An append item `{write: {task_id, idx, sha256}}` stands for the list a pending write of the
+/// parent checkpoint holds: read back as `{type, data, splice: true}`. One that names no
+/// stored write on its channel, other bytes, or comes without a parent, is a 409; one with a
+/// bad shape a 400.
 /// Neither stores the checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_items_refer_to_the_parents_pending_writes() {
@@ -399,39 +404,44 @@ async fn append_items_refer_to_the_parents_pending_writes() {
             json!([{"channel": "m", "version": "2", "base_version": "1", "items": items}]),
         )
     };
+    let refer = |task: &str, idx: i64, bytes: &str| json!([{"write": {"task_id": task, "idx": idx, "sha256": sha256(bytes)}}]);
+    let bc = sha256("[b,c]");
     for (items, parent, status, what) in [
         (
-            json!([{"write": {"task_id": "nobody", "idx": 0}}]),
+            refer("nobody", 0, "[b,c]"),
             Some("1"),
             409,
             "an unknown task",
         ),
         (
-            json!([{"write": {"task_id": "node", "idx": 1}}]),
+            refer("node", 1, "[x]"),
             Some("1"),
             409,
             "a write on another channel",
         ),
+        (refer("node", 0, "[b]"), Some("1"), 409, "other bytes"),
+        (refer("node", 0, "[b,c]"), None, 409, "no parent checkpoint"),
+        (refer("node", -1, "[b,c]"), Some("1"), 400, "a negative idx"),
         (
-            json!([{"write": {"task_id": "node", "idx": 0}}]),
-            None,
-            409,
-            "no parent checkpoint",
-        ),
-        (
-            json!([{"write": {"task_id": "node", "idx": -1}}]),
-            Some("1"),
-            400,
-            "a negative idx",
-        ),
-        (
-            json!([{"write": {"task_id": "node"}}]),
+            json!([{"write": {"task_id": "node", "sha256": bc}}]),
             Some("1"),
             400,
             "no idx",
         ),
         (
-            json!([{"write": {"task_id": "node", "idx": 0}, "type": "json"}]),
+            json!([{"write": {"task_id": "node", "idx": 0}}]),
+            Some("1"),
+            400,
+            "no sha256",
+        ),
+        (
+            json!([{"write": {"task_id": "node", "idx": 0, "sha256": bc.to_uppercase()}}]),
+            Some("1"),
+            400,
+            "an uppercase sha256",
+        ),
+        (
+            json!([{"write": {"task_id": "node", "idx": 0, "sha256": bc}, "type": "json"}]),
             Some("1"),
             400,
             "a write and a type",
@@ -445,7 +455,7 @@ async fn append_items_refer_to_the_parents_pending_writes() {
             "{what}: nothing stored"
         );
     }
-    let with_ref = json!([{"write": {"task_id": "node", "idx": 0}}, typed("d")]);
+    let with_ref = json!([{"write": {"task_id": "node", "idx": 0, "sha256": bc}}, typed("d")]);
     assert_eq!(
         put(&server, "r", "2", second(with_ref, Some("1"))).await.0,
         201

@@ -14,8 +14,8 @@ use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
     CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, chain_versions, channel_version_pairs,
-    checkpoint_cursor, missing_base, missing_write, pack_payload, refs_to, resolve_chain,
-    run_id_of, settle_payload, splice_writes, unpack_payload, write_refs_of,
+    check_write, checkpoint_cursor, missing_base, pack_payload, refs_to, resolve_chain, run_id_of,
+    settle_payload, splice_writes, unpack_payload, write_refs_of,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
@@ -80,8 +80,8 @@ const WRITE_VALUES: &str = "SELECT w.checkpoint_id, w.task_id, w.idx, w.type, w.
      FROM checkpoint_writes w JOIN unnest($4::text[], $5::text[], $6::int8[]) AS k(checkpoint_id, task_id, idx) \
      ON w.checkpoint_id = k.checkpoint_id AND w.task_id = k.task_id AND w.idx = k.idx \
      WHERE w.tenant_id = $1 AND w.session_id = $2 AND w.checkpoint_ns = $3";
-const WRITE_ON_CHANNEL: &str = "SELECT COUNT(*) AS n FROM checkpoint_writes \
-     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id = $4 AND task_id = $5 AND idx = $6 AND channel = $7";
+const WRITE_ROW: &str = "SELECT channel, payload FROM checkpoint_writes \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id = $4 AND task_id = $5 AND idx = $6";
 const APPENDS_OF_NS: &str = "SELECT channel, version, payload FROM checkpoint_blobs \
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND is_append";
 const SET_BLOB_PAYLOAD: &str = "UPDATE checkpoint_blobs SET payload = $6 \
@@ -499,24 +499,38 @@ async fn check_bases(
     session: Id,
     new: &NewCheckpoint,
 ) -> Result<()> {
-    for (i, channel, r) in new.write_refs() {
-        let stored = count(
-            c,
-            WRITE_ON_CHANNEL,
-            args![
-                tenant,
-                session,
-                new.checkpoint_ns,
-                r.checkpoint_id,
-                r.task_id,
-                r.idx,
-                channel
-            ],
-        )
-        .await?;
-        if stored == 0 {
-            return Err(missing_write(i, channel, &r));
-        }
+    for (i, channel, r, item) in new.write_refs() {
+        let row = c
+            .query_typed_opt(
+                WRITE_ROW,
+                args![
+                    tenant,
+                    session,
+                    new.checkpoint_ns,
+                    r.checkpoint_id,
+                    r.task_id,
+                    r.idx
+                ],
+            )
+            .await
+            .map_err(map_pg)?;
+        let stored = match row {
+            Some(row) => {
+                let payload: Vec<u8> = sql::get(&row, "payload")?;
+                Some((
+                    sql::get::<String>(&row, "channel")?,
+                    unpack_payload(&payload)?,
+                ))
+            }
+            None => None,
+        };
+        check_write(
+            i,
+            channel,
+            &r,
+            item,
+            stored.as_ref().map(|(c, d)| (c.as_str(), d.as_slice())),
+        )?;
     }
     for (i, channel, base) in new.outside_bases() {
         let stored = count(

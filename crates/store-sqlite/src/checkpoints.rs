@@ -13,7 +13,7 @@ use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
     CheckpointRow, ResolvedBlobs, StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows, WriteRef,
-    chain_versions, channel_version_pairs, checkpoint_cursor, missing_base, missing_write,
+    chain_versions, channel_version_pairs, check_write, checkpoint_cursor, missing_base,
     pack_payload, resolve_chain, run_id_of, settle_payload, splice_writes, thread_document,
     unpack_payload, write_refs_of,
 };
@@ -63,8 +63,8 @@ const WRITES_OF: &str = "SELECT task_id, idx, channel, type, payload, task_path 
      ORDER BY task_path, task_id, idx";
 const WRITE_VALUE: &str = "SELECT type, payload FROM checkpoint_writes \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
-const WRITE_ON_CHANNEL: &str = "SELECT COUNT(*) FROM checkpoint_writes \
-     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6 AND channel = ?7";
+const WRITE_ROW: &str = "SELECT channel, payload FROM checkpoint_writes \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
 const APPENDS_OF_NS: &str = "SELECT channel, version, payload FROM checkpoint_blobs \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND is_append = 1";
 const SET_BLOB_PAYLOAD: &str = "UPDATE checkpoint_blobs SET payload = ?6 \
@@ -586,23 +586,35 @@ fn settle_writes(
 /// write an item refers to is stored on its channel: a `Conflict` otherwise (the writer
 /// sends the whole value instead).
 fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint) -> Result<()> {
-    for (i, channel, r) in new.write_refs() {
-        let stored = count(
-            conn,
-            WRITE_ON_CHANNEL,
-            params![
-                tenant,
-                bid(session),
-                new.checkpoint_ns,
-                r.checkpoint_id,
-                r.task_id,
-                r.idx,
-                channel
-            ],
+    for (i, channel, r, item) in new.write_refs() {
+        let stored: Option<(String, Vec<u8>)> = conn
+            .prepare_cached(WRITE_ROW)
+            .and_then(|mut s| {
+                s.query_row(
+                    params![
+                        tenant,
+                        bid(session),
+                        new.checkpoint_ns,
+                        r.checkpoint_id,
+                        r.task_id,
+                        r.idx
+                    ],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()
+            })
+            .map_err(map_sqlite)?;
+        let stored = match stored {
+            Some((channel, payload)) => Some((channel, unpack_payload(&payload)?)),
+            None => None,
+        };
+        check_write(
+            i,
+            channel,
+            &r,
+            item,
+            stored.as_ref().map(|(c, d)| (c.as_str(), d.as_slice())),
         )?;
-        if stored == 0 {
-            return Err(missing_write(i, channel, &r));
-        }
     }
     for (i, channel, base) in new.outside_bases() {
         let stored = count(

@@ -102,9 +102,9 @@ impl NewCheckpoint {
 
 impl NewCheckpoint {
     /// The append items that stand for a pending write of the parent checkpoint, as
-    /// `(blob index, channel, reference)`: each write must be stored, on the blob's channel,
-    /// or the put is refused with [`missing_write`].
-    pub fn write_refs(&self) -> impl Iterator<Item = (usize, &str, WriteRef)> {
+    /// `(blob index, channel, reference, item)`: each write must be stored, on the blob's
+    /// channel, with the bytes the item names (see [`check_write`]).
+    pub fn write_refs(&self) -> impl Iterator<Item = (usize, &str, WriteRef, &TypedValue)> {
         self.blobs.iter().enumerate().flat_map(|(i, blob)| {
             let items: &[TypedValue] = match &blob.body {
                 BlobBody::Append { items, .. } => items,
@@ -112,19 +112,47 @@ impl NewCheckpoint {
             };
             items
                 .iter()
-                .filter_map(WriteRef::of_item)
-                .map(move |r| (i, blob.channel.as_str(), r))
+                .filter_map(|item| WriteRef::of_item(item).map(|r| (r, item)))
+                .map(move |(r, item)| (i, blob.channel.as_str(), r, item))
         })
     }
 }
 
-/// The refusal of an append item whose pending write is not stored on the blob's channel
-/// (the writer sends the items instead).
-pub fn missing_write(index: usize, channel: &str, write: &WriteRef) -> StoreError {
-    StoreError::Conflict(format!(
-        "blobs[{index}]: pending write (task '{}', idx {}) of checkpoint '{}' on channel '{channel}' is not stored; send the items",
-        write.task_id, write.idx, write.checkpoint_id
-    ))
+/// Checks a reference of a put against the write it names, as stored (`(channel, type,
+/// data)`, `None` when it is not): the write must be on the blob's channel and, where the
+/// item names the SHA-256 of the bytes it stands for, hold those bytes. A `Conflict`
+/// otherwise (the writer sends the items instead).
+pub fn check_write(
+    index: usize,
+    channel: &str,
+    write: &WriteRef,
+    item: &TypedValue,
+    stored: Option<(&str, &[u8])>,
+) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(StoreError::Conflict(format!(
+            "blobs[{index}]: pending write (task '{}', idx {}) of checkpoint '{}' {why}; send the items",
+            write.task_id, write.idx, write.checkpoint_id
+        )))
+    };
+    let Some((_, data)) = stored.filter(|(c, _)| *c == channel) else {
+        return refuse(&format!("is not stored on channel '{channel}'"));
+    };
+    match WriteRef::digest_of(item) {
+        Some(digest) if digest != sha256_hex(data) => {
+            refuse("holds other bytes than the item names")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The type name of an append item that stands for a pending write (see [`WriteRef`]).
@@ -146,12 +174,21 @@ pub struct WriteRef {
 }
 
 impl WriteRef {
-    /// The append item that stands for this write.
+    /// The append item that stands for this write (as stored).
     pub fn to_item(&self) -> TypedValue {
         TypedValue::new(
             WRITE_REF_TYPE,
             format!("{}\n{}\n{}", self.checkpoint_id, self.task_id, self.idx),
         )
+    }
+
+    /// The item of a put that stands for this write and names the SHA-256 (hex) of the
+    /// bytes it holds, checked against the stored write before the put is stored.
+    pub fn to_checked_item(&self, sha256: &str) -> TypedValue {
+        let mut item = self.to_item();
+        item.data
+            .extend_from_slice(format!("\n{sha256}").as_bytes());
+        item
     }
 
     /// The write an append item stands for (`None` for an item that holds its value).
@@ -160,12 +197,18 @@ impl WriteRef {
             return None;
         }
         let text = std::str::from_utf8(&item.data).ok()?;
-        let mut parts = text.splitn(3, '\n');
+        let mut parts = text.splitn(4, '\n');
         Some(WriteRef {
             checkpoint_id: parts.next()?.to_string(),
             task_id: parts.next()?.to_string(),
             idx: parts.next()?.parse().ok()?,
         })
+    }
+
+    /// The SHA-256 a put's item names (see [`WriteRef::to_checked_item`]).
+    fn digest_of(item: &TypedValue) -> Option<&str> {
+        let text = std::str::from_utf8(&item.data).ok()?;
+        text.splitn(4, '\n').nth(3)
     }
 
     /// The item that holds the write's value in place of the reference.
@@ -592,12 +635,19 @@ impl NewBlob {
             BlobBody::Append {
                 base_version,
                 items,
-            } => (
-                true,
-                base_version.as_deref(),
-                None,
-                pack_payload(&frame_items(items)),
-            ),
+            } => {
+                // A reference is stored without the digest its put was checked with.
+                let framed = if items.iter().any(|i| WriteRef::of_item(i).is_some()) {
+                    let items: Vec<TypedValue> = items
+                        .iter()
+                        .map(|i| WriteRef::of_item(i).map_or_else(|| i.clone(), |r| r.to_item()))
+                        .collect();
+                    frame_items(&items)
+                } else {
+                    frame_items(items)
+                };
+                (true, base_version.as_deref(), None, pack_payload(&framed))
+            }
         }
     }
 }

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import hashlib
 import json
 import random
 import http.client
@@ -200,6 +201,12 @@ class _Written:
     channel: str
     items: tuple[Any, ...]
     typed: Mapping[str, str]
+
+    def reference(self) -> dict[str, Any]:
+        """The append item that stands for this write: the server checks the digest against
+        the bytes it stored."""
+        digest = hashlib.sha256(_unb64(self.typed["data"])).hexdigest()
+        return {"write": {"task_id": self.task_id, "idx": self.idx, "sha256": digest}}
 
 
 class _WrittenLists:
@@ -471,7 +478,7 @@ class _Wire:
                 # Equal bytes, or the items changed since they were written (a reducer may
                 # set ids on them): then they are sent as they are now.
                 if self.dump(list(new_items[i : i + size])) == w.typed:
-                    out.append({"write": {"task_id": w.task_id, "idx": w.idx}})
+                    out.append(w.reference())
                     used.add(k)
                     i += size
                     break

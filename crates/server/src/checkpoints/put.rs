@@ -62,8 +62,9 @@ pub struct CheckpointStored {
     pub session_id: stepwise_core::Id,
 }
 
-/// An append item: `{type, data}`, or `{write: {task_id, idx}}` for the list a pending write
-/// of the parent checkpoint holds (stored once, as the write).
+/// An append item: `{type, data}`, or `{write: {task_id, idx, sha256}}` for the list a pending
+/// write of the parent checkpoint holds (stored once, as the write; `sha256` is the hex digest
+/// of its bytes, checked against the stored write).
 fn append_item(item: &Value, path: &str, parent: &Option<String>) -> ApiResult<TypedValue> {
     let Some(Value::Object(write)) = item.as_object().and_then(|m| m.get("write")) else {
         return typed_value(item, path);
@@ -72,7 +73,7 @@ fn append_item(item: &Value, path: &str, parent: &Option<String>) -> ApiResult<T
         only(map, &["write"], path)?;
     }
     let at = format!("{path}.write");
-    only(write, &["task_id", "idx"], &at)?;
+    only(write, &["task_id", "idx", "sha256"], &at)?;
     let task_id = required(
         string(write, "task_id", &format!("{at}.task_id"), 1, MAX_ID_CHARS)?,
         &format!("{at}.task_id"),
@@ -83,6 +84,19 @@ fn append_item(item: &Value, path: &str, parent: &Option<String>) -> ApiResult<T
             return Err(ApiError::invalid(
                 &format!("{at}.idx"),
                 format!("idx must be an integer from 0 to {MAX_WRITE_IDX}"),
+            ));
+        }
+    };
+    let sha256 = match write.get("sha256") {
+        Some(Value::String(hex))
+            if hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+        {
+            hex
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{at}.sha256"),
+                "sha256 must be the SHA-256 of the write's bytes, as 64 lowercase hex digits",
             ));
         }
     };
@@ -98,7 +112,7 @@ fn append_item(item: &Value, path: &str, parent: &Option<String>) -> ApiResult<T
         task_id,
         idx,
     }
-    .to_item())
+    .to_checked_item(sha256))
 }
 
 /// Reads and checks the whole body (nothing is written when any of it is wrong).

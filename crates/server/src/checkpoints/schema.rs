@@ -56,8 +56,16 @@ fn write_ref() -> ObjectBuilder {
                 .schema_type(Type::Object)
                 .required("task_id")
                 .required("idx")
+                .required("sha256")
                 .additional_properties(Some(AdditionalProperties::FreeForm(false)))
                 .property("task_id", text(1, MAX_ID_CHARS))
+                .property(
+                    "sha256",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .pattern(Some("^[0-9a-f]{64}$"))
+                        .description(Some("SHA-256 of the write's bytes (`data` decoded), hex")),
+                )
                 .property(
                     "idx",
                     ObjectBuilder::new()
@@ -287,9 +295,9 @@ impl PartialSchema for AppendBlob {
                         .item(typed_value())
                         .item(write_ref())
                         .description(Some(
-                            "An item `{type, data}`, or `{write: {task_id, idx}}`: the items of \
-                             the list that the parent checkpoint's pending write (task_id, idx) \
-                             on this channel holds",
+                            "An item `{type, data}`, or `{write: {task_id, idx, sha256}}`: the \
+                             items of the list that the parent checkpoint's pending write \
+                             (task_id, idx) on this channel holds, whose bytes have that SHA-256",
                         )),
                 ),
             )

@@ -95,10 +95,19 @@ pub async fn checkpoint_write_refs<H: Harness>(harness: &H) {
 
     // A reference to a write that is not stored, or is on another channel: a conflict,
     // and the checkpoint is not stored.
+    let checked = |bytes: &str| {
+        WriteRef {
+            checkpoint_id: "001".into(),
+            task_id: "task-a".into(),
+            idx: 0,
+        }
+        .to_checked_item(&stepwise_store::checkpoints::sha256_hex(bytes.as_bytes()))
+    };
     for (missing, what) in [
         (write_ref("001", "task-z"), "an unknown task"),
         (write_ref("000", "task-a"), "another checkpoint"),
         (write_ref("001", "task-b"), "a write on another channel"),
+        (checked("[m1a]"), "a digest of other bytes"),
     ] {
         let mut bad = checkpoint("refs", "", "002", Some("001"));
         bad.channel_versions = versions(&[("messages", "2")]);
@@ -125,7 +134,7 @@ pub async fn checkpoint_write_refs<H: Harness>(harness: &H) {
     c2.blobs = vec![append_refs(
         "2",
         "1",
-        vec![write_ref("001", "task-a"), typed("m2")],
+        vec![checked("[m1a,m1b]"), typed("m2")],
     )];
     assert!(put(&store, &t, c2).await);
     ok(
