@@ -21,6 +21,7 @@ pytest.importorskip("langgraph.graph")
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -476,6 +477,35 @@ async def test_the_async_saver_refers_to_pending_writes_too(server: LocalServer)
     assert len(appends) == 7 and all(b["items"][0].get("splice") for b in appends), appends
     with StepwiseSaver(base_url=server.url) as fresh:
         assert log_graph(fresh).get_state(cfg(thread)).values["messages"] == expected
+
+
+def test_a_reference_to_a_write_stored_with_other_bytes_is_resent_as_items(server: LocalServer) -> None:
+    """Another saver stored the same task's write first (the server keeps the first): the
+    reference names other bytes, is refused, and the saver sends the new items instead."""
+    thread = new_thread("clash")
+    with StepwiseSaver(base_url=server.url) as a, StepwiseSaver(base_url=server.url) as b:
+        first = empty_checkpoint()
+        first["id"] = str(uuid6(clock_seq=1))
+        v1 = a.get_next_version(None, None)
+        first["channel_values"] = {"messages": [{"n": 0}]}
+        first["channel_versions"] = {"messages": v1}
+        conf = a.put(cfg(thread, checkpoint_ns=""), first, {"source": "loop", "step": 0}, {"messages": v1})
+        b.put_writes(conf, [("messages", [{"n": "from b"}])], "task-1")
+        mine = [{"n": 1}]
+        a.put_writes(conf, [("messages", mine)], "task-1")  # kept: b's write was first
+        second = empty_checkpoint()
+        second["id"] = str(uuid6(clock_seq=2))
+        v2 = a.get_next_version(v1, None)
+        second["channel_values"] = {"messages": first["channel_values"]["messages"] + mine}
+        second["channel_versions"] = {"messages": v2}
+        a.put(conf, second, {"source": "loop", "step": 1}, {"messages": v2})
+    with StepwiseSaver(base_url=server.url) as fresh:
+        back = fresh.get_tuple(cfg(thread))
+        assert back.checkpoint["channel_values"]["messages"] == [{"n": 0}, {"n": 1}]
+        assert [w[2] for w in back.pending_writes] == []
+    with Stepwise(server.url) as client:
+        appends = _message_appends(client, thread)
+    assert len(appends) == 1 and not appends[0]["items"][0].get("splice"), appends
 
 
 def test_an_append_whose_base_is_gone_is_resent_whole(server: LocalServer) -> None:

@@ -344,6 +344,10 @@ def mirror_message(message: Any) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- the logic both savers share
 
 
+# A put: (path, body, cache updates once stored, the config to return).
+_PutRequest = tuple[str, dict[str, Any], list[tuple[tuple[str, str, str], str, "list[Any] | _Value"]], RunnableConfig]
+
+
 class _Wire:
     """Builds the HTTP requests of the checkpointer and reads their answers."""
 
@@ -394,8 +398,9 @@ class _Wire:
         new_versions: ChannelVersions,
         *,
         allow_append: bool = True,
+        allow_refs: bool = True,
         wait: float = 0.0,
-    ) -> tuple[str, dict[str, Any], list[tuple[tuple[str, str, str], str, list[Any] | _Value]], RunnableConfig]:
+    ) -> _PutRequest:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         checkpoint_ns = conf.get("checkpoint_ns") or ""
@@ -424,7 +429,11 @@ class _Wire:
                     base_version, prev_items = prev
                     new_items = value[len(prev_items):]
                     parent = conf.get("checkpoint_id")
-                    written = self.written.of((thread_id, checkpoint_ns, str(parent)), channel, wait) if parent else []
+                    written = (
+                        self.written.of((thread_id, checkpoint_ns, str(parent)), channel, wait)
+                        if parent and allow_refs
+                        else []
+                    )
                     blobs.append(
                         {
                             "channel": channel,
@@ -504,14 +513,26 @@ class _Wire:
             n += 1
         return value[n:]
 
-    @staticmethod
-    def has_append(body: Mapping[str, Any]) -> bool:
-        return any("base_version" in b for b in body["blobs"])
-
-    @staticmethod
-    def retry_full(error: StepwiseError) -> bool:
-        """An append was refused (its base version is gone, e.g. pruned elsewhere): send it whole."""
-        return error.status in (400, 404, 409, 422)
+    def fallback(
+        self,
+        error: StepwiseError,
+        body: Mapping[str, Any],
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> _PutRequest | None:
+        """The put to send after `body` was refused: its appends without references to pending
+        writes (one is gone, or holds other bytes), then its lists whole (a base version is
+        gone, e.g. pruned elsewhere); `None` when there is nothing else to try."""
+        if error.status not in (400, 404, 409, 422):
+            return None
+        appends = [b for b in body["blobs"] if "base_version" in b]
+        if any("write" in item for b in appends for item in b["items"]):
+            return self.put_request(config, checkpoint, metadata, new_versions, allow_refs=False)
+        if appends:
+            return self.put_request(config, checkpoint, metadata, new_versions, allow_append=False)
+        return None
 
     def commit(self, updates: list[tuple[tuple[str, str, str], str, list[Any] | _Value]]) -> None:
         for key, version, value in updates:
@@ -943,18 +964,17 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        path, body, updates, result = self._wire.put_request(
-            config, checkpoint, metadata, new_versions, wait=_WAIT_FOR_WRITES
-        )
-        try:
-            self._call("PUT", path, json=body)
-        except StepwiseError as e:
-            if not (self._wire.has_append(body) and self._wire.retry_full(e)):
-                raise
-            path, body, updates, result = self._wire.put_request(
-                config, checkpoint, metadata, new_versions, allow_append=False
-            )
-            self._call("PUT", path, json=body)
+        request = self._wire.put_request(config, checkpoint, metadata, new_versions, wait=_WAIT_FOR_WRITES)
+        while True:
+            path, body, updates, result = request
+            try:
+                self._call("PUT", path, json=body)
+                break
+            except StepwiseError as e:
+                fallback = self._wire.fallback(e, body, config, checkpoint, metadata, new_versions)
+                if fallback is None:
+                    raise
+                request = fallback
         self._wire.commit(updates)
         return result
 
@@ -1177,16 +1197,17 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         deadline = time.monotonic() + _WAIT_FOR_WRITES
         while parent and self._wire.written.sending(parent) and time.monotonic() < deadline:
             await asyncio.sleep(0.0005)  # aput_writes of the parent runs on this loop
-        path, body, updates, result = self._wire.put_request(config, checkpoint, metadata, new_versions)
-        try:
-            await self.client.request("PUT", path, json=body)
-        except StepwiseError as e:
-            if not (self._wire.has_append(body) and self._wire.retry_full(e)):
-                raise
-            path, body, updates, result = self._wire.put_request(
-                config, checkpoint, metadata, new_versions, allow_append=False
-            )
-            await self.client.request("PUT", path, json=body)
+        request = self._wire.put_request(config, checkpoint, metadata, new_versions)
+        while True:
+            path, body, updates, result = request
+            try:
+                await self.client.request("PUT", path, json=body)
+                break
+            except StepwiseError as e:
+                fallback = self._wire.fallback(e, body, config, checkpoint, metadata, new_versions)
+                if fallback is None:
+                    raise
+                request = fallback
         self._wire.commit(updates)
         return result
 
