@@ -455,7 +455,8 @@ async fn append_items_refer_to_the_parents_pending_writes() {
             "{what}: nothing stored"
         );
     }
-    let with_ref = json!([{"write": {"task_id": "node", "idx": 0, "sha256": bc}}, typed("d")]);
+    // A whole number written as a float is an integer too.
+    let with_ref = json!([{"write": {"task_id": "node", "idx": 0.0, "sha256": bc}}, typed("d")]);
     assert_eq!(
         put(&server, "r", "2", second(with_ref, Some("1"))).await.0,
         201

@@ -172,6 +172,25 @@ pub(crate) fn array<'a>(map: &'a Map<String, Value>, field: &str) -> ApiResult<&
     }
 }
 
+/// An integer member from `min` to `max` (a JSON number with no fraction, `3.0` too).
+pub(crate) fn integer(value: Option<&Value>, path: &str, min: i64, max: i64) -> ApiResult<i64> {
+    value
+        .and_then(|v| {
+            v.as_i64().or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0 && (min as f64..=max as f64).contains(f))
+                    .map(|f| f as i64)
+            })
+        })
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| {
+            ApiError::invalid(
+                path,
+                format!("{path} must be an integer from {min} to {max}"),
+            )
+        })
+}
+
 /// Refuses members other than `allowed` (objects whose schema has no other properties).
 pub(crate) fn only(map: &Map<String, Value>, allowed: &[&str], path: &str) -> ApiResult<()> {
     match map.keys().find(|k| !allowed.contains(&k.as_str())) {

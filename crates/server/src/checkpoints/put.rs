@@ -12,8 +12,8 @@ use stepwise_store::{BlobBody, NewBlob, NewCheckpoint, Store};
 
 use super::mirror::{MirrorMessage, parse_mirror};
 use super::{
-    MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, MAX_WRITE_IDX, array, checkpoint_id, object, only,
-    required, string, thread_id, typed_value,
+    MAX_ID_CHARS, MAX_ITEMS, MAX_PATH_CHARS, MAX_WRITE_IDX, array, checkpoint_id, integer, object,
+    only, required, string, thread_id, typed_value,
 };
 use crate::AppState;
 use crate::auth::Caller;
@@ -78,15 +78,7 @@ fn append_item(item: &Value, path: &str, parent: &Option<String>) -> ApiResult<T
         string(write, "task_id", &format!("{at}.task_id"), 1, MAX_ID_CHARS)?,
         &format!("{at}.task_id"),
     )?;
-    let idx = match write.get("idx").and_then(Value::as_i64) {
-        Some(idx) if (0..=MAX_WRITE_IDX).contains(&idx) => idx,
-        _ => {
-            return Err(ApiError::invalid(
-                &format!("{at}.idx"),
-                format!("idx must be an integer from 0 to {MAX_WRITE_IDX}"),
-            ));
-        }
-    };
+    let idx = integer(write.get("idx"), &format!("{at}.idx"), 0, MAX_WRITE_IDX)?;
     let sha256 = match write.get("sha256") {
         Some(Value::String(hex))
             if hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>

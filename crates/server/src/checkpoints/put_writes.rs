@@ -39,21 +39,7 @@ pub struct PutWritesBody {
 }
 
 fn idx(value: Option<&Value>, path: &str) -> ApiResult<i64> {
-    value
-        .and_then(|v| {
-            v.as_i64().or_else(|| {
-                v.as_f64()
-                    .filter(|f| f.fract() == 0.0 && (MIN_IDX as f64..=MAX_IDX as f64).contains(f))
-                    .map(|f| f as i64)
-            })
-        })
-        .filter(|n| (MIN_IDX..=MAX_IDX).contains(n))
-        .ok_or_else(|| {
-            ApiError::invalid(
-                path,
-                format!("{path} must be an integer from {MIN_IDX} to {MAX_IDX}"),
-            )
-        })
+    super::integer(value, path, MIN_IDX, MAX_IDX)
 }
 
 pub async fn put_writes<S: Store>(
