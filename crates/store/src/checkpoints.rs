@@ -246,7 +246,8 @@ pub fn write_refs_of(blobs: &ResolvedBlobs) -> HashSet<WriteKey> {
 }
 
 /// Puts the values of the writes the items of `blobs` refer to in their place (as spliced
-/// items). A write that is not in `values` is a store fault: it is kept while referred to.
+/// items). A write that is not in `values` is a store fault: before writes are deleted,
+/// their values are copied into the items that name them ([`settle_payload`]).
 pub fn splice_writes(
     blobs: &mut ResolvedBlobs,
     values: &HashMap<WriteKey, TypedValue>,
