@@ -5,6 +5,10 @@
 //! few round trips: the checkpoint rows (joined with their thread), then every blob row
 //! the page's channels need (one query per thread and namespace, up to the newest wanted
 //! version; the chains are walked in memory), then the pending writes of the whole page.
+//!
+//! `checkpoints/checks.rs`: what a put must satisfy before anything is written.
+//! `checkpoints/cleanup.rs`: pruning and collecting what no checkpoint needs.
+//! `checkpoints/document.rs`: export and import.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -13,9 +17,8 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, chain_versions, channel_version_pairs,
-    check_write, checkpoint_cursor, missing_base, pack_payload, refs_to, resolve_chain, run_id_of,
-    settle_payload, splice_writes, unpack_payload, write_refs_of,
+    CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, channel_version_pairs, checkpoint_cursor,
+    pack_payload, resolve_chain, run_id_of, splice_writes, unpack_payload, write_refs_of,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
@@ -24,8 +27,12 @@ use stepwise_store::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::Row;
 
+mod checks;
+mod cleanup;
 mod document;
 
+use checks::{check_bases, check_put};
+use cleanup::{prune_thread, settle_writes};
 use document::export_thread;
 pub(crate) use document::import_thread;
 
@@ -68,8 +75,6 @@ const BLOBS_SINCE: &str = "SELECT channel, version, is_append, base_version, typ
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4) AND version <= $5 \
      AND NOT EXISTS (SELECT 1 FROM unnest($6::text[], $7::text[]) AS h(channel, version) \
                      WHERE h.channel = b.channel AND b.version < h.version COLLATE \"C\")";
-const BLOB_EXISTS: &str = "SELECT COUNT(*) AS n FROM checkpoint_blobs \
-     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = $4 AND version = $5";
 const BLOBS_ALL: &str = "SELECT channel, version, is_append, base_version, type, payload FROM checkpoint_blobs \
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = ANY($4)";
 const WRITES_OF: &str = "SELECT w.session_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.payload, w.task_path \
@@ -80,14 +85,6 @@ const WRITE_VALUES: &str = "SELECT w.checkpoint_id, w.task_id, w.idx, w.type, w.
      FROM checkpoint_writes w JOIN unnest($4::text[], $5::text[], $6::int8[]) AS k(checkpoint_id, task_id, idx) \
      ON w.checkpoint_id = k.checkpoint_id AND w.task_id = k.task_id AND w.idx = k.idx \
      WHERE w.tenant_id = $1 AND w.session_id = $2 AND w.checkpoint_ns = $3";
-const WRITE_ROW: &str = "SELECT channel, payload FROM checkpoint_writes \
-     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id = $4 AND task_id = $5 AND idx = $6";
-const APPENDS_OF_NS: &str = "SELECT channel, version, payload FROM checkpoint_blobs \
-     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND is_append";
-const SET_BLOB_PAYLOAD: &str = "UPDATE checkpoint_blobs SET payload = $6 \
-     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = $4 AND version = $5";
-const WRITE_CHECKPOINTS_OTHER_THAN: &str = "SELECT DISTINCT checkpoint_id FROM checkpoint_writes \
-     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id <> $4";
 const RUN_CHECKPOINT_KEYS: &str = "SELECT session_id, checkpoint_ns, checkpoint_id FROM checkpoints \
      WHERE tenant_id = $1 AND run_id = ANY($2)";
 const COUNT_CHECKPOINTS: &str =
@@ -111,20 +108,6 @@ const DELETE_RUN_WRITES: &str = "DELETE FROM checkpoint_writes w USING checkpoin
      AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id";
 const DELETE_RUN_CHECKPOINTS: &str =
     "DELETE FROM checkpoints WHERE tenant_id = $1 AND run_id = ANY($2)";
-const LATEST_PER_NS: &str = "SELECT checkpoint_ns, MAX(checkpoint_id) AS latest FROM checkpoints \
-     WHERE tenant_id = $1 AND session_id = $2 GROUP BY checkpoint_ns";
-const DELETE_OLDER: &str = "DELETE FROM checkpoints WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id < $4";
-const DELETE_OLDER_WRITES: &str = "DELETE FROM checkpoint_writes WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id <> $4";
-const VERSIONS_OF_NS: &str = "SELECT channel_versions FROM checkpoints WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3";
-const BLOB_LINKS_OF_NS: &str = "SELECT channel, version, base_version FROM checkpoint_blobs WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3";
-const DELETE_BLOBS: &str = "DELETE FROM checkpoint_blobs b USING unnest($4::text[], $5::text[]) AS k(channel, version) \
-     WHERE b.tenant_id = $1 AND b.session_id = $2 AND b.checkpoint_ns = $3 AND b.channel = k.channel AND b.version = k.version";
-const DELETE_THREAD_CHECKPOINTS: &str =
-    "DELETE FROM checkpoints WHERE tenant_id = $1 AND session_id = $2";
-const DELETE_THREAD_BLOBS: &str =
-    "DELETE FROM checkpoint_blobs WHERE tenant_id = $1 AND session_id = $2";
-const DELETE_THREAD_WRITES: &str =
-    "DELETE FROM checkpoint_writes WHERE tenant_id = $1 AND session_id = $2";
 const DELETE_SESSIONS_CHECKPOINTS: &str = "DELETE FROM checkpoints WHERE session_id = ANY($1)";
 const DELETE_SESSIONS_BLOBS: &str = "DELETE FROM checkpoint_blobs WHERE session_id = ANY($1)";
 const DELETE_SESSIONS_WRITES: &str = "DELETE FROM checkpoint_writes WHERE session_id = ANY($1)";
@@ -448,245 +431,6 @@ async fn write_values(
             ))
         })
         .collect()
-}
-
-/// Before the pending writes of `gone` checkpoints of `(session, ns)` are deleted, the
-/// append items that refer to them take a copy of their values.
-async fn settle_writes(
-    c: &impl GenericClient,
-    tenant: &str,
-    session: Id,
-    ns: &str,
-    gone: &HashSet<String>,
-) -> Result<()> {
-    if gone.is_empty() {
-        return Ok(());
-    }
-    let appends = c
-        .query_typed(APPENDS_OF_NS, args![tenant, session, ns])
-        .await
-        .map_err(map_pg)?;
-    for row in &appends {
-        let payload: Vec<u8> = sql::get(row, "payload")?;
-        let refs = refs_to(&payload, gone)?;
-        if refs.is_empty() {
-            continue;
-        }
-        let values: HashMap<WriteRef, TypedValue> = write_values(c, tenant, session, ns, &refs)
-            .await?
-            .into_iter()
-            .collect();
-        if let Some(payload) = settle_payload(&payload, gone, |r| Ok(values.get(r).cloned()))? {
-            let (channel, version): (String, String) =
-                (sql::get(row, "channel")?, sql::get(row, "version")?);
-            c.execute_typed(
-                SET_BLOB_PAYLOAD,
-                args![tenant, session, ns, channel, version, payload],
-            )
-            .await
-            .map_err(map_pg)?;
-        }
-    }
-    Ok(())
-}
-
-/// Every append blob's `base_version` is stored or comes in the same put, and every pending
-/// write an item refers to is stored on its channel: a `Conflict` otherwise (the writer
-/// sends the whole value instead).
-async fn check_bases(
-    c: &impl GenericClient,
-    tenant: &str,
-    session: Id,
-    new: &NewCheckpoint,
-) -> Result<()> {
-    for (i, channel, r, item) in new.write_refs() {
-        let row = c
-            .query_typed_opt(
-                WRITE_ROW,
-                args![
-                    tenant,
-                    session,
-                    new.checkpoint_ns,
-                    r.checkpoint_id,
-                    r.task_id,
-                    r.idx
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
-        let stored = match row {
-            Some(row) => {
-                let payload: Vec<u8> = sql::get(&row, "payload")?;
-                Some((
-                    sql::get::<String>(&row, "channel")?,
-                    unpack_payload(&payload)?,
-                ))
-            }
-            None => None,
-        };
-        check_write(
-            i,
-            channel,
-            &r,
-            item,
-            stored.as_ref().map(|(c, d)| (c.as_str(), d.as_slice())),
-        )?;
-    }
-    for (i, channel, base) in new.outside_bases() {
-        let stored = count(
-            c,
-            BLOB_EXISTS,
-            args![tenant, session, new.checkpoint_ns, channel, base],
-        )
-        .await?;
-        if stored == 0 {
-            return Err(missing_base(i, channel, base));
-        }
-    }
-    Ok(())
-}
-
-/// Deletes the blobs of `(session, ns)` that no remaining checkpoint needs.
-async fn collect_blobs(c: &impl GenericClient, tenant: &str, session: Id, ns: &str) -> Result<()> {
-    let kept = c
-        .query_typed(VERSIONS_OF_NS, args![tenant, session, ns])
-        .await
-        .map_err(map_pg)?;
-    let stored = c
-        .query_typed(BLOB_LINKS_OF_NS, args![tenant, session, ns])
-        .await
-        .map_err(map_pg)?;
-    let mut links: HashMap<String, HashMap<String, Option<String>>> = HashMap::new();
-    let mut all = Vec::with_capacity(stored.len());
-    for r in &stored {
-        let (channel, version, base): (String, String, Option<String>) = (
-            sql::get(r, "channel")?,
-            sql::get(r, "version")?,
-            sql::get(r, "base_version")?,
-        );
-        links
-            .entry(channel.clone())
-            .or_default()
-            .insert(version.clone(), base);
-        all.push((channel, version));
-    }
-    let mut needed: HashSet<(String, String)> = HashSet::new();
-    for r in &kept {
-        let text: String = sql::get(r, "channel_versions")?;
-        let versions: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        for (channel, version) in channel_version_pairs(&versions) {
-            let Some(chain) = links.get(&channel) else {
-                continue;
-            };
-            for v in chain_versions(&version, chain) {
-                needed.insert((channel.clone(), v));
-            }
-        }
-    }
-    let (channels, versions): (Vec<String>, Vec<String>) =
-        all.into_iter().filter(|k| !needed.contains(k)).unzip();
-    if !channels.is_empty() {
-        c.execute_typed(DELETE_BLOBS, args![tenant, session, ns, channels, versions])
-            .await
-            .map_err(map_pg)?;
-    }
-    Ok(())
-}
-
-async fn prune_thread(
-    c: &impl GenericClient,
-    tenant: &str,
-    session: Id,
-    strategy: PruneStrategy,
-) -> Result<u64> {
-    match strategy {
-        PruneStrategy::Delete => {
-            let n = c
-                .execute_typed(DELETE_THREAD_CHECKPOINTS, args![tenant, session])
-                .await
-                .map_err(map_pg)?;
-            for sql in [DELETE_THREAD_BLOBS, DELETE_THREAD_WRITES] {
-                c.execute_typed(sql, args![tenant, session])
-                    .await
-                    .map_err(map_pg)?;
-            }
-            Ok(n)
-        }
-        PruneStrategy::KeepLatest => {
-            let latest = c
-                .query_typed(LATEST_PER_NS, args![tenant, session])
-                .await
-                .map_err(map_pg)?;
-            let mut deleted = 0;
-            for r in &latest {
-                let ns: String = sql::get(r, "checkpoint_ns")?;
-                let keep: String = sql::get(r, "latest")?;
-                deleted += c
-                    .execute_typed(DELETE_OLDER, args![tenant, session, ns, keep])
-                    .await
-                    .map_err(map_pg)?;
-                collect_blobs(c, tenant, session, &ns).await?;
-                let gone = c
-                    .query_typed(
-                        WRITE_CHECKPOINTS_OTHER_THAN,
-                        args![tenant, session, ns, keep],
-                    )
-                    .await
-                    .map_err(map_pg)?
-                    .iter()
-                    .map(|r| sql::get(r, "checkpoint_id"))
-                    .collect::<Result<HashSet<String>>>()?;
-                settle_writes(c, tenant, session, &ns, &gone).await?;
-                c.execute_typed(DELETE_OLDER_WRITES, args![tenant, session, ns, keep])
-                    .await
-                    .map_err(map_pg)?;
-            }
-            Ok(deleted)
-        }
-    }
-}
-
-/// PostgreSQL text cannot hold NUL characters: said before anything is written.
-fn check_put(new: &NewCheckpoint) -> Result<()> {
-    let texts = [
-        ("thread_id", new.thread_id.as_str()),
-        ("checkpoint_ns", new.checkpoint_ns.as_str()),
-        ("checkpoint_id", new.checkpoint_id.as_str()),
-        ("checkpoint", new.checkpoint.type_name.as_str()),
-    ];
-    for (field, text) in texts {
-        check_text(field, text)?;
-    }
-    if let Some(parent) = &new.parent_checkpoint_id {
-        check_text("parent_checkpoint_id", parent)?;
-    }
-    for blob in &new.blobs {
-        check_text("blobs", &blob.channel)?;
-        check_text("blobs", &blob.version)?;
-        if let stepwise_store::BlobBody::Append {
-            base_version,
-            items,
-        } = &blob.body
-        {
-            if let Some(base) = base_version {
-                check_text("blobs", base)?;
-            }
-            // A reference to a pending write is the store's own item (see `WriteRef`).
-            for item in items.iter().filter(|i| WriteRef::of_item(i).is_none()) {
-                check_text("blobs", &item.type_name)?;
-            }
-        }
-        if let stepwise_store::BlobBody::Full(value) = &blob.body {
-            check_text("blobs", &value.type_name)?;
-        }
-    }
-    if json_text(&new.metadata).contains("\\u0000") {
-        return Err(StoreError::invalid(
-            "metadata",
-            "metadata may not contain NUL characters",
-        ));
-    }
-    Ok(())
 }
 
 impl PgStore {

@@ -2,6 +2,9 @@
 //! blobs and pending writes. Writes go through the writer thread like every other write;
 //! reads use the reader pool. Append chains are resolved with one query per channel (the
 //! channel's rows up to the wanted version), then walked in memory.
+//!
+//! `cleanup.rs`: pruning and collecting what no checkpoint needs. `document.rs`: export
+//! and import.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -12,9 +15,8 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    CheckpointRow, ResolvedBlobs, StoredBlob, StoredCheckpoint, StoredWrite, ThreadRows, WriteRef,
-    chain_versions, channel_version_pairs, check_write, checkpoint_cursor, missing_base,
-    pack_payload, resolve_chain, run_id_of, settle_payload, splice_writes, thread_document,
+    CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, channel_version_pairs, check_write,
+    checkpoint_cursor, missing_base, pack_payload, resolve_chain, run_id_of, splice_writes,
     unpack_payload, write_refs_of,
 };
 use stepwise_store::{
@@ -25,6 +27,12 @@ use stepwise_store::{
 use crate::rows::{Bid, bid, json_text};
 use crate::writer::map_sqlite;
 use crate::{SqliteStore, is_unique_violation};
+
+mod cleanup;
+mod document;
+
+use cleanup::{prune_thread, settle_writes};
+pub(crate) use document::{export_thread, import_thread};
 
 const FIND_THREAD: &str = "SELECT session_id FROM threads WHERE tenant_id = ?1 AND thread_id = ?2";
 const NAME_TAKEN: &str = "SELECT COUNT(*) FROM sessions WHERE tenant_id = ?1 AND name = ?2";
@@ -65,12 +73,6 @@ const WRITE_VALUE: &str = "SELECT type, payload FROM checkpoint_writes \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
 const WRITE_ROW: &str = "SELECT channel, payload FROM checkpoint_writes \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
-const APPENDS_OF_NS: &str = "SELECT channel, version, payload FROM checkpoint_blobs \
-     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND is_append = 1";
-const SET_BLOB_PAYLOAD: &str = "UPDATE checkpoint_blobs SET payload = ?6 \
-     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4 AND version = ?5";
-const WRITE_CHECKPOINTS_OTHER_THAN: &str = "SELECT DISTINCT checkpoint_id FROM checkpoint_writes \
-     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id <> ?4";
 const COUNT_CHECKPOINTS: &str =
     "SELECT COUNT(*) FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2";
 /// Whether a thread holds anything a copy would collide with: checkpoints, values or
@@ -94,176 +96,6 @@ const COPY_WRITES: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id,
 const RUN_CHECKPOINTS: &str = "SELECT session_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE tenant_id = ?1 AND run_id = ?2";
 const DELETE_CHECKPOINT: &str = "DELETE FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4";
 const DELETE_CHECKPOINT_WRITES: &str = "DELETE FROM checkpoint_writes WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4";
-const LATEST_PER_NS: &str = "SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2 GROUP BY checkpoint_ns";
-const DELETE_OLDER: &str = "DELETE FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id < ?4";
-const DELETE_OLDER_WRITES: &str = "DELETE FROM checkpoint_writes WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id <> ?4";
-const VERSIONS_OF_NS: &str = "SELECT channel_versions FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3";
-const BLOB_LINKS_OF_NS: &str = "SELECT channel, version, base_version FROM checkpoint_blobs WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3";
-const DELETE_BLOB: &str = "DELETE FROM checkpoint_blobs WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND channel = ?4 AND version = ?5";
-const DELETE_THREAD_CHECKPOINTS: &str =
-    "DELETE FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2";
-const DELETE_THREAD_BLOBS: &str =
-    "DELETE FROM checkpoint_blobs WHERE tenant_id = ?1 AND session_id = ?2";
-const DELETE_THREAD_WRITES: &str =
-    "DELETE FROM checkpoint_writes WHERE tenant_id = ?1 AND session_id = ?2";
-
-const THREAD_OF_SESSION: &str =
-    "SELECT thread_id FROM threads WHERE tenant_id = ?1 AND session_id = ?2";
-const EXPORT_CHECKPOINTS: &str = "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, created_at \
-     FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2 ORDER BY checkpoint_ns, checkpoint_id";
-const EXPORT_BLOBS: &str = "SELECT version, is_append, base_version, type, payload, checkpoint_ns, channel \
-     FROM checkpoint_blobs WHERE tenant_id = ?1 AND session_id = ?2 ORDER BY checkpoint_ns, channel, version";
-const EXPORT_WRITES: &str = "SELECT checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, payload \
-     FROM checkpoint_writes WHERE tenant_id = ?1 AND session_id = ?2 ORDER BY checkpoint_ns, checkpoint_id, task_path, task_id, idx";
-const IMPORT_CHECKPOINT: &str = "INSERT INTO checkpoints (tenant_id, session_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, run_id, created_at) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-const IMPORT_BLOB: &str = "INSERT INTO checkpoint_blobs (tenant_id, session_id, checkpoint_ns, channel, version, is_append, base_version, type, payload) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
-const IMPORT_WRITE: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-
-/// The thread a session is, with every row of it, for the session's export document.
-pub(crate) fn export_thread(
-    conn: &Connection,
-    tenant: &str,
-    session: Id,
-) -> Result<Option<DocumentThread>> {
-    let thread_id: Option<String> = conn
-        .prepare_cached(THREAD_OF_SESSION)
-        .and_then(|mut s| {
-            s.query_row(params![tenant, bid(session)], |r| r.get(0))
-                .optional()
-        })
-        .map_err(map_sqlite)?;
-    let Some(thread_id) = thread_id else {
-        return Ok(None);
-    };
-    let checkpoints = conn
-        .prepare_cached(EXPORT_CHECKPOINTS)
-        .and_then(|mut s| {
-            s.query_map(params![tenant, bid(session)], |r| {
-                let json = |text: String| serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
-                Ok(StoredCheckpoint {
-                    checkpoint_ns: r.get(0)?,
-                    checkpoint_id: r.get(1)?,
-                    parent_checkpoint_id: r.get(2)?,
-                    type_name: r.get(3)?,
-                    payload: r.get(4)?,
-                    metadata: json(r.get(5)?),
-                    channel_versions: json(r.get(6)?),
-                    created_at: Timestamp(r.get(7)?),
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(map_sqlite)?;
-    let blobs = conn
-        .prepare_cached(EXPORT_BLOBS)
-        .and_then(|mut s| {
-            s.query_map(params![tenant, bid(session)], |r| {
-                Ok((r.get(5)?, r.get(6)?, stored_blob(r)?))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(map_sqlite)?;
-    let writes = conn
-        .prepare_cached(EXPORT_WRITES)
-        .and_then(|mut s| {
-            s.query_map(params![tenant, bid(session)], |r| {
-                Ok(StoredWrite {
-                    checkpoint_ns: r.get(0)?,
-                    checkpoint_id: r.get(1)?,
-                    task_id: r.get(2)?,
-                    task_path: r.get(3)?,
-                    idx: r.get(4)?,
-                    channel: r.get(5)?,
-                    type_name: r.get(6)?,
-                    payload: r.get(7)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(map_sqlite)?;
-    thread_document(thread_id, checkpoints, blobs, writes).map(Some)
-}
-
-/// Writes an imported document's thread for its (new) session: the thread id must be free
-/// in the tenant (`Conflict` otherwise; the caller's transaction then writes nothing).
-pub(crate) fn import_thread(
-    conn: &Connection,
-    tenant: &str,
-    session: Id,
-    rows: &ThreadRows,
-    now: Timestamp,
-) -> Result<()> {
-    if find_thread(conn, tenant, &rows.thread_id)?.is_some() {
-        return Err(StoreError::Conflict(format!(
-            "thread '{}' already exists; delete it first or import without its checkpoints",
-            rows.thread_id
-        )));
-    }
-    execute(
-        conn,
-        INSERT_THREAD,
-        params![tenant, rows.thread_id, bid(session), now.0],
-    )?;
-    for (c, run_id, payload) in &rows.checkpoints {
-        execute(
-            conn,
-            IMPORT_CHECKPOINT,
-            params![
-                tenant,
-                bid(session),
-                c.checkpoint_ns,
-                c.checkpoint_id,
-                c.parent_checkpoint_id,
-                c.checkpoint.type_name,
-                payload,
-                json_text(&c.metadata),
-                json_text(&Value::Object(c.channel_versions.clone())),
-                run_id,
-                c.created_at.0
-            ],
-        )?;
-    }
-    for (ns, blob) in &rows.blobs {
-        let (is_append, base, type_name, payload) = blob.columns();
-        execute(
-            conn,
-            IMPORT_BLOB,
-            params![
-                tenant,
-                bid(session),
-                ns,
-                blob.channel,
-                blob.version,
-                is_append,
-                base,
-                type_name,
-                payload
-            ],
-        )?;
-    }
-    for (w, payload) in &rows.writes {
-        execute(
-            conn,
-            IMPORT_WRITE,
-            params![
-                tenant,
-                bid(session),
-                w.checkpoint_ns,
-                w.checkpoint_id,
-                w.task_id,
-                w.idx,
-                w.channel,
-                w.type_name,
-                payload,
-                w.task_path
-            ],
-        )?;
-    }
-    Ok(())
-}
 
 fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<usize> {
     conn.prepare_cached(sql)
@@ -507,23 +339,6 @@ fn complete(
     Ok(out)
 }
 
-/// The rows `sql` answers for one `(tenant, session, ns)`.
-fn ns_rows<T>(
-    conn: &Connection,
-    sql: &str,
-    tenant: &str,
-    session: Id,
-    ns: &str,
-    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> Result<Vec<T>> {
-    conn.prepare_cached(sql)
-        .and_then(|mut s| {
-            s.query_map(params![tenant, bid(session), ns], row)?
-                .collect()
-        })
-        .map_err(map_sqlite)
-}
-
 /// The value of one pending write.
 fn write_value(
     conn: &Connection,
@@ -551,35 +366,21 @@ fn write_value(
     .transpose()
 }
 
-/// Before the pending writes of `gone` checkpoints of `(session, ns)` are deleted, the
-/// append items that refer to them take a copy of their values.
-fn settle_writes(
+/// The rows `sql` answers for one `(tenant, session, ns)`.
+fn ns_rows<T>(
     conn: &Connection,
+    sql: &str,
     tenant: &str,
     session: Id,
     ns: &str,
-    gone: &HashSet<String>,
-) -> Result<()> {
-    if gone.is_empty() {
-        return Ok(());
-    }
-    let appends: Vec<(String, String, Vec<u8>)> =
-        ns_rows(conn, APPENDS_OF_NS, tenant, session, ns, |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?;
-    for (channel, version, payload) in appends {
-        let settled = settle_payload(&payload, gone, |r| {
-            write_value(conn, tenant, session, ns, r)
-        })?;
-        if let Some(payload) = settled {
-            execute(
-                conn,
-                SET_BLOB_PAYLOAD,
-                params![tenant, bid(session), ns, channel, version, payload],
-            )?;
-        }
-    }
-    Ok(())
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| {
+            s.query_map(params![tenant, bid(session), ns], row)?
+                .collect()
+        })
+        .map_err(map_sqlite)
 }
 
 /// Every append blob's `base_version` is stored or comes in the same put, and every pending
@@ -627,95 +428,6 @@ fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint
         }
     }
     Ok(())
-}
-
-/// Deletes the blobs of `(session, ns)` that no remaining checkpoint needs.
-fn collect_blobs(conn: &Connection, tenant: &str, session: Id, ns: &str) -> Result<()> {
-    let kept: Vec<String> = ns_rows(conn, VERSIONS_OF_NS, tenant, session, ns, |r| r.get(0))?;
-    let mut links: HashMap<String, HashMap<String, Option<String>>> = HashMap::new();
-    let stored: Vec<(String, String, Option<String>)> =
-        ns_rows(conn, BLOB_LINKS_OF_NS, tenant, session, ns, |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?;
-    for (channel, version, base) in &stored {
-        links
-            .entry(channel.clone())
-            .or_default()
-            .insert(version.clone(), base.clone());
-    }
-    let mut needed: HashSet<(String, String)> = HashSet::new();
-    for text in kept {
-        let versions: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        for (channel, version) in channel_version_pairs(&versions) {
-            let Some(chain) = links.get(&channel) else {
-                continue;
-            };
-            for v in chain_versions(&version, chain) {
-                needed.insert((channel.clone(), v));
-            }
-        }
-    }
-    for (channel, version, _) in stored {
-        if !needed.contains(&(channel.clone(), version.clone())) {
-            execute(
-                conn,
-                DELETE_BLOB,
-                params![tenant, bid(session), ns, channel, version],
-            )?;
-        }
-    }
-    Ok(())
-}
-
-fn prune_thread(
-    conn: &Connection,
-    tenant: &str,
-    session: Id,
-    strategy: PruneStrategy,
-) -> Result<u64> {
-    match strategy {
-        PruneStrategy::Delete => {
-            let n = execute(
-                conn,
-                DELETE_THREAD_CHECKPOINTS,
-                params![tenant, bid(session)],
-            )? as u64;
-            execute(conn, DELETE_THREAD_BLOBS, params![tenant, bid(session)])?;
-            execute(conn, DELETE_THREAD_WRITES, params![tenant, bid(session)])?;
-            Ok(n)
-        }
-        PruneStrategy::KeepLatest => {
-            let latest: Vec<(String, String)> = conn
-                .prepare_cached(LATEST_PER_NS)
-                .and_then(|mut s| {
-                    s.query_map(params![tenant, bid(session)], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })?
-                    .collect()
-                })
-                .map_err(map_sqlite)?;
-            let mut deleted = 0;
-            for (ns, keep) in latest {
-                deleted +=
-                    execute(conn, DELETE_OLDER, params![tenant, bid(session), ns, keep])? as u64;
-                collect_blobs(conn, tenant, session, &ns)?;
-                let gone: HashSet<String> = conn
-                    .prepare_cached(WRITE_CHECKPOINTS_OTHER_THAN)
-                    .and_then(|mut s| {
-                        s.query_map(params![tenant, bid(session), ns, keep], |r| r.get(0))?
-                            .collect()
-                    })
-                    .map_err(map_sqlite)?;
-                settle_writes(conn, tenant, session, &ns, &gone)?;
-                execute(
-                    conn,
-                    DELETE_OLDER_WRITES,
-                    params![tenant, bid(session), ns, keep],
-                )?;
-            }
-            Ok(deleted)
-        }
-    }
 }
 
 impl SqliteStore {
