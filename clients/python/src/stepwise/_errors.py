@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 __all__ = ["StepwiseError"]
@@ -129,3 +130,26 @@ def error_from_answer(
     if method and url:
         message += f" ({method} {url})"
     return StepwiseError(code, message, status=status, method=method, url=url, body=body)
+
+
+def parse_answer(status: int, content: bytes, *, method: str, path: str, url: str) -> Any:
+    """The parsed JSON of an answer read off a lean connection (``None`` when empty): the
+    API's error for a non-2xx status, ``invalid_response`` for a 2xx one that is not JSON."""
+    parsed: Any = None
+    text = ""
+    if content:
+        try:
+            parsed = json.loads(content)
+        except ValueError:
+            text = content[:2000].decode("utf-8", "replace")
+    if not 200 <= status < 300:
+        raise error_from_answer(status, parsed, text, method=method, url=url)
+    if text:
+        raise StepwiseError(
+            "invalid_response",
+            f"the answer to {method} {path} is not JSON: {text[:200]!r}",
+            status=status,
+            method=method,
+            url=url,
+        )
+    return parsed

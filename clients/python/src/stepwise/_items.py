@@ -22,7 +22,7 @@ import httpx
 
 from ._async_client import AsyncStepwise
 from ._direct import direct_target
-from ._errors import StepwiseError, error_from_answer
+from ._errors import StepwiseError, parse_answer
 from ._retry import RetryPolicy, retry_after_seconds
 
 __all__ = ["ItemsConnection", "fast_path_for"]
@@ -150,26 +150,7 @@ class ItemsConnection:
                     await asyncio.sleep(self._retry_after(headers) or self._backoff(attempt))
                     continue
                 break
-        parsed: Any = None
-        text = ""
-        if content:
-            try:
-                parsed = json.loads(content)
-            except ValueError:
-                text = content[:2000].decode("utf-8", "replace")
-        if not 200 <= status < 300:
-            raise error_from_answer(
-                status, parsed, text, method=method, url=self.url(path), reason=""
-            )
-        if text:
-            raise StepwiseError(
-                "invalid_response",
-                f"the answer to {method} {path} is not JSON: {text[:200]!r}",
-                status=status,
-                method=method,
-                url=self.url(path),
-            )
-        return parsed
+        return parse_answer(status, content, method=method, path=path, url=self.url(path))
 
     def _backoff(self, attempt: int) -> float:
         return self._policy.backoff_delay(attempt - 1)

@@ -65,7 +65,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._direct import direct_target
-from ._errors import StepwiseError, error_from_answer
+from ._errors import StepwiseError, parse_answer
 from ._retry import RetryPolicy, retry_after_seconds
 
 __all__ = ["StepwiseSaver", "AsyncStepwiseSaver"]
@@ -844,16 +844,7 @@ class _FastHTTP:
                 time.sleep(self._backoff(attempt) if wait is None else min(wait, self._policy.max_retry_after))
                 continue
             break
-        parsed: Any = None
-        text = ""
-        if content:
-            try:
-                parsed = json.loads(content)
-            except ValueError:
-                text = content[:2000].decode("utf-8", "replace")
-        if not 200 <= status < 300:
-            raise error_from_answer(status, parsed, text, method=method, url=f"http://{self.host}:{self.port}{target}")
-        return parsed
+        return parse_answer(status, content, method=method, path=path, url=f"http://{self.host}:{self.port}{target}")
 
     def _backoff(self, attempt: int) -> float:
         return self._policy.backoff_delay(attempt - 1)
