@@ -100,8 +100,8 @@ const COPY_CHECKPOINTS: &str = "INSERT INTO checkpoints (tenant_id, session_id, 
 const COPY_BLOBS: &str = "INSERT INTO checkpoint_blobs (tenant_id, session_id, checkpoint_ns, channel, version, is_append, base_version, type, payload) \
      SELECT tenant_id, $3, checkpoint_ns, channel, version, is_append, base_version, type, payload \
      FROM checkpoint_blobs WHERE tenant_id = $1 AND session_id = $2";
-const COPY_WRITES: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path) \
-     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path \
+const COPY_WRITES: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path, referenced) \
+     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path, referenced \
      FROM checkpoint_writes WHERE tenant_id = $1 AND session_id = $2";
 const DELETE_RUN_WRITES: &str = "DELETE FROM checkpoint_writes w USING checkpoints c \
      WHERE c.tenant_id = $1 AND c.run_id = ANY($2) AND w.tenant_id = c.tenant_id AND w.session_id = c.session_id \

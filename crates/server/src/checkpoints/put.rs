@@ -303,6 +303,7 @@ pub async fn put<S: Store>(
               (status = 200, body = CheckpointStored, description = "Already stored: nothing was written"),
               (status = 400, body = ErrorBody, description = "The body is not valid (`field` names the part); nothing was written"),
               (status = 404, body = ErrorBody, description = "No such thread or checkpoint in the caller's tenant (`not_found`)"),
+              (status = 409, body = ErrorBody, description = "An `append` blob's base is not stored, or a pending write an item refers to is not stored on its channel with those bytes, or another item refers to it already (`conflict`); nothing was written: send the items, or the whole value"),
               (status = 422, body = ErrorBody, description = "Checkpoints need the SQLite or PostgreSQL backend (`invalid_state`)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

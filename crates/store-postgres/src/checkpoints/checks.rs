@@ -3,7 +3,7 @@
 //! items refer to stored with the bytes they name.
 
 use stepwise_core::Id;
-use stepwise_store::checkpoints::{WriteRef, check_write, missing_base, unpack_payload};
+use stepwise_store::checkpoints::{StoredRef, WriteRef, check_write, missing_base, unpack_payload};
 use stepwise_store::{NewCheckpoint, Result, StoreError};
 use tokio_postgres::GenericClient;
 
@@ -11,7 +11,12 @@ use crate::sql::{self, args, check_text, count, json_text, map_pg};
 
 const BLOB_EXISTS: &str = "SELECT COUNT(*) AS n FROM checkpoint_blobs \
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND channel = $4 AND version = $5";
-const WRITE_ROW: &str = "SELECT channel, payload FROM checkpoint_writes \
+// Locked until the put commits: two puts that refer to one write take turns, and the second
+// finds it referenced.
+const WRITE_ROW: &str = "SELECT channel, payload, referenced FROM checkpoint_writes \
+     WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id = $4 AND task_id = $5 AND idx = $6 \
+     FOR UPDATE";
+const MARK_REFERENCED: &str = "UPDATE checkpoint_writes SET referenced = TRUE \
      WHERE tenant_id = $1 AND session_id = $2 AND checkpoint_ns = $3 AND checkpoint_id = $4 AND task_id = $5 AND idx = $6";
 
 /// Every append blob's `base_version` is stored or comes in the same put, and every pending
@@ -24,26 +29,22 @@ pub(super) async fn check_bases(
     new: &NewCheckpoint,
 ) -> Result<()> {
     for (i, channel, r, item) in new.write_refs() {
-        let row = c
-            .query_typed_opt(
-                WRITE_ROW,
-                args![
-                    tenant,
-                    session,
-                    new.checkpoint_ns,
-                    r.checkpoint_id,
-                    r.task_id,
-                    r.idx
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
+        let key = args![
+            tenant,
+            session,
+            new.checkpoint_ns,
+            r.checkpoint_id,
+            r.task_id,
+            r.idx
+        ];
+        let row = c.query_typed_opt(WRITE_ROW, key).await.map_err(map_pg)?;
         let stored = match row {
             Some(row) => {
                 let payload: Vec<u8> = sql::get(&row, "payload")?;
                 Some((
                     sql::get::<String>(&row, "channel")?,
                     unpack_payload(&payload)?,
+                    sql::get::<bool>(&row, "referenced")?,
                 ))
             }
             None => None,
@@ -53,8 +54,16 @@ pub(super) async fn check_bases(
             channel,
             &r,
             item,
-            stored.as_ref().map(|(c, d)| (c.as_str(), d.as_slice())),
+            stored.as_ref().map(|(c, d, referenced)| StoredRef {
+                channel: c,
+                data: d,
+                referenced: *referenced,
+            }),
         )?;
+        // Seen by the next item of this put too: a write stands for one item.
+        c.execute_typed(MARK_REFERENCED, key)
+            .await
+            .map_err(map_pg)?;
     }
     for (i, channel, base) in new.outside_bases() {
         let stored = count(

@@ -15,9 +15,9 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, channel_version_pairs, check_write,
-    checkpoint_cursor, missing_base, pack_payload, resolve_chain, run_id_of, splice_writes,
-    unpack_payload, write_refs_of,
+    CheckpointRow, ResolvedBlobs, StoredBlob, StoredRef, WriteRef, channel_version_pairs,
+    check_write, checkpoint_cursor, missing_base, pack_payload, resolve_chain, run_id_of,
+    splice_writes, unpack_payload, write_refs_of,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
@@ -71,7 +71,9 @@ const WRITES_OF: &str = "SELECT task_id, idx, channel, type, payload, task_path 
      ORDER BY task_path, task_id, idx";
 const WRITE_VALUE: &str = "SELECT type, payload FROM checkpoint_writes \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
-const WRITE_ROW: &str = "SELECT channel, payload FROM checkpoint_writes \
+const WRITE_ROW: &str = "SELECT channel, payload, referenced FROM checkpoint_writes \
+     WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
+const MARK_REFERENCED: &str = "UPDATE checkpoint_writes SET referenced = 1 \
      WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND task_id = ?5 AND idx = ?6";
 const COUNT_CHECKPOINTS: &str =
     "SELECT COUNT(*) FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2";
@@ -90,8 +92,8 @@ const COPY_CHECKPOINTS: &str = "INSERT INTO checkpoints (tenant_id, session_id, 
 const COPY_BLOBS: &str = "INSERT INTO checkpoint_blobs (tenant_id, session_id, checkpoint_ns, channel, version, is_append, base_version, type, payload) \
      SELECT tenant_id, ?3, checkpoint_ns, channel, version, is_append, base_version, type, payload \
      FROM checkpoint_blobs WHERE tenant_id = ?1 AND session_id = ?2";
-const COPY_WRITES: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path) \
-     SELECT tenant_id, ?3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path \
+const COPY_WRITES: &str = "INSERT INTO checkpoint_writes (tenant_id, session_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path, referenced) \
+     SELECT tenant_id, ?3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, payload, task_path, referenced \
      FROM checkpoint_writes WHERE tenant_id = ?1 AND session_id = ?2";
 const RUN_CHECKPOINTS: &str = "SELECT session_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE tenant_id = ?1 AND run_id = ?2";
 const DELETE_CHECKPOINT: &str = "DELETE FROM checkpoints WHERE tenant_id = ?1 AND session_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4";
@@ -388,25 +390,25 @@ fn ns_rows<T>(
 /// sends the whole value instead).
 fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint) -> Result<()> {
     for (i, channel, r, item) in new.write_refs() {
-        let stored: Option<(String, Vec<u8>)> = conn
+        let key = params![
+            tenant,
+            bid(session),
+            new.checkpoint_ns,
+            r.checkpoint_id,
+            r.task_id,
+            r.idx
+        ];
+        let stored: Option<(String, Vec<u8>, bool)> = conn
             .prepare_cached(WRITE_ROW)
             .and_then(|mut s| {
-                s.query_row(
-                    params![
-                        tenant,
-                        bid(session),
-                        new.checkpoint_ns,
-                        r.checkpoint_id,
-                        r.task_id,
-                        r.idx
-                    ],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
-                )
-                .optional()
+                s.query_row(key, |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .optional()
             })
             .map_err(map_sqlite)?;
         let stored = match stored {
-            Some((channel, payload)) => Some((channel, unpack_payload(&payload)?)),
+            Some((channel, payload, referenced)) => {
+                Some((channel, unpack_payload(&payload)?, referenced))
+            }
             None => None,
         };
         check_write(
@@ -414,8 +416,14 @@ fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint
             channel,
             &r,
             item,
-            stored.as_ref().map(|(c, d)| (c.as_str(), d.as_slice())),
+            stored.as_ref().map(|(c, d, referenced)| StoredRef {
+                channel: c,
+                data: d,
+                referenced: *referenced,
+            }),
         )?;
+        // Seen by the next item of this put too: a write stands for one item.
+        execute(conn, MARK_REFERENCED, key)?;
     }
     for (i, channel, base) in new.outside_bases() {
         let stored = count(

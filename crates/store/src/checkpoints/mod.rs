@@ -25,7 +25,7 @@ mod refs;
 
 pub use document::{StoredCheckpoint, StoredWrite, ThreadRows, thread_document, thread_rows};
 pub use refs::{
-    SPLICE_PREFIX, WRITE_REF_TYPE, WriteKey, WriteRef, check_write, item_type, refs_to,
+    SPLICE_PREFIX, StoredRef, WRITE_REF_TYPE, WriteKey, WriteRef, check_write, item_type, refs_to,
     settle_payload, sha256_hex, splice_items, splice_writes, write_refs_of,
 };
 

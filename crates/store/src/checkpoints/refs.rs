@@ -11,16 +11,29 @@ use super::{
 use crate::error::{Result, StoreError};
 use stepwise_core::Id;
 
-/// Checks a reference of a put against the write it names, as stored (`(channel, type,
-/// data)`, `None` when it is not): the write must be on the blob's channel and, where the
-/// item names the SHA-256 of the bytes it stands for, hold those bytes. A `Conflict`
-/// otherwise (the writer sends the items instead).
+/// A pending write as a put's reference finds it stored.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredRef<'a> {
+    pub channel: &'a str,
+    /// The write's bytes (unpacked).
+    pub data: &'a [u8],
+    /// Whether an append item of a stored checkpoint (or an earlier item of this put)
+    /// refers to it already.
+    pub referenced: bool,
+}
+
+/// Checks a reference of a put against the write it names, as stored (`None` when it is
+/// not): the write must be on the blob's channel, not referred to by any other item (so a
+/// write is read in place of one item only, and a value copied into one item when the write
+/// goes: a thread's size stays what was sent) and, where the item names the SHA-256 of the
+/// bytes it stands for, hold those bytes. A `Conflict` otherwise (the writer sends the
+/// items instead). The backend then marks the write referenced, in the put's transaction.
 pub fn check_write(
     index: usize,
     channel: &str,
     write: &WriteRef,
     item: &TypedValue,
-    stored: Option<(&str, &[u8])>,
+    stored: Option<StoredRef<'_>>,
 ) -> Result<()> {
     let refuse = |why: &str| {
         Err(StoreError::Conflict(format!(
@@ -28,11 +41,14 @@ pub fn check_write(
             write.task_id, write.idx, write.checkpoint_id
         )))
     };
-    let Some((_, data)) = stored.filter(|(c, _)| *c == channel) else {
+    let Some(stored) = stored.filter(|s| s.channel == channel) else {
         return refuse(&format!("is not stored on channel '{channel}'"));
     };
+    if stored.referenced {
+        return refuse("is referred to by another append item already");
+    }
     match WriteRef::digest_of(item) {
-        Some(digest) if digest != sha256_hex(data) => {
+        Some(digest) if digest != sha256_hex(stored.data) => {
             refuse("holds other bytes than the item names")
         }
         _ => Ok(()),

@@ -71,6 +71,15 @@ async fn latest_items<S: Store>(
         .collect()
 }
 
+/// A checkpoint `id` of `thread` forked from 002 (sorting before 003, the latest), whose
+/// `messages` append on version 2 holds `refs`.
+fn fork(thread: &str, id: &str, refs: Vec<TypedValue>) -> NewCheckpoint {
+    let mut c = checkpoint(thread, "", id, Some("002"));
+    c.channel_versions = versions(&[("messages", id)]);
+    c.blobs = vec![append_refs(id, "2", refs)];
+    c
+}
+
 fn item(data: &str, spliced: bool) -> (String, String, bool) {
     ("json".into(), data.into(), spliced)
 }
@@ -148,6 +157,42 @@ pub async fn checkpoint_write_refs<H: Harness>(harness: &H) {
     c3.blobs = vec![append_refs("3", "2", vec![write_ref("002", "task-c")])];
     assert!(put(&store, &t, c3).await);
 
+    // A write stands for one item, so reading or settling a thread costs what was sent: a
+    // fork of 002 that refers to task-c's write again is refused, and so is a put naming
+    // one write twice (which then marks nothing: the write can be referred to once after).
+    ok(
+        checkpoints(&store)
+            .put_checkpoint_writes(&t, writes("002", "task-d", "messages", "[m4]"))
+            .await,
+        "writes",
+    );
+    for (refs, what) in [
+        (
+            vec![write_ref("002", "task-c")],
+            "a write another checkpoint refers to",
+        ),
+        (
+            vec![write_ref("002", "task-d"), write_ref("002", "task-d")],
+            "one write twice",
+        ),
+    ] {
+        assert_err!(
+            checkpoints(&store)
+                .put_checkpoint(&t, fork("refs", "002a", refs))
+                .await,
+            stepwise_store::StoreError::Conflict(_),
+            "{what}"
+        );
+    }
+    assert!(
+        put(
+            &store,
+            &t,
+            fork("refs", "002a", vec![write_ref("002", "task-d")])
+        )
+        .await
+    );
+
     // Read back: the write's value in the item's place, marked as a list to splice.
     let expected = vec![
         item("[m1a,m1b]", true),
@@ -185,6 +230,17 @@ pub async fn checkpoint_write_refs<H: Harness>(harness: &H) {
         "copy",
     );
     assert_eq!(latest_items(&store, &t, "refs-copy").await, expected);
+    // The copy's writes are referred to as the original's are.
+    assert_err!(
+        checkpoints(&store)
+            .put_checkpoint(
+                &t,
+                fork("refs-copy", "002b", vec![write_ref("002", "task-c")])
+            )
+            .await,
+        stepwise_store::StoreError::Conflict(_),
+        "a copied write its copied item refers to"
+    );
     let session_id = some(checkpoints(&store).get_thread(&t, "refs").await, "thread").session_id;
     let doc = some(
         stepwise_store::export_session(&store, &t, session_id).await,
