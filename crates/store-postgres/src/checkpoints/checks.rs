@@ -3,7 +3,7 @@
 //! items refer to stored with the bytes they name.
 
 use stepwise_core::Id;
-use stepwise_store::checkpoints::{StoredRef, WriteRef, check_write, missing_base, unpack_payload};
+use stepwise_store::checkpoints::{StoredRef, WriteRef, check_write, missing_base};
 use stepwise_store::{NewCheckpoint, Result, StoreError};
 use tokio_postgres::GenericClient;
 
@@ -39,27 +39,14 @@ pub(super) async fn check_bases(
         ];
         let row = c.query_typed_opt(WRITE_ROW, key).await.map_err(map_pg)?;
         let stored = match row {
-            Some(row) => {
-                let payload: Vec<u8> = sql::get(&row, "payload")?;
-                Some((
-                    sql::get::<String>(&row, "channel")?,
-                    unpack_payload(&payload)?,
-                    sql::get::<bool>(&row, "referenced")?,
-                ))
-            }
+            Some(row) => Some(StoredRef {
+                channel: sql::get(&row, "channel")?,
+                payload: sql::get(&row, "payload")?,
+                referenced: sql::get(&row, "referenced")?,
+            }),
             None => None,
         };
-        check_write(
-            i,
-            channel,
-            &r,
-            item,
-            stored.as_ref().map(|(c, d, referenced)| StoredRef {
-                channel: c,
-                data: d,
-                referenced: *referenced,
-            }),
-        )?;
+        check_write(i, channel, &r, item, stored)?;
         // Seen by the next item of this put too: a write stands for one item.
         c.execute_typed(MARK_REFERENCED, key)
             .await

@@ -398,30 +398,20 @@ fn check_bases(conn: &Connection, tenant: &str, session: Id, new: &NewCheckpoint
             r.task_id,
             r.idx
         ];
-        let stored: Option<(String, Vec<u8>, bool)> = conn
+        let stored = conn
             .prepare_cached(WRITE_ROW)
             .and_then(|mut s| {
-                s.query_row(key, |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-                    .optional()
+                s.query_row(key, |row| {
+                    Ok(StoredRef {
+                        channel: row.get(0)?,
+                        payload: row.get(1)?,
+                        referenced: row.get(2)?,
+                    })
+                })
+                .optional()
             })
             .map_err(map_sqlite)?;
-        let stored = match stored {
-            Some((channel, payload, referenced)) => {
-                Some((channel, unpack_payload(&payload)?, referenced))
-            }
-            None => None,
-        };
-        check_write(
-            i,
-            channel,
-            &r,
-            item,
-            stored.as_ref().map(|(c, d, referenced)| StoredRef {
-                channel: c,
-                data: d,
-                referenced: *referenced,
-            }),
-        )?;
+        check_write(i, channel, &r, item, stored)?;
         // Seen by the next item of this put too: a write stands for one item.
         execute(conn, MARK_REFERENCED, key)?;
     }

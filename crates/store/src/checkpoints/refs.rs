@@ -12,11 +12,11 @@ use crate::error::{Result, StoreError};
 use stepwise_core::Id;
 
 /// A pending write as a put's reference finds it stored.
-#[derive(Debug, Clone, Copy)]
-pub struct StoredRef<'a> {
-    pub channel: &'a str,
-    /// The write's bytes (unpacked).
-    pub data: &'a [u8],
+#[derive(Debug, Clone)]
+pub struct StoredRef {
+    pub channel: String,
+    /// The write's payload as stored (see [`pack_payload`]).
+    pub payload: Vec<u8>,
     /// Whether an append item of a stored checkpoint (or an earlier item of this put)
     /// refers to it already.
     pub referenced: bool,
@@ -33,7 +33,7 @@ pub fn check_write(
     channel: &str,
     write: &WriteRef,
     item: &TypedValue,
-    stored: Option<StoredRef<'_>>,
+    stored: Option<StoredRef>,
 ) -> Result<()> {
     let refuse = |why: &str| {
         Err(StoreError::Conflict(format!(
@@ -48,7 +48,7 @@ pub fn check_write(
         return refuse("is referred to by another append item already");
     }
     match WriteRef::digest_of(item) {
-        Some(digest) if digest != sha256_hex(stored.data) => {
+        Some(digest) if digest != sha256_hex(&unpack_payload(&stored.payload)?) => {
             refuse("holds other bytes than the item names")
         }
         _ => Ok(()),
