@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langgraph.types import Command
 
-from ..langgraph import _text_of, _tool_call
+from .._langgraph_wire import _text_of, _tool_call
 from ._run import Run
 
 __all__ = ["langgraph_handler"]
