@@ -36,7 +36,7 @@ from smolagents.monitoring import Timing, TokenUsage  # noqa: E402
 
 from stepwise import Stepwise  # noqa: E402
 from stepwise.smolagents import StepwiseMemory, decode_step, encode_step  # noqa: E402
-import stepwise.smolagents as smol  # noqa: E402
+from stepwise._smolagents_sender import _BATCH_MAX  # noqa: E402
 from stepwise.testing import local_server  # noqa: E402
 
 RFC3339_MICROS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -402,8 +402,8 @@ def test_queued_steps_go_out_in_batches_in_order_once(server, client, name):
     assert posts[0] == ("one", [1])
     assert [n for _, numbers in posts for n in numbers] == list(range(1, total + 1))
     assert all(len(numbers) <= 1_000 for _, numbers in posts)
-    assert len(posts[1]) and len(posts[1][1]) >= smol._BATCH_MAX  # queued while the task was held
-    assert len(posts) <= 2 + (total - 1) // smol._BATCH_MAX
+    assert len(posts[1]) and len(posts[1][1]) >= _BATCH_MAX  # queued while the task was held
+    assert len(posts) <= 2 + (total - 1) // _BATCH_MAX
     # The execution is completed only after its last step went out.
     ends = [i for i, (method, path, _) in enumerate(transport.requests) if path.endswith("/complete")]
     assert ends == [len(transport.requests) - 1]
@@ -993,7 +993,7 @@ def _random_value(rng, depth=0):
 def test_payload_round_trip_of_random_values():
     import random
 
-    from stepwise.smolagents import _dec, _enc
+    from stepwise._smolagents_codec import _dec, _enc
 
     for seed in range(400):
         rng = random.Random(seed)

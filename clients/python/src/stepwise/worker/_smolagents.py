@@ -28,7 +28,7 @@ from smolagents.models import ChatMessageStreamDelta
 from smolagents.tools import Tool
 from smolagents.utils import make_json_serializable
 
-from ..smolagents import _tool_inputs, decode_step, encode_step, memory_steps
+from .._smolagents_codec import _tool_inputs, decode_step, encode_step, memory_steps
 from ._run import Cancelled, Run, _is_answer
 
 __all__ = ["smolagents_handler"]
