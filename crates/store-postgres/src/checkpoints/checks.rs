@@ -28,7 +28,11 @@ pub(super) async fn check_bases(
     session: Id,
     new: &NewCheckpoint,
 ) -> Result<()> {
-    for (i, channel, r, item) in new.write_refs() {
+    // The rows are locked in one order (by key), so two puts naming the same writes in other
+    // orders wait for each other instead of deadlocking.
+    let mut refs: Vec<_> = new.write_refs().collect();
+    refs.sort_by(|a, b| (&a.2.task_id, a.2.idx).cmp(&(&b.2.task_id, b.2.idx)));
+    for (i, channel, r, item) in refs {
         let key = args![
             tenant,
             session,
