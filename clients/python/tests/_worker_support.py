@@ -160,6 +160,11 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
     yield start
     for worker in started:
+        code = worker.process.poll()
+        if code is not None and code > 0:
+            # Shown with a failing test's output: a worker that died on its own (an import
+            # error, say) otherwise only shows as an execution nobody claimed.
+            print(f"worker {worker.target} exited with status {code}; its log ends:\n{worker.log()[-3000:]}")
         worker.close()
 
 
