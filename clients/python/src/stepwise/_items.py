@@ -14,7 +14,6 @@ API's error shape as `StepwiseError`, and retries of idempotent calls after conn
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Mapping
 from urllib.parse import quote, urlencode
 
@@ -23,12 +22,12 @@ import httpx
 from ._async_client import AsyncStepwise
 from ._direct import direct_target
 from ._errors import StepwiseError, parse_answer
+from ._http1 import MAX_HEAD_BYTES, fixed_head, read_answer, request_bytes
 from ._retry import RetryPolicy, retry_after_seconds
 
 __all__ = ["ItemsConnection", "fast_path_for"]
 
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
-_MAX_HEADER_BYTES = 64 * 1024
 
 
 def fast_path_for(client: AsyncStepwise) -> "ItemsConnection | None":
@@ -64,14 +63,7 @@ class ItemsConnection:
         self.timeout = timeout
         self.max_retries = max_retries
         self._policy = RetryPolicy(max_retries)
-        host_header = host if port == 80 else f"{host}:{port}"
-        if ":" in host and not host.startswith("["):
-            host_header = f"[{host}]" if port == 80 else f"[{host}]:{port}"
-        lines = [f"Host: {host_header}"]
-        for key, value in headers.items():
-            if key.lower() not in {"host", "content-length", "content-type", "connection"}:
-                lines.append(f"{key}: {value}")
-        self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        self._head = fixed_head(host, port, headers)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock: asyncio.Lock | None = None
@@ -106,16 +98,7 @@ class ItemsConnection:
         target = quote(self.prefix + path, safe="/:@!$&'()*+,;=-._~")
         if params:
             target += "?" + urlencode({k: str(v) for k, v in params.items()})
-        body = b""
-        head = f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + self._head
-        if json_body is not None:
-            body = json.dumps(
-                json_body, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-            ).encode("utf-8")
-            head += b"Content-Type: application/json\r\n"
-        if json_body is not None or method in ("POST", "PUT", "PATCH"):
-            head += f"Content-Length: {len(body)}\r\n".encode("latin-1")
-        message = head + b"\r\n" + body
+        message = request_bytes(method, target, self._head, json_body)
         if self._lock is None:
             self._lock = asyncio.Lock()
         attempt = 0
@@ -130,7 +113,7 @@ class ItemsConnection:
                     self._drop()
                     raise
                 except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.TimeoutError,
-                        ValueError) as exc:
+                        asyncio.LimitOverrunError, ValueError) as exc:
                     self._drop()
                     # A kept-alive connection the server closed meanwhile fails at once: the
                     # first retry goes without a pause.
@@ -162,41 +145,24 @@ class ItemsConnection:
     async def _exchange(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
         if self._writer is None or self._reader is None or self._writer.is_closing():
             self._reader, self._writer = await asyncio.open_connection(
-                self.host, self.port, limit=_MAX_HEADER_BYTES
+                self.host, self.port, limit=MAX_HEAD_BYTES
             )
         reader, writer = self._reader, self._writer
         writer.write(message)
         await writer.drain()
-        raw = await reader.readuntil(b"\r\n\r\n")
-        lines = raw.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-            raise ValueError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
-        status = int(parts[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            if ":" in line:
-                key, value = line.split(":", 1)
-                headers[key.strip().lower()] = value.strip()
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            chunks = []
+        reading = read_answer()
+        kind, arg = next(reading)
+        try:
             while True:
-                size_line = await reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                        pass
-                    break
-                chunks.append(await reader.readexactly(size))
-                await reader.readexactly(2)
-            content = b"".join(chunks)
-        elif "content-length" in headers:
-            content = await reader.readexactly(int(headers["content-length"]))
-        elif status in (204, 304) or 100 <= status < 200:
-            content = b""
-        else:
-            content = await reader.read()
-            headers["connection"] = "close"
-        if headers.get("connection", "").lower() == "close":
+                if kind == "until":
+                    data = await reader.readuntil(arg)
+                elif kind == "exactly":
+                    data = await reader.readexactly(arg)
+                else:
+                    data = await reader.read()
+                kind, arg = reading.send(data)
+        except StopIteration as done:
+            status, headers, content, close = done.value
+        if close:
             self._drop()
         return status, headers, content
