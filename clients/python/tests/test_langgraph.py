@@ -28,7 +28,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
-from stepwise import AsyncStepwise, Stepwise, StepwiseError
+from stepwise import Stepwise, StepwiseError
 from stepwise.langgraph import AsyncStepwiseSaver, StepwiseSaver
 from stepwise.testing import LocalServer, find_binary, local_server
 

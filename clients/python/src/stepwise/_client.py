@@ -8,13 +8,13 @@ from typing import Any, Iterator, Mapping
 
 import httpx
 
-from ._base import (
-    BaseClient,
+from ._base import BaseClient
+from ._calls import (
+    UNSET,
     Call,
     EventStreamState,
     Flow,
     Sleep,
-    UNSET,
     connection_error,
     next_page,
     read_answer,

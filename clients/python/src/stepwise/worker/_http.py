@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .._base import UNSET, Call, connection_error, read_answer
+from .._calls import UNSET, Call, connection_error, read_answer
 from .._errors import StepwiseError
 
 __all__ = ["Api", "LEASE_HEADER", "is_transient", "is_lease_lost", "Backoff"]

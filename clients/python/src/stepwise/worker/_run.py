@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
-from .._base import seg
+from .._calls import seg
 from .._errors import StepwiseError
 from ._http import Api, is_lease_lost, retrying
 

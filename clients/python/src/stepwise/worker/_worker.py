@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Mapping, TypeVar
 
-from .._base import seg
+from .._calls import seg
 from .._errors import StepwiseError
 from ._http import Api, Backoff, is_lease_lost, is_transient
 from ._run import Cancelled, Retry, Run, _Paused
