@@ -7,11 +7,13 @@ through LangGraph and through the Stepwise API.
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import subprocess
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, Iterator, TypedDict
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -156,6 +158,57 @@ async def test_the_async_saver_runs_the_agent_and_sync_reads_work(server: LocalS
         assert saver.get_tuple(cfg(thread)).checkpoint["id"] == state.config["configurable"]["checkpoint_id"]
         assert len(list(saver.list(cfg(thread), limit=2))) == 2
 
+
+
+class Fan(TypedDict):
+    log: Annotated[list, operator.add]
+
+
+def fan_out_graph(checkpointer: Any) -> Any:
+    """START -> (left, right in parallel) -> join: two tasks of one superstep write at once."""
+
+    def branch(name: str) -> Any:
+        async def node(state: Fan) -> dict[str, Any]:
+            await asyncio.sleep(0.005)
+            return {"log": [f"{name}{len(state['log'])}"]}
+
+        return node
+
+    async def join(state: Fan) -> dict[str, Any]:
+        return {"log": [f"join{len(state['log'])}"]}
+
+    g = StateGraph(Fan)
+    g.add_node("left", branch("left"))
+    g.add_node("right", branch("right"))
+    g.add_node("join", join)
+    g.add_edge(START, "left")
+    g.add_edge(START, "right")
+    g.add_edge(["left", "right"], "join")
+    g.add_edge("join", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+async def test_the_async_saver_stores_parallel_tasks_over_its_lean_connections(server: LocalServer) -> None:
+    # A thread id that must be quoted in the path, and two tasks whose writes go out together.
+    thread = new_thread("fan out/é ?#")
+    memory = InMemorySaver()
+    async with AsyncStepwiseSaver(base_url=server.url) as saver:
+        runs = []
+        for checkpointer in (saver, memory):
+            graph = fan_out_graph(checkpointer)
+            for _ in range(3):
+                await graph.ainvoke({"log": []}, cfg(thread))
+            history = [h async for h in graph.aget_state_history(cfg(thread))]
+            runs.append([(h.metadata["step"], h.next, sorted(h.values["log"])) for h in history])
+        assert saver._fast[asyncio.get_running_loop()] is not None  # the lean connections were used
+        assert runs[0] == runs[1]
+        assert len(runs[0]) == 3 * 4 and len(runs[0][0][2]) == 9
+        # The server's errors come back as StepwiseErrors over these connections too.
+        with pytest.raises(StepwiseError) as info:
+            await fan_out_graph(saver).ainvoke({"log": []}, cfg("x" * 300))
+        assert (info.value.status, info.value.code) == (400, "invalid_request")
+    stored = server.client.request("GET", f"/v1/threads/{quote(thread, safe='')}")
+    assert (stored["thread_id"], stored["checkpoints"]) == (thread, 12)
 
 # --------------------------------------------------------------------------- interrupts across a restart
 

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 
 from stepwise import StepwiseError
-from stepwise._items import ItemsConnection
+from stepwise._items import ItemsConnection, LeanPool
 from stepwise._sync_http import _FastHTTP
 from stepwise.langgraph import StepwiseSaver
 from stepwise.openai_agents import StepwiseSession
@@ -296,3 +296,22 @@ def test_a_request_target_with_control_characters_is_refused_before_sending() ->
         fast.close()
         server.close()
     assert server.requests == []
+
+
+def test_a_pool_gives_overlapping_requests_a_connection_each_and_keeps_them() -> None:
+    server = _RawServer([(_ok(b'{"n":%d}' % n), False) for n in range(4)])
+
+    async def main() -> list[Any]:
+        pool = LeanPool(lambda: ItemsConnection("127.0.0.1", server.port, "", {}, timeout=5.0, max_retries=1))
+        try:
+            first = await asyncio.gather(*(pool.request("GET", "/v1/x") for _ in range(2)))
+            second = await asyncio.gather(*(pool.request("GET", "/v1/x") for _ in range(2)))
+            return sorted(a["n"] for a in first) + sorted(a["n"] for a in second)
+        finally:
+            await pool.close()
+
+    try:
+        assert sorted(asyncio.run(main())) == [0, 1, 2, 3]
+    finally:
+        server.close()
+    assert server.connections == 2

@@ -14,18 +14,18 @@ API's error shape as `StepwiseError`, and retries of idempotent calls after conn
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import quote, urlencode
 
 import httpx
 
 from ._async_client import AsyncStepwise
-from ._direct import direct_target
+from ._direct import DirectTarget, direct_target
 from ._errors import StepwiseError, parse_answer
 from ._http1 import MAX_HEAD_BYTES, fixed_head, read_answer, request_bytes
 from ._retry import RetryPolicy, retry_after_seconds
 
-__all__ = ["ItemsConnection", "fast_path_for"]
+__all__ = ["ItemsConnection", "LeanPool", "fast_path_for"]
 
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -34,8 +34,10 @@ def fast_path_for(client: AsyncStepwise) -> "ItemsConnection | None":
     """An `ItemsConnection` for this client's server, or ``None`` when the client must be used
     (https, a proxy, a custom transport)."""
     target = direct_target(client, httpx.AsyncHTTPTransport)
-    if target is None:
-        return None
+    return None if target is None else _connection(target)
+
+
+def _connection(target: DirectTarget) -> "ItemsConnection":
     return ItemsConnection(
         target.host,
         target.port,
@@ -93,9 +95,11 @@ class ItemsConnection:
         json_body: Any = None,
         params: Mapping[str, Any] | None = None,
         idempotent: bool = False,
+        quoted: bool = False,
     ) -> Any:
-        """Sends one request and returns the parsed JSON answer (``None`` when empty)."""
-        target = quote(self.prefix + path, safe="/:@!$&'()*+,;=-._~")
+        """Sends one request and returns the parsed JSON answer (``None`` when empty).
+        `path` is quoted here unless `quoted` says it already is."""
+        target = self.prefix + path if quoted else quote(self.prefix + path, safe="/:@!$&'()*+,;=-._~")
         if params:
             target += "?" + urlencode({k: str(v) for k, v in params.items()})
         message = request_bytes(method, target, self._head, json_body)
@@ -166,3 +170,50 @@ class ItemsConnection:
         if close:
             self._drop()
         return status, headers, content
+
+
+class LeanPool:
+    """Lean connections to one server for one event loop, for callers whose requests overlap
+    (a LangGraph graph's tasks write while its checkpoints are put): each request in flight
+    takes a connection of its own; up to `max_idle` are kept alive for the next ones."""
+
+    def __init__(self, make: Callable[[], ItemsConnection], max_idle: int = 8) -> None:
+        self._make = make
+        self._idle: list[ItemsConnection] = []
+        self.max_idle = max_idle
+
+    @classmethod
+    def for_client(cls, client: AsyncStepwise) -> "LeanPool | None":
+        """A pool for this client's server, or ``None`` when the client must be used (as for
+        `fast_path_for`)."""
+        target = direct_target(client, httpx.AsyncHTTPTransport)
+        if target is None:
+            return None
+        return cls(lambda: _connection(target))
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        idempotent: bool = False,
+        quoted: bool = False,
+    ) -> Any:
+        """As `ItemsConnection.request`, on an idle connection or a new one."""
+        conn = self._idle.pop() if self._idle else self._make()
+        try:
+            return await conn.request(
+                method, path, json_body=json_body, params=params, idempotent=idempotent, quoted=quoted
+            )
+        finally:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(conn)  # one that failed reconnects on its next use
+            else:
+                conn._drop()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()

@@ -27,8 +27,9 @@ tool calls and their results as steps), so the conversation shows in Stepwise's 
 uses `AsyncStepwise` for its async methods and a synchronous client to the same server for
 its sync ones (e.g. ``graph.get_state``).
 
-The requests both savers send are built in `_langgraph_wire` (`_Wire`); the sync saver's calls
-go over the keep-alive pool of `_sync_http` when the server is reached over plain HTTP.
+The requests both savers send are built in `_langgraph_wire` (`_Wire`); when the server is
+reached over plain HTTP, the sync saver's calls go over the keep-alive pool of `_sync_http`
+and the async saver's over a `_items.LeanPool` per event loop.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
+from ._items import LeanPool
 from ._langgraph_wire import _Wire, _is_not_found, _next_version, mirror_message
 from ._sync_http import _FastHTTP
 
@@ -313,13 +315,31 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         self._wire = _Wire(self, cache_size, mirror_channels, compress)
         self._sync: StepwiseSaver | None = None
         self._sync_lock = threading.Lock()
+        # Lean connections per event loop (None: the server is reached through the client).
+        self._fast: dict[asyncio.AbstractEventLoop, LeanPool | None] = {}
 
     async def aclose(self) -> None:
-        """Closes the clients the saver opened itself."""
+        """Closes the clients the saver opened itself, and its connections of the running loop."""
         if self._sync is not None:
             self._sync.close()
+        fast = self._fast.pop(asyncio.get_running_loop(), None)
+        if fast is not None:
+            await fast.close()
         if self._owns_client:
             await self.client.aclose()
+
+    async def _call(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None) -> Any:
+        """A get, put or put_writes call (each safe to repeat): over lean keep-alive connections
+        when the server is reached over plain HTTP, else through the client."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._fast:
+            for old in [other for other in self._fast if other.is_closed()]:
+                del self._fast[old]
+            self._fast[loop] = LeanPool.for_client(self.client)
+        fast = self._fast[loop]
+        if fast is not None:
+            return await fast.request(method, path, json_body=json, params=params, idempotent=True, quoted=True)
+        return await self.client.request(method, path, json=json, params=params)
 
     async def __aenter__(self) -> "AsyncStepwiseSaver":
         return self
@@ -347,7 +367,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         path, params, held = self._wire.get_request(config)
         try:
-            answer = await self.client.request("GET", path, params=params)
+            answer = await self._call("GET", path, params=params)
         except StepwiseError as e:
             if _is_not_found(e):
                 return None
@@ -373,9 +393,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         remaining, cursor = limit, None
         while True:
             try:
-                page = await self.client.request(
-                    "GET", path, params=self._wire.list_page_params(params, remaining, cursor)
-                )
+                page = await self._call("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
             except StepwiseError as e:
                 if _is_not_found(e):  # no such thread
                     return
@@ -405,7 +423,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         while True:
             path, body, updates, result = request
             try:
-                await self.client.request("PUT", path, json=body)
+                await self._call("PUT", path, json=body)
                 break
             except StepwiseError as e:
                 fallback = self._wire.fallback(e, body, config, checkpoint, metadata, new_versions)
@@ -424,7 +442,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
     ) -> None:
         with self._wire.sending_writes(config, writes, task_id, task_path) as requests:
             for path, body in requests:
-                await self.client.request("PUT", path, json=body)
+                await self._call("PUT", path, json=body)
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._wire.drop_threads([thread_id])
