@@ -496,9 +496,9 @@ def _message_appends(client: Stepwise, thread: str) -> list[dict[str, Any]]:
 def _assert_mostly_references(appends: list[dict[str, Any]]) -> None:
     """Each turn appends one item: the node's pending write, referred to (read back as an item
     to splice). LangGraph sends a task's writes and the next checkpoint from two threads; when
-    the checkpoint's thread runs before the writes' thread has begun (a loaded machine), the
-    saver cannot know the write is coming and sends the message as a value instead: correct,
-    stored twice. So most turns, not all, are references."""
+    the writes' thread has not begun within the put's 20 ms wait for it (a very loaded
+    machine), the saver cannot know the write is coming and sends the message as a value
+    instead: correct, stored twice. So most turns, not all, are references."""
     assert all(len(b["items"]) == 1 for b in appends), appends
     spliced = sum(1 for b in appends if b["items"][0].get("splice"))
     assert spliced >= len(appends) * 3 // 4, (spliced, appends)

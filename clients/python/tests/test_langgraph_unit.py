@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
+import time
 
 import pytest
 
@@ -15,6 +17,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 
 from stepwise import Stepwise, StepwiseError
+from stepwise._langgraph_wire import _Written, _WrittenLists
 from stepwise.langgraph import AsyncStepwiseSaver, StepwiseSaver, mirror_message
 
 
@@ -377,3 +380,35 @@ def test_other_values_are_held_too_and_an_unchanged_one_is_not_sent_back(saver):
     answer["blobs"][0] = {"channel": "turn", "version": V3, "type": "list", "since": V2, "items": [d(1)]}
     with pytest.raises(StepwiseError):
         saver._wire.tuple_from(answer, held=held)
+
+
+def test_a_put_waits_for_writes_handed_to_a_thread_that_has_not_begun():
+    # LangGraph hands a task's writes and the next checkpoint to two threads at once: the put's
+    # may run first, and still refers to the writes once their thread begins.
+    lists = _WrittenLists()
+    key = ("t", "", "c1")
+    written = _Written("task", 0, "messages", ("m",), {"type": "json", "data": ""})
+
+    def late() -> None:
+        time.sleep(0.05)
+        lists.start(key)
+        lists.finish(key, [written])
+
+    sender = threading.Thread(target=late)
+    sender.start()
+    assert lists.of(key, "messages", wait=5.0, expect=5.0) == [written]
+    sender.join()
+
+
+def test_a_thread_whose_writes_do_not_come_is_not_waited_for_again():
+    # durability="exit" sends no pending writes: after one wait in vain, puts of that thread
+    # stop waiting, until its writes come again.
+    lists = _WrittenLists()
+    assert lists.of(("t", "", "c1"), "messages", expect=0.01) == []
+    started = time.monotonic()
+    assert lists.of(("t", "", "c2"), "messages", expect=60.0) == []
+    assert time.monotonic() - started < 60.0
+    lists.start(("t", "", "c3"))
+    lists.finish(("t", "", "c3"), [])
+    assert lists.of(("t", "", "c4"), "messages", expect=0.01) == []  # waits again: no hang, no writes
+    assert lists.of(("other", "", "c1"), "messages", expect=0.01) == []

@@ -173,17 +173,29 @@ class _WrittenLists:
     for the next checkpoint's appends. Bounded, least recently written first out.
 
     LangGraph sends a task's writes and the next checkpoint concurrently; the put waits for
-    writes of its parent that are on their way (`sending`), so it can refer to them."""
+    writes of its parent that are on their way (`sending`), so it can refer to them. The sync
+    saver's put of a loop checkpoint may even start before the thread that sends its parent's
+    writes has begun: it waits a moment for that (`expect`), unless that thread's writes did
+    not come last time (LangGraph's "exit" durability sends none)."""
 
     def __init__(self, maxsize: int = 256) -> None:
         self.maxsize = maxsize
         self._data: OrderedDict[tuple[str, str, str], list[_Written]] = OrderedDict()
         self._sending: dict[tuple[str, str, str], int] = {}
+        # Checkpoints whose writes were handed to this saver, and threads whose were not.
+        self._begun: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._silent: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._cond = threading.Condition()
 
     def start(self, key: tuple[str, str, str]) -> None:
         with self._cond:
             self._sending[key] = self._sending.get(key, 0) + 1
+            self._begun[key] = None
+            self._begun.move_to_end(key)
+            if len(self._begun) > self.maxsize:
+                self._begun.popitem(last=False)
+            self._silent.pop(key[:2], None)
+            self._cond.notify_all()
 
     def finish(self, key: tuple[str, str, str], written: Sequence[_Written]) -> None:
         """The end of a `start`ed send: `written` is what was stored (empty when it failed)."""
@@ -204,10 +216,15 @@ class _WrittenLists:
         with self._cond:
             return key in self._sending
 
-    def of(self, key: tuple[str, str, str], channel: str, wait: float = 0.0) -> list[_Written]:
-        """The writes of `key` on `channel`, after waiting up to `wait` seconds for those on
-        their way."""
+    def of(self, key: tuple[str, str, str], channel: str, wait: float = 0.0, expect: float = 0.0) -> list[_Written]:
+        """The writes of `key` on `channel`, after waiting up to `expect` seconds for them to
+        be handed over (see the class) and up to `wait` seconds for those on their way."""
         with self._cond:
+            if expect > 0 and key not in self._begun and key[:2] not in self._silent:
+                if not self._cond.wait_for(lambda: key in self._begun, timeout=expect):
+                    self._silent[key[:2]] = None
+                    if len(self._silent) > self.maxsize:
+                        self._silent.popitem(last=False)
             if wait > 0:
                 self._cond.wait_for(lambda: key not in self._sending, timeout=wait)
             return [w for w in self._data.get(key) or () if w.channel == channel]
@@ -215,6 +232,8 @@ class _WrittenLists:
     def drop_threads(self, thread_ids: Sequence[str] | None) -> None:
         with self._cond:
             _drop_threads(self._data, thread_ids)
+            _drop_threads(self._begun, thread_ids)
+            _drop_threads(self._silent, thread_ids)
 
 
 # --------------------------------------------------------------------------- mirror
@@ -359,6 +378,7 @@ class _Wire:
         allow_append: bool = True,
         allow_refs: bool = True,
         wait: float = 0.0,
+        expect: float = 0.0,
     ) -> _PutRequest:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
@@ -388,8 +408,15 @@ class _Wire:
                     base_version, prev_items = prev
                     new_items = value[len(prev_items):]
                     parent = conf.get("checkpoint_id")
+                    # A loop checkpoint's new items come from its parent's tasks, whose
+                    # writes are sent (or about to be) by put_writes.
                     written = (
-                        self.written.of((thread_id, checkpoint_ns, str(parent)), channel, wait)
+                        self.written.of(
+                            (thread_id, checkpoint_ns, str(parent)),
+                            channel,
+                            wait,
+                            expect if metadata.get("source") == "loop" else 0.0,
+                        )
                         if parent and allow_refs
                         else []
                     )
@@ -509,20 +536,18 @@ class _Wire:
         """The requests of a put_writes, to send inside the block. Once they are all sent,
         its list-valued writes are remembered: the next checkpoint's appends may refer to
         them instead of sending (and storing) their items again."""
-        requests = self.writes_requests(config, writes, task_id, task_path)
-        rows = [row for _, body in requests for row in body["writes"]]
-        lists = [
-            _Written(task_id, row["idx"], channel, tuple(value), {"type": row["type"], "data": row["data"]})
-            for (channel, value), row in zip(writes, rows)
-            if isinstance(value, list) and value and row["idx"] >= 0
-        ]
-        if not lists:
-            yield requests
-            return
         key = self.writes_key(config)
         self.written.start(key)
         stored = False
+        lists: list[_Written] = []
         try:
+            requests = self.writes_requests(config, writes, task_id, task_path)
+            rows = [row for _, body in requests for row in body["writes"]]
+            lists = [
+                _Written(task_id, row["idx"], channel, tuple(value), {"type": row["type"], "data": row["data"]})
+                for (channel, value), row in zip(writes, rows)
+                if isinstance(value, list) and value and row["idx"] >= 0
+            ]
             yield requests
             stored = True
         finally:

@@ -64,6 +64,9 @@ _PRUNE_STRATEGIES = ("keep_latest", "delete")
 # How long a put waits for its parent's pending writes that are being sent (to refer to
 # them rather than send their items again).
 _WAIT_FOR_WRITES = 2.0
+# How long the sync saver's put of a loop checkpoint waits for the thread that sends its
+# parent's writes to begin (LangGraph hands both to its executor at once).
+_EXPECT_WRITES = 0.02
 
 # --------------------------------------------------------------------------- the savers
 
@@ -170,7 +173,9 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        request = self._wire.put_request(config, checkpoint, metadata, new_versions, wait=_WAIT_FOR_WRITES)
+        request = self._wire.put_request(
+            config, checkpoint, metadata, new_versions, wait=_WAIT_FOR_WRITES, expect=_EXPECT_WRITES
+        )
         while True:
             path, body, updates, result = request
             try:
