@@ -20,6 +20,7 @@ from ._calls import (
     read_answer,
 )
 from ._sse import Event
+from ._tls import default_ssl_context
 
 __all__ = ["Stepwise"]
 
@@ -73,6 +74,7 @@ class Stepwise(
             headers=self._headers,
             timeout=self.timeout,
             transport=transport,
+            verify=default_ssl_context(),
         )
 
     def close(self) -> None:

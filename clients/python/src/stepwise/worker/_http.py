@@ -7,7 +7,6 @@ import http.client
 import json
 import random
 import socket
-import ssl
 import threading
 import time
 import urllib.request
@@ -18,6 +17,7 @@ import httpx
 
 from .._calls import UNSET, Call, connection_error, read_answer
 from .._errors import StepwiseError
+from .._tls import default_ssl_context
 
 __all__ = ["Api", "LEASE_HEADER", "is_transient", "is_lease_lost", "Backoff"]
 
@@ -75,7 +75,7 @@ class _ClaimConnection:
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if self.https:
             return http.client.HTTPSConnection(
-                self.host, self.port, timeout=timeout, context=ssl.create_default_context()
+                self.host, self.port, timeout=timeout, context=default_ssl_context()
             )
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
@@ -181,6 +181,7 @@ class Api:
             headers=self.headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             transport=transport,
+            verify=default_ssl_context(),
         )
         # The long poll goes over its own connection, which `abort_claim` can cut; through a
         # proxy or a custom transport it goes through httpx (a stop then waits for it).
