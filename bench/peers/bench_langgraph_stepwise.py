@@ -10,7 +10,9 @@ restore by `graph.get_state` (W3) and bytes stored per step (W4), against a `ste
 Variants: graph (StepwiseSaver, graph.invoke per step) [default]; graph_async
 (AsyncStepwiseSaver, graph.ainvoke); saver (StepwiseSaver.put direct); memory (the same graph
 on LangGraph's InMemorySaver); sqlite (the SqliteSaver peer, run from its own script's
-functions); all = memory, sqlite and graph in one sitting, with the goals checked.
+functions); floor (LangGraph alone: a checkpointer that keeps the latest checkpoint object and
+nothing else, the ceiling of any saver with this graph here); all = floor, memory, sqlite and
+graph in one sitting, with the goals checked.
 
 The shared peer modules (common.py, lg_common.py, bench_langgraph_sqlite.py) are read from
 $STEPWISE_PEERS_DIR, default ../shared/bench/peers beside this repository. Databases go to
@@ -34,7 +36,7 @@ sys.path.insert(0, str(REPO / "clients" / "python" / "src"))
 
 import common as C  # noqa: E402
 import lg_common as L  # noqa: E402
-from langgraph.checkpoint.base import empty_checkpoint, uuid6  # noqa: E402
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, empty_checkpoint, uuid6  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from stepwise.langgraph import AsyncStepwiseSaver, StepwiseSaver  # noqa: E402
@@ -196,10 +198,34 @@ def list_figure(a) -> dict:
 # --------------------------------------------------------------------------- the peers, same sitting
 
 
-def run_memory(a) -> dict:
+class LatestOnlySaver(BaseCheckpointSaver):
+    """Keeps each thread's latest checkpoint as the object LangGraph handed over: no copy, no
+    serialization, no pending writes. Not a usable saver: it measures LangGraph's own cost per
+    step, the most steps/s any checkpointer can reach with this graph in this process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latest: dict[str, CheckpointTuple] = {}
+
+    def get_tuple(self, config):
+        return self.latest.get(config["configurable"]["thread_id"])
+
+    def list(self, config, *, filter=None, before=None, limit=None):
+        return iter(())
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        thread_id = config["configurable"]["thread_id"]
+        conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}}
+        self.latest[thread_id] = CheckpointTuple(conf, checkpoint, metadata, config, [])
+        return conf
+
+    def put_writes(self, config, writes, task_id, task_path=""):
+        pass
+
+
+def run_in_process(a, saver) -> dict:
     L.prepare_sources(a)
     steps = C.w1_steps(a.w1)
-    saver = InMemorySaver()
     graph = L.builder().compile(checkpointer=saver)
     lat, total, io = L.time_w1_sync(lambda s: graph.invoke({"turn": s["step"]}, L.cfg(C.W1_SESSION)), steps)
     w1 = C.w1_result(lat, total, **io)
@@ -231,6 +257,7 @@ NAMES = {
     "saver": "LangGraph StepwiseSaver.put direct",
     "memory": "LangGraph InMemorySaver (graph.invoke/step)",
     "sqlite": "LangGraph SqliteSaver (graph.invoke/step)",
+    "floor": "LangGraph alone: the latest checkpoint kept in memory, uncopied (graph.invoke/step)",
 }
 
 
@@ -238,7 +265,9 @@ def run_variant(a, variant: str) -> dict:
     print(f"== {NAMES[variant]}", file=sys.stderr, flush=True)
     t = time.monotonic()
     if variant == "memory":
-        r = run_memory(a)
+        r = run_in_process(a, InMemorySaver())
+    elif variant == "floor":
+        r = run_in_process(a, LatestOnlySaver())
     elif variant == "sqlite":
         r = run_sqlite(a)
     elif variant == "graph_async":
@@ -268,6 +297,13 @@ def goals(results: dict, listing: dict | None) -> dict:
     if "memory" in results:
         ratio = w1["steps_per_s"] / results["memory"]["w1"]["steps_per_s"]
         out["steps_per_s>=0.5x_memory"] = {"value": ratio, "met": ratio >= 0.5}
+    if "floor" in results:
+        # Not a goal: the share of LangGraph's own ceiling reached, and that ceiling against
+        # SqliteSaver (no checkpointer can pass it).
+        floor = results["floor"]["w1"]["steps_per_s"]
+        out["share_of_floor"] = {"value": w1["steps_per_s"] / floor, "met": None}
+        if "sqlite" in results:
+            out["floor_vs_sqlite"] = {"value": floor / results["sqlite"]["w1"]["steps_per_s"], "met": None}
     if listing:
         v = listing["list_limit_20"]["p50_ms"]
         out["list_limit20_of_20000<=50ms"] = {"value": v, "met": v <= 50}
@@ -288,7 +324,7 @@ def main() -> None:
         raise SystemExit("cold: not used by this script (W3 cold is measured in process)")
     variant = a.variant or "graph"
     if variant == "all":
-        results = {v: run_variant(a, v) for v in ("memory", "sqlite", "graph")}
+        results = {v: run_variant(a, v) for v in ("floor", "memory", "sqlite", "graph")}
         listing = None if a.skip_list else list_figure(a)
         report = {"key": "langgraph_stepwise_all", "versions": C.versions(*PKGS, "langgraph-checkpoint-sqlite"),
                   "server": a.bin, "durability": a.durability, "results": results, "list": listing, "goals": goals(results, listing)}
