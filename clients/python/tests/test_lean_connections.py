@@ -315,3 +315,41 @@ def test_a_pool_gives_overlapping_requests_a_connection_each_and_keeps_them() ->
     finally:
         server.close()
     assert server.connections == 2
+
+
+@pytest.mark.parametrize("lean", LEAN)
+def test_a_server_that_never_answers_is_a_connection_error_after_the_timeout(lean: str) -> None:
+    # A frozen server: it accepts and reads, and answers nothing.
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = listener.getsockname()[1]
+    try:
+        with pytest.raises(StepwiseError) as caught:
+            if lean == "sync":
+                _FastHTTP("127.0.0.1", port, "", {}, 0.2, 0).request("GET", "/v1/x")
+            else:
+
+                async def main() -> None:
+                    conn = ItemsConnection("127.0.0.1", port, "", {}, timeout=0.2, max_retries=0)
+                    try:
+                        await conn.request("GET", "/v1/x", idempotent=True)
+                    finally:
+                        await conn.close()
+
+                asyncio.run(main())
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert caught.value.code == "connection_error"
+    assert "TimeoutError" in caught.value.message or "timed out" in caught.value.message

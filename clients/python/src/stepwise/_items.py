@@ -28,6 +28,8 @@ from ._retry import RetryPolicy, retry_after_seconds
 __all__ = ["ItemsConnection", "LeanPool", "fast_path_for"]
 
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# asyncio.timeout (Python 3.11+), or None where only wait_for exists.
+_TIMEOUT = getattr(asyncio, "timeout", None)
 
 
 def fast_path_for(client: AsyncStepwise) -> "ItemsConnection | None":
@@ -109,9 +111,7 @@ class ItemsConnection:
         async with self._lock:
             while True:
                 try:
-                    status, headers, content = await asyncio.wait_for(
-                        self._exchange(message), self.timeout
-                    )
+                    status, headers, content = await self._within_timeout(message)
                 except asyncio.CancelledError:
                     # The answer may still come: this connection cannot be reused.
                     self._drop()
@@ -138,6 +138,12 @@ class ItemsConnection:
                     continue
                 break
         return parse_answer(status, content, method=method, path=path, url=self.url(path))
+
+    async def _within_timeout(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
+        if _TIMEOUT is None:  # Python 3.10
+            return await asyncio.wait_for(self._exchange(message), self.timeout)
+        async with _TIMEOUT(self.timeout):  # no task of its own per request, unlike wait_for
+            return await self._exchange(message)
 
     def _backoff(self, attempt: int) -> float:
         return self._policy.backoff_delay(attempt - 1)
