@@ -14,7 +14,7 @@ API's error shape as `StepwiseError`, and retries of idempotent calls after conn
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -25,11 +25,25 @@ from ._errors import StepwiseError, parse_answer
 from ._http1 import MAX_HEAD_BYTES, fixed_head, read_answer, request_bytes
 from ._retry import RetryPolicy, retry_after_seconds
 
-__all__ = ["ItemsConnection", "LeanPool", "fast_path_for"]
+__all__ = ["ItemsConnection", "LeanPool", "fast_path_for", "for_running_loop"]
 
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 # asyncio.timeout (Python 3.11+), or None where only wait_for exists.
 _TIMEOUT = getattr(asyncio, "timeout", None)
+
+
+_T = TypeVar("_T")
+
+
+def for_running_loop(cache: dict[asyncio.AbstractEventLoop, _T], make: Callable[[], _T]) -> _T:
+    """The running event loop's entry of `cache` (connections and clients belong to one loop),
+    made on first use; entries of loops that are closed are dropped then."""
+    loop = asyncio.get_running_loop()
+    if loop not in cache:
+        for old in [other for other in cache if other.is_closed()]:
+            del cache[old]
+        cache[loop] = make()
+    return cache[loop]
 
 
 def fast_path_for(client: AsyncStepwise) -> "ItemsConnection | None":

@@ -72,7 +72,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError, error_from_answer
-from ._items import ItemsConnection, fast_path_for
+from ._items import ItemsConnection, fast_path_for, for_running_loop
 
 __all__ = ["StepwiseSessionService", "session_name"]
 
@@ -417,15 +417,10 @@ class StepwiseSessionService(BaseSessionService):
     # --- plumbing ------------------------------------------------------------------------------
 
     def _wire(self) -> _Wire:
-        loop = asyncio.get_running_loop()
-        wire = self._wires.get(loop)
-        if wire is None:
-            for old in [l for l in self._wires if l.is_closed()]:
-                del self._wires[old]
-            client = self._given or AsyncStepwise(self._base_url, self._api_key, **self._options)
-            wire = _Wire(client)
-            self._wires[loop] = wire
-        return wire
+        return for_running_loop(
+            self._wires,
+            lambda: _Wire(self._given or AsyncStepwise(self._base_url, self._api_key, **self._options)),
+        )
 
     async def close(self) -> None:
         """Closes this service's connections of the running loop (not a given client)."""

@@ -72,7 +72,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
-from ._items import ItemsConnection, fast_path_for
+from ._items import ItemsConnection, fast_path_for, for_running_loop
 from ._names import session_name_for
 
 __all__ = [
@@ -411,26 +411,14 @@ class _Connections:
     def client(self) -> AsyncStepwise:
         if self.given is not None:
             return self.given
-        loop = asyncio.get_running_loop()
-        own = self.own.get(loop)
-        if own is None:
-            for old in [l for l in self.own if l.is_closed()]:
-                del self.own[old]
-            own = AsyncStepwise(self.base_url, self.api_key, **self.options)
-            self.own[loop] = own
-        return own
+        return for_running_loop(self.own, lambda: AsyncStepwise(self.base_url, self.api_key, **self.options))
 
     async def call(self, method: str, path: str, *, json_body: Any = None,
                    params: Mapping[str, Any] | None = None) -> Any:
         """One call that is safe to repeat: over the lean connection for plain http, else
         through the client."""
         client = self.client()
-        loop = asyncio.get_running_loop()
-        if loop not in self.fast:
-            for old in [l for l in self.fast if l.is_closed()]:
-                del self.fast[old]
-            self.fast[loop] = fast_path_for(client)
-        fast = self.fast[loop]
+        fast = for_running_loop(self.fast, lambda: fast_path_for(client))
         if fast is not None:
             return await fast.request(method, path, json_body=json_body, params=params, idempotent=True)
         return await client.request(method, path, json=json_body, params=params, idempotent=True)

@@ -54,7 +54,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
-from ._items import LeanPool
+from ._items import LeanPool, for_running_loop
 from ._langgraph_wire import _Wire, _is_not_found, _next_version, mirror_message
 from ._sync_http import _FastHTTP
 
@@ -336,12 +336,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
     async def _call(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None) -> Any:
         """A get, put or put_writes call (each safe to repeat): over lean keep-alive connections
         when the server is reached over plain HTTP, else through the client."""
-        loop = asyncio.get_running_loop()
-        if loop not in self._fast:
-            for old in [other for other in self._fast if other.is_closed()]:
-                del self._fast[old]
-            self._fast[loop] = LeanPool.for_client(self.client)
-        fast = self._fast[loop]
+        fast = for_running_loop(self._fast, lambda: LeanPool.for_client(self.client))
         if fast is not None:
             return await fast.request(method, path, json_body=json, params=params, idempotent=True, quoted=True)
         return await self.client.request(method, path, json=json, params=params)

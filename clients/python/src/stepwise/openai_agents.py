@@ -59,7 +59,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
-from ._items import ItemsConnection, fast_path_for
+from ._items import ItemsConnection, fast_path_for, for_running_loop
 from ._names import session_name_for
 
 __all__ = ["StepwiseSession", "stepwise_name"]
@@ -193,14 +193,9 @@ class StepwiseSession:
         """The `AsyncStepwise` this session uses in the running event loop."""
         if self._given is not None:
             return self._given
-        loop = asyncio.get_running_loop()
-        own = self._own.get(loop)
-        if own is None:
-            for old in [l for l in self._own if l.is_closed()]:
-                del self._own[old]
-            own = AsyncStepwise(self._base_url, self._api_key, **self._client_options)
-            self._own[loop] = own
-        return own
+        return for_running_loop(
+            self._own, lambda: AsyncStepwise(self._base_url, self._api_key, **self._client_options)
+        )
 
     async def aclose(self) -> None:
         """Closes this session's connections of the running loop (not a given client)."""
@@ -223,12 +218,7 @@ class StepwiseSession:
         """One items call (all of them are safe to retry): over the lean connection when
         the server is reached over plain HTTP, else through the client."""
         client = self.client
-        loop = asyncio.get_running_loop()
-        if loop not in self._fast:
-            for old in [l for l in self._fast if l.is_closed()]:
-                del self._fast[old]
-            self._fast[loop] = fast_path_for(client)
-        fast = self._fast[loop]
+        fast = for_running_loop(self._fast, lambda: fast_path_for(client))
         if fast is not None:
             return await fast.request(method, path, json_body=json, params=params, idempotent=True)
         return await client.request(method, path, json=json, params=params, idempotent=True)
