@@ -16,10 +16,11 @@ medians over rounds.
     python bench/peers/bench_openai_agents_stepwise.py --url http://127.0.0.1:7777   # a running server
 
 Without `--url` it starts `stepwise serve` on a free loopback port with a fresh SQLite
-database (`stepwise.testing.local_server`, no rate limit). Durability differs: the SDK's
-SQLiteSession commits with `synchronous=FULL` (an fsync per add), Stepwise's SQLite store with
-`synchronous=NORMAL` in WAL mode (an add is committed before it is acknowledged; a power loss
-can lose the last moments, a crash of the process cannot).
+database (`stepwise.testing.local_server`, no rate limit). Durability is the same by default:
+the SDK's SQLiteSession commits in WAL mode with `synchronous=FULL` (an fsync per add), and so
+does Stepwise's SQLite store at its default `--durability full` (an add is synced before it is
+acknowledged). `--durability process` starts the server with `synchronous=NORMAL`: a crash of
+the process loses nothing, a power loss can lose the last moments.
 
 Prints one JSON object: per system `w1_steps_per_s` and latency percentiles,
 `get_items_ms_median` (`get_items()` of the 3,000 items) and `w3_warm_ms_median` (with the
