@@ -835,6 +835,7 @@ async fn checkpoint_figures() {
                 .map(|(c, v)| (c.to_string(), json!(v)))
                 .collect(),
             blobs,
+            announce: true,
         };
     for i in 1..=1000u32 {
         let version = format!("{i:08}");

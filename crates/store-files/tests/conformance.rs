@@ -144,4 +144,5 @@ stepwise_store_tests::conformance_tests!(FilesHarness::new(); skip = [
     checkpoint_isolation,
     checkpoint_export_import,
     checkpoint_write_refs,
+    checkpoint_events,
 ]);

@@ -17,8 +17,9 @@ use stepwise_core::document::DocumentThread;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
-    CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, channel_version_pairs, checkpoint_cursor,
-    pack_payload, resolve_chain, run_id_of, splice_writes, unpack_payload, write_refs_of,
+    CheckpointRow, ResolvedBlobs, StoredBlob, WriteRef, channel_version_pairs, checkpoint_created,
+    checkpoint_cursor, pack_payload, resolve_chain, run_id_of, splice_writes, unpack_payload,
+    write_refs_of,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
@@ -37,6 +38,7 @@ use document::export_thread;
 pub(crate) use document::import_thread;
 
 use crate::PgStore;
+use crate::mirrored::insert_announced;
 use crate::sql::{
     self, Params, args, check_text, count, is_unique_violation, json_text, map_pg, pg,
 };
@@ -472,6 +474,10 @@ impl PgStore {
 impl stepwise_store::CheckpointStore for PgStore {
     async fn put_checkpoint(&self, tenant: &Tenant, new: NewCheckpoint) -> Result<CheckpointPut> {
         check_put(&new)?;
+        if new.announce {
+            // Events queued before this put keep the lower ids (its event is stored below).
+            self.inner.writer.flush().await?;
+        }
         let now = self.now();
         let t = tenant.as_str();
         let mut client = self.client().await?;
@@ -498,6 +504,7 @@ impl stepwise_store::CheckpointStore for PgStore {
             .await
             .map_err(map_pg)?
             > 0;
+        let mut published = Vec::new();
         if created {
             check_bases(&tx, t, session, &new).await?;
             if !new.blobs.is_empty() {
@@ -536,8 +543,13 @@ impl stepwise_store::CheckpointStore for PgStore {
             tx.execute_typed(TOUCH_SESSION, args![now.0, session])
                 .await
                 .map_err(map_pg)?;
+            if new.announce {
+                let event = checkpoint_created(session, &new);
+                published = insert_announced(&tx, tenant, session, &[], vec![event], now).await?;
+            }
         }
         tx.commit().await.map_err(map_pg)?;
+        self.inner.relay.committed_locally(published);
         Ok(CheckpointPut {
             session_id: session,
             created,

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use stepwise_core::codec;
-use stepwise_core::{Event, ExecutionStatus, Id, Step, StepBody, new_id};
+use stepwise_core::{Event, ExecutionStatus, Id, Message, Step, StepBody, Timestamp, new_id};
 use stepwise_store::{
-    Ack, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
+    Ack, NewEvent, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
 };
 
 use crate::PgStore;
@@ -122,59 +122,8 @@ impl PgStore {
                 .into_iter()
                 .map(|m| m.into_message(now))
                 .collect();
-            let mut events = Vec::with_capacity(messages.len() + mirror.events.len());
-            events.extend(messages.iter().map(message_created));
-            events.extend(mirror.events);
-            let rows = tx
-                .query_typed(
-                    "UPDATE sessions SET message_count = message_count + $1, last_event_id = last_event_id + $2, \
-                     updated_at = CASE WHEN $1 > 0 THEN $3 ELSE updated_at END \
-                     WHERE id = $4 AND tenant_id = $5 RETURNING last_event_id",
-                    args![messages.len() as i64, events.len() as i64, now.0, session_id, tenant.as_str()],
-                )
-                .await
-                .map_err(map_pg)?;
-            let row = rows.first().ok_or(StoreError::NotFound("session"))?;
-            let last: i64 = sql::get(row, "last_event_id")?;
-            for m in &messages {
-                tx.execute_typed(
-                    "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                    args![m.id, tenant.as_str(), m.session_id, m.role.as_str(), m.content, m.execution_id, m.related_type, m.related_id, m.context_url, sql::json_text(&m.metadata), now.0],
-                )
-                .await
-                .map_err(map_pg)?;
-            }
-            let first = last - events.len() as i64 + 1;
-            for (seq, new) in (first..).zip(events) {
-                tx.execute_typed(
-                    "INSERT INTO events (session_id, seq, tenant_id, message_id, execution_id, event_type, content, metadata, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    args![session_id, seq, tenant.as_str(), new.message_id, new.execution_id, new.event_type.as_str(), new.content, sql::json_text(&new.metadata), now.0],
-                )
-                .await
-                .map_err(map_pg)?;
-                published.push((
-                    tenant.as_str().to_string(),
-                    Arc::new(Event {
-                        id: seq,
-                        session_id,
-                        message_id: new.message_id,
-                        execution_id: new.execution_id,
-                        event_type: new.event_type,
-                        content: new.content,
-                        metadata: new.metadata,
-                        timestamp: now,
-                    }),
-                ));
-            }
-            // The doorbell for other nodes, delivered at commit (as the writer rings it).
-            tx.execute_typed(
-                "SELECT pg_notify('stepwise_events', $1)",
-                args![format!("{}:{last}", session_id.simple())],
-            )
-            .await
-            .map_err(map_pg)?;
+            published =
+                insert_announced(&tx, tenant, session_id, &messages, mirror.events, now).await?;
         }
         tx.commit().await.map_err(map_pg)?;
         self.inner.relay.committed_locally(published);
@@ -192,4 +141,75 @@ impl PgStore {
             created: true,
         })))
     }
+}
+
+/// Inserts stored messages of one session (checked by the caller), each followed by its
+/// `message.created` event, then `more` events of the session, in the caller's transaction:
+/// the session's counters move once, and other nodes are rung at the commit. Returns the
+/// events to hand to [`Relay::committed_locally`](crate::relay::Relay::committed_locally)
+/// once the transaction has committed. The transaction must run after the writer's queue
+/// is flushed, so that events queued before it keep the lower ids.
+pub(crate) async fn insert_announced(
+    tx: &tokio_postgres::Transaction<'_>,
+    tenant: &Tenant,
+    session_id: Id,
+    messages: &[Message],
+    more: Vec<NewEvent>,
+    now: Timestamp,
+) -> Result<Vec<(String, Arc<Event>)>> {
+    let mut events = Vec::with_capacity(messages.len() + more.len());
+    events.extend(messages.iter().map(message_created));
+    events.extend(more);
+    let rows = tx
+        .query_typed(
+            "UPDATE sessions SET message_count = message_count + $1, last_event_id = last_event_id + $2, \
+             updated_at = CASE WHEN $1 > 0 THEN $3 ELSE updated_at END \
+             WHERE id = $4 AND tenant_id = $5 RETURNING last_event_id",
+            args![messages.len() as i64, events.len() as i64, now.0, session_id, tenant.as_str()],
+        )
+        .await
+        .map_err(map_pg)?;
+    let row = rows.first().ok_or(StoreError::NotFound("session"))?;
+    let last: i64 = sql::get(row, "last_event_id")?;
+    for m in messages {
+        tx.execute_typed(
+            "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            args![m.id, tenant.as_str(), m.session_id, m.role.as_str(), m.content, m.execution_id, m.related_type, m.related_id, m.context_url, sql::json_text(&m.metadata), now.0],
+        )
+        .await
+        .map_err(map_pg)?;
+    }
+    let mut published = Vec::with_capacity(events.len());
+    let first = last - events.len() as i64 + 1;
+    for (seq, new) in (first..).zip(events) {
+        tx.execute_typed(
+            "INSERT INTO events (session_id, seq, tenant_id, message_id, execution_id, event_type, content, metadata, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            args![session_id, seq, tenant.as_str(), new.message_id, new.execution_id, new.event_type.as_str(), new.content, sql::json_text(&new.metadata), now.0],
+        )
+        .await
+        .map_err(map_pg)?;
+        published.push((
+            tenant.as_str().to_string(),
+            Arc::new(Event {
+                id: seq,
+                session_id,
+                message_id: new.message_id,
+                execution_id: new.execution_id,
+                event_type: new.event_type,
+                content: new.content,
+                metadata: new.metadata,
+                timestamp: now,
+            }),
+        ));
+    }
+    // The doorbell for other nodes, delivered at commit (as the writer rings it).
+    tx.execute_typed(
+        "SELECT pg_notify('stepwise_events', $1)",
+        args![format!("{}:{last}", session_id.simple())],
+    )
+    .await
+    .map_err(map_pg)?;
+    Ok(published)
 }

@@ -167,4 +167,5 @@ pg_conformance! {
     checkpoint_isolation
     checkpoint_export_import
     checkpoint_write_refs
+    checkpoint_events
 }

@@ -117,6 +117,7 @@ macro_rules! __with_cases {
             checkpoint_isolation
             checkpoint_export_import
             checkpoint_write_refs
+            checkpoint_events
         }
     };
 }

@@ -6,8 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
-use stepwise_core::EventType;
+use serde_json::{Map, Value};
 use stepwise_store::{BlobBody, NewBlob, NewCheckpoint, Store};
 
 use super::mirror::{MirrorMessage, parse_mirror};
@@ -18,8 +17,9 @@ use super::{
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use stepwise_core::Id;
 use stepwise_store::TypedValue;
-use stepwise_store::checkpoints::WriteRef;
+use stepwise_store::checkpoints::{WriteRef, checkpoint_created};
 use stepwise_store::prelude::*;
 
 /// A checkpoint to store. `checkpoint` is LangGraph's checkpoint serialized without its
@@ -240,6 +240,8 @@ fn parse(
             metadata,
             channel_versions,
             blobs,
+            // A put that mirrors messages publishes its event after them (see `put`).
+            announce: mirror.is_empty(),
         },
         mirror,
     ))
@@ -254,7 +256,7 @@ pub async fn put<S: Store>(
     let thread = thread_id(&thread)?;
     let id = checkpoint_id(&id)?;
     let (new, mirror) = parse(thread, id, &caller.user_id, body)?;
-    let step = new.metadata.get("step").cloned().unwrap_or(Value::Null);
+    let event = (!new.announce).then(|| checkpoint_created(Id::nil(), &new));
     let stored = CheckpointStored {
         thread_id: new.thread_id.clone(),
         checkpoint_ns: new.checkpoint_ns.clone(),
@@ -272,26 +274,24 @@ pub async fn put<S: Store>(
     if !put.created {
         return Ok((StatusCode::OK, Json(stored)));
     }
-    if !mirror.is_empty() {
+    // Without a mirror, the checkpoint's `checkpoint.created` event was stored with it, in
+    // the put's transaction. With one, the event follows the mirrored conversation's, so a
+    // client that sees it finds the turn's messages and steps already stored.
+    if let Some(event) = event {
         super::mirror::append(&state, &caller, put.session_id, mirror).await;
+        state
+            .engine
+            .publisher()
+            .emit(
+                &caller.tenant,
+                Some(put.session_id),
+                None,
+                event.event_type,
+                &event.content,
+                event.metadata,
+            )
+            .await;
     }
-    state
-        .engine
-        .publisher()
-        .emit(
-            &caller.tenant,
-            Some(put.session_id),
-            None,
-            EventType::CheckpointCreated,
-            &format!("Checkpoint {}", stored.checkpoint_id),
-            json!({
-                "thread_id": stored.thread_id,
-                "checkpoint_ns": stored.checkpoint_ns,
-                "checkpoint_id": stored.checkpoint_id,
-                "step": step,
-            }),
-        )
-        .await;
     Ok((StatusCode::CREATED, Json(stored)))
 }
 

@@ -16,14 +16,15 @@ use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Timestamp};
 use stepwise_store::checkpoints::{
     CheckpointRow, ResolvedBlobs, StoredBlob, StoredRef, WriteRef, channel_version_pairs,
-    check_write, checkpoint_cursor, missing_base, pack_payload, resolve_chain, run_id_of,
-    splice_writes, unpack_payload, write_refs_of,
+    check_write, checkpoint_created, checkpoint_cursor, missing_base, pack_payload, resolve_chain,
+    run_id_of, splice_writes, unpack_payload, write_refs_of,
 };
 use stepwise_store::{
     CheckpointPut, CheckpointQuery, CheckpointRecord, NewCheckpoint, NewSession, Page,
     PruneStrategy, PutWrites, Result, StoreError, Tenant, ThreadInfo, TypedValue, WriteRecord,
 };
 
+use crate::mirrored::insert_announced;
 use crate::rows::{Bid, bid, json_text};
 use crate::writer::map_sqlite;
 use crate::{SqliteStore, is_unique_violation};
@@ -477,7 +478,7 @@ impl stepwise_store::CheckpointStore for SqliteStore {
         let tenant = tenant.clone();
         let now = self.now();
         let checkpoint_payload = pack_payload(&new.checkpoint.data);
-        self.write(move |conn, _| {
+        self.write(move |conn, published| {
             let (session, thread_created) =
                 ensure_thread(conn, &tenant, &new.thread_id, &new.user_id, now)?;
             let t = tenant.as_str();
@@ -519,6 +520,10 @@ impl stepwise_store::CheckpointStore for SqliteStore {
                     )?;
                 }
                 execute(conn, TOUCH_SESSION, params![now.0, bid(session)])?;
+                if new.announce {
+                    let event = checkpoint_created(session, &new);
+                    insert_announced(conn, &tenant, &[], vec![event], now, published)?;
+                }
             }
             Ok(CheckpointPut {
                 session_id: session,

@@ -15,10 +15,12 @@ use crate::support::*;
 use stepwise_store::prelude::*;
 
 mod documents;
+mod events;
 mod refs;
 mod threads;
 
 pub use documents::checkpoint_export_import;
+pub use events::checkpoint_events;
 pub use refs::checkpoint_write_refs;
 pub use threads::{checkpoint_isolation, checkpoint_threads};
 
@@ -57,6 +59,7 @@ fn checkpoint(thread: &str, ns: &str, id: &str, parent: Option<&str>) -> NewChec
         metadata: json!({"source": "loop", "step": 1}),
         channel_versions: Map::new(),
         blobs: Vec::new(),
+        announce: true,
     }
 }
 

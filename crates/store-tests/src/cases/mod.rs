@@ -22,8 +22,8 @@ mod workers;
 pub use api_keys::{api_keys, operations};
 pub use cache::{session_cache, session_message_cache};
 pub use checkpoints::{
-    checkpoint_export_import, checkpoint_isolation, checkpoint_threads, checkpoint_write_refs,
-    checkpoint_writes, checkpoints_list, checkpoints_put_get,
+    checkpoint_events, checkpoint_export_import, checkpoint_isolation, checkpoint_threads,
+    checkpoint_write_refs, checkpoint_writes, checkpoints_list, checkpoints_put_get,
 };
 pub use corruption::corruption_recovery;
 pub use events::{events, events_live};

@@ -15,9 +15,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Map, Value};
-use stepwise_core::{Id, Timestamp};
+use serde_json::{Map, Value, json};
+use stepwise_core::{EventType, Id, Timestamp};
 
+use crate::NewEvent;
 use crate::error::{Result, StoreError};
 
 mod document;
@@ -85,6 +86,10 @@ pub struct NewCheckpoint {
     /// Channel -> version (strings): the blobs this checkpoint's state is made of.
     pub channel_versions: Map<String, Value>,
     pub blobs: Vec<NewBlob>,
+    /// Whether the put stores its [`checkpoint_created`] event in its own transaction.
+    /// False when the caller publishes the event itself, after what must come before it
+    /// on the session's stream (the conversation a put mirrors).
+    pub announce: bool,
 }
 
 impl NewCheckpoint {
@@ -197,6 +202,27 @@ impl CheckpointRow {
             blobs,
             pending_writes,
         })
+    }
+}
+
+/// The `checkpoint.created` event of a put that stored its checkpoint: `Checkpoint {id}`,
+/// with `{thread_id, checkpoint_ns, checkpoint_id, step}` as metadata (`step` from the
+/// checkpoint's metadata, `null` without one). For a put that [announces](NewCheckpoint::announce)
+/// it, a backend inserts it in the put's own transaction: the checkpoint is never stored
+/// without its event (a crash between the two), and the event costs no commit of its own.
+pub fn checkpoint_created(session_id: Id, new: &NewCheckpoint) -> NewEvent {
+    NewEvent {
+        session_id,
+        message_id: None,
+        execution_id: None,
+        event_type: EventType::CheckpointCreated,
+        content: format!("Checkpoint {}", new.checkpoint_id),
+        metadata: json!({
+            "thread_id": new.thread_id,
+            "checkpoint_ns": new.checkpoint_ns,
+            "checkpoint_id": new.checkpoint_id,
+            "step": new.metadata.get("step").cloned().unwrap_or(Value::Null),
+        }),
     }
 }
 

@@ -11,9 +11,12 @@ use crate::{
 };
 
 pub trait CheckpointStore: Send + Sync {
-    /// Stores a checkpoint and its blobs in one transaction, creating the thread (a session
-    /// named after it when that name is valid and free) on the first put. The same
-    /// checkpoint again writes nothing (`created: false`); a blob already stored is kept.
+    /// Stores a checkpoint and its blobs in one transaction, with its `checkpoint.created`
+    /// event when the put [announces](NewCheckpoint::announce) it
+    /// ([`checkpoint_created`](crate::checkpoints::checkpoint_created), published to the
+    /// session's subscribers after the commit), creating the thread (a session named after
+    /// it when that name is valid and free) on the first put. The same checkpoint again
+    /// writes nothing (`created: false`, no event); a blob already stored is kept.
     fn put_checkpoint(
         &self,
         tenant: &Tenant,
