@@ -9,8 +9,8 @@
 
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
-from ._errors import StepwiseError
+from ._errors import ForbiddenError, StepwiseError
 from ._sse import Event
 from ._version import __version__
 
-__all__ = ["Stepwise", "AsyncStepwise", "StepwiseError", "Event", "__version__"]
+__all__ = ["Stepwise", "AsyncStepwise", "StepwiseError", "ForbiddenError", "Event", "__version__"]

@@ -1,11 +1,11 @@
-"""The one exception type of the client."""
+"""The client's exception type, `StepwiseError`, and its one subclass, `ForbiddenError`."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-__all__ = ["StepwiseError"]
+__all__ = ["StepwiseError", "ForbiddenError"]
 
 # The code used when an answer carries no error body of the API's shape.
 _CODES_BY_STATUS = {
@@ -76,7 +76,7 @@ class StepwiseError(Exception):
 
     def __repr__(self) -> str:
         return (
-            f"StepwiseError(status={self.status!r}, code={self.code!r}, "
+            f"{type(self).__name__}(status={self.status!r}, code={self.code!r}, "
             f"message={self.message!r}, field={self.field!r})"
         )
 
@@ -84,8 +84,23 @@ class StepwiseError(Exception):
         # Picklable (pytest-xdist, multiprocessing) despite the keyword-only arguments.
         return (
             _rebuild,
-            (self.code, self.message, self.status, self.field, self.method, self.url, self.body),
+            (self.code, self.message, self.status, self.field, self.method, self.url, self.body, type(self)),
         )
+
+
+class ForbiddenError(StepwiseError):
+    """A ``403 forbidden`` answer: the credential is valid, but its role may not do this.
+
+    A ``user`` credential (an end user's token or key) calling an admin operation, such as
+    minting tokens or managing keys, gets it. It is a `StepwiseError` with code ``forbidden``;
+    another user's session is not forbidden but ``not_found`` (a plain `StepwiseError`).
+    """
+
+
+def _error(code: str, message: str, **fields: Any) -> StepwiseError:
+    """The error for an answer's code: `ForbiddenError` for ``forbidden``."""
+    cls = ForbiddenError if code == "forbidden" else StepwiseError
+    return cls(code, message, **fields)
 
 
 def _rebuild(
@@ -96,10 +111,9 @@ def _rebuild(
     method: str | None,
     url: str | None,
     body: Any,
+    cls: type[StepwiseError] = StepwiseError,
 ) -> StepwiseError:
-    return StepwiseError(
-        code, message, status=status, field=field, method=method, url=url, body=body
-    )
+    return cls(code, message, status=status, field=field, method=method, url=url, body=body)
 
 
 def error_from_answer(
@@ -115,7 +129,7 @@ def error_from_answer(
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("code"), str):
         field = error.get("field")
-        return StepwiseError(
+        return _error(
             error["code"],
             str(error.get("message") or reason or "error"),
             status=status,
@@ -129,7 +143,7 @@ def error_from_answer(
     message = f"{reason or 'HTTP error'}" + (f": {snippet}" if snippet else "")
     if method and url:
         message += f" ({method} {url})"
-    return StepwiseError(code, message, status=status, method=method, url=url, body=body)
+    return _error(code, message, status=status, method=method, url=url, body=body)
 
 
 def parse_answer(status: int, content: bytes, *, method: str, path: str, url: str) -> Any:
