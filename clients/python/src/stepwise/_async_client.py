@@ -55,6 +55,7 @@ class AsyncStepwise(
         base_url: str | None = None,
         api_key: str | None = None,
         *,
+        token: str | None = None,
         timeout: float | httpx.Timeout = 30.0,
         max_retries: int = 3,
         headers: Mapping[str, str] | None = None,
@@ -64,6 +65,7 @@ class AsyncStepwise(
         super().__init__(
             base_url,
             api_key,
+            token=token,
             timeout=timeout,
             max_retries=max_retries,
             headers=headers,

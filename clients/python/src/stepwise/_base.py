@@ -61,6 +61,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
+        token: str | None = None,
         timeout: float | httpx.Timeout = 30.0,
         max_retries: int = 3,
         headers: Mapping[str, str] | None = None,
@@ -70,8 +71,8 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         if "://" not in url:
             raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
         self.base_url = url.rstrip("/")
-        key = api_key if api_key is not None else os.environ.get("STEPWISE_API_KEY")
-        self.api_key = key or None
+        # An API key and an end user's token are both the bearer credential: one of them.
+        self.api_key = credential(api_key, token)
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         # An event stream is idle between events; the server sends a keep-alive comment at
         # least every 15 s, so a read that waits longer than this means a dead connection.
@@ -88,6 +89,8 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
             self._headers["Authorization"] = f"Bearer {self.api_key}"
         if headers:
             self._headers.update(headers)
+        self.tokens: Tokens[_D] = Tokens(self)
+        self.keys: Keys[_D, _Items, _None] = Keys(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.base_url!r})"
@@ -243,13 +246,16 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         related_type: str | None = None,
         related_id: str | None = None,
         name: str | None = None,
+        user_id: str | None = None,
         page_size: int | None = None,
     ) -> _Items:
-        """Iterates over the tenant's sessions, most recently updated first.
+        """Iterates over the sessions the caller may see, most recently updated first.
 
-        Follows ``next_cursor`` page after page (`page_size` items per request, 1-500).
-        `status` is one status or several (default: all but ``deleted``). Lazy: nothing is
-        requested until the iteration starts.
+        An admin credential sees the whole tenant (`user_id` keeps one end user's sessions),
+        an end user's token or ``user`` key only that user's own. Follows ``next_cursor``
+        page after page (`page_size` items per request, 1-500). `status` is one status or
+        several (default: all but ``deleted``). Lazy: nothing is requested until the
+        iteration starts.
         """
         return self._list(
             Call(
@@ -260,6 +266,7 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                     related_type=related_type,
                     related_id=related_id,
                     name=name,
+                    user_id=user_id,
                     limit=page_size,
                 ),
                 idempotent=True,
@@ -693,6 +700,88 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         server refuses the stream (e.g. ``not_found``).
         """
         return self._stream(EventStreamState(session_id, after))
+
+
+# --- end users: tokens and keys --------------------------------------------------------
+
+Role = Literal["admin", "user", "worker"]
+
+
+def credential(api_key: str | None, token: str | None) -> str | None:
+    """The bearer credential of a client: `api_key` or `token` (the same thing on the wire),
+    else env ``STEPWISE_API_KEY``, else env ``STEPWISE_TOKEN``; ``None`` when there is none."""
+    if api_key is not None and token is not None:
+        raise TypeError(
+            "give api_key or token, not both: each is the credential sent as "
+            "'Authorization: Bearer ...' (an API key, or an end user's token)"
+        )
+    given = api_key if api_key is not None else token
+    if given is None:
+        given = os.environ.get("STEPWISE_API_KEY") or os.environ.get("STEPWISE_TOKEN")
+    return given or None
+
+
+def _user_id(user_id: Any) -> str:
+    if not isinstance(user_id, str) or not user_id:
+        raise ValueError(f"user_id must be a non-empty string, got {user_id!r}")
+    return user_id
+
+
+class Tokens(Generic[_D]):
+    """End users' tokens (``client.tokens``): short-lived credentials an admin mints for one
+    user of its tenant, to hand to that user's browser or app."""
+
+    def __init__(self, client: "BaseClient[_D, Any, Any, Any, Any, Any]") -> None:
+        self._client = client
+
+    def create(self, user_id: str, ttl_s: int | None = None) -> _D:
+        """Mints a token for end user `user_id` (``POST /v1/tokens``, admin only).
+
+        Returns ``{token, user_id, expires_at}``. The token is a credential of role
+        ``user``: ``Stepwise(token=...)`` (or any client's `api_key`) with it sees and
+        changes only `user_id`'s own sessions. `ttl_s` is its lifetime in seconds, 60 to
+        86,400 (the server's default: 3,600). A ``user`` credential gets `ForbiddenError`.
+        Retried like a read: minting twice stores nothing and only makes another token.
+        """
+        return self._client._dict(
+            Call(
+                "POST",
+                "/v1/tokens",
+                json=body(user_id=_user_id(user_id), ttl_s=ttl_s),
+                idempotent=True,
+            )
+        )
+
+
+class Keys(Generic[_D, _Items, _None]):
+    """The tenant's API keys (``client.keys``), managed by an admin credential."""
+
+    def __init__(self, client: "BaseClient[_D, Any, _None, Any, _Items, Any]") -> None:
+        self._client = client
+
+    def create(self, user_id: str, role: Role = "user", name: str | None = None) -> _D:
+        """Creates an API key for `user_id` with `role` (``POST /v1/keys``, admin only).
+
+        `role` is ``admin`` (the whole tenant), ``user`` (only `user_id`'s own sessions)
+        or ``worker``. Returns ``{id, key, user_id, role, name, created_at}``: ``key`` is
+        the secret, in this answer only. Not retried (it could create two keys), except
+        when the connection could not be opened at all.
+        """
+        return self._client._dict(
+            Call("POST", "/v1/keys", json=body(user_id=_user_id(user_id), role=role, name=name))
+        )
+
+    def list(self) -> _Items:
+        """Iterates over the tenant's keys (``GET /v1/keys``, admin only): each
+        ``{id, user_id, role, name, created_at}``, never the secret."""
+        return self._client._list(Call("GET", "/v1/keys", idempotent=True))
+
+    def delete(self, key_id: str) -> _None:
+        """Revokes a key (``DELETE /v1/keys/{id}``, admin only); ``not_found`` when the tenant
+        has no such key. A server refuses the key (401) within seconds."""
+        return self._client._none(
+            Call("DELETE", f"/v1/keys/{seg(key_id, 'key_id')}", idempotent=True, expect="none")
+        )
 
 
 # --- flows ----------------------------------------------------------------------------

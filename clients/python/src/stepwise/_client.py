@@ -37,8 +37,10 @@ class Stepwise(
 ):
     """The Stepwise API client (synchronous).
 
-    `base_url` defaults to env ``STEPWISE_URL``, else ``http://127.0.0.1:7777``; `api_key`
-    to env ``STEPWISE_API_KEY`` (sent as ``Authorization: Bearer ...`` when set). Methods
+    `base_url` defaults to env ``STEPWISE_URL``, else ``http://127.0.0.1:7777``. The
+    credential, sent as ``Authorization: Bearer ...``, is `api_key` or `token` (an end
+    user's token from ``tokens.create``: the same on the wire; give one of them), else env
+    ``STEPWISE_API_KEY``, else env ``STEPWISE_TOKEN``; ``api_key`` holds it. Methods
     return the API's JSON answers as dicts; list methods return iterators that follow
     ``next_cursor``; errors raise `StepwiseError`. Reads, and writes that are safe to
     repeat, are retried `max_retries` times on connection failures, 5xx and 429, with
@@ -55,6 +57,7 @@ class Stepwise(
         base_url: str | None = None,
         api_key: str | None = None,
         *,
+        token: str | None = None,
         timeout: float | httpx.Timeout = 30.0,
         max_retries: int = 3,
         headers: Mapping[str, str] | None = None,
@@ -64,6 +67,7 @@ class Stepwise(
         super().__init__(
             base_url,
             api_key,
+            token=token,
             timeout=timeout,
             max_retries=max_retries,
             headers=headers,

@@ -28,6 +28,7 @@ EPILOG = """\
 environment:
   STEPWISE_URL       the server (default http://127.0.0.1:7777), unless --url is given
   STEPWISE_API_KEY   its API key, unless --api-key is given
+  STEPWISE_TOKEN     the credential when STEPWISE_API_KEY is not set (a key or a token)
 """
 
 
@@ -40,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("target", metavar="TARGET", help="MODULE:ATTRIBUTE of the worker")
     parser.add_argument("--url", help="the Stepwise server (default: $STEPWISE_URL, else http://127.0.0.1:7777)")
-    parser.add_argument("--api-key", metavar="KEY", help="the API key (default: $STEPWISE_API_KEY)")
+    parser.add_argument("--api-key", metavar="KEY", help="the API key, or any credential of the server (default: $STEPWISE_API_KEY, else $STEPWISE_TOKEN)")
     parser.add_argument("--concurrency", type=int, metavar="N", help="executions run at once (1-256), instead of the worker's own")
     parser.add_argument("--worker-id", metavar="ID", help="this worker's name (default: <host>-<pid>-<4 hex>)")
     parser.add_argument("--wait-s", type=float, metavar="S", help="how long one claim waits for work (0-25 s)")
