@@ -1,4 +1,4 @@
-// The live connection: Server-Sent Events read over fetch (so the API key can go in a header),
+// The live connection: Server-Sent Events read over fetch (so the credential can go in a header),
 // with Last-Event-ID catch-up after a reconnect and a banner that says what is going on.
 
 import { authHeaders, replaceRejectedKey } from './api.js';
@@ -86,7 +86,7 @@ export async function runStream(current, onEvent) {
       if (current.lastEventId > 0) headers['Last-Event-ID'] = String(current.lastEventId);
       const res = await fetch(`/v1/sessions/${current.sessionId}/events`, { headers, signal: conn.signal, cache: 'no-store' });
       if (res.status === 401) {
-        await replaceRejectedKey();
+        await replaceRejectedKey(headers.Authorization);
         continue;
       }
       if (res.status === 404) {
