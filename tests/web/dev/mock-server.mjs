@@ -5,6 +5,8 @@
 // is not running. The browser tests run
 // against the real server (run.sh); this is only a development aid:
 //   node tests/web/dev/mock-server.mjs [port]   (MOCK_API_KEY=secret to require a key)
+// With a key, it is an admin key: POST /v1/tokens mints end-user tokens, and a token's user sees
+// only its own sessions (the UI's `/#token=...` sign-in).
 // With UPSTREAM=http://127.0.0.1:7777 it serves the UI files from disk and forwards everything
 // else to that real server: edit the UI without rebuilding the binary.
 import http from 'node:http';
@@ -17,6 +19,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const uiDir = path.resolve(here, '../../../crates/server/ui');
 const stepMs = Number(process.env.STEPWISE_DEMO_STEP_MS || 250);
 const apiKey = process.env.MOCK_API_KEY || '';
+// Minted end-user tokens: token -> {user_id, expires_at (ms)}.
+const tokens = new Map();
 
 const now = () => new Date().toISOString().replace('Z', '000Z').replace(/\.(\d{3})000Z$/, (_, ms) => `.${ms}000Z`);
 const sessions = new Map();
@@ -56,8 +60,22 @@ function addMessage(sessionId, role, content, executionId, extra = {}) {
   return msg;
 }
 
-function newSession(body) {
-  const s = { id: randomUUID(), tenant_id: 'local', user_id: 'local', name: body.name || null, title: body.title || null, status: 'active', related_type: body.related_type || null, related_id: body.related_id || null, initial_context_url: body.initial_context_url || null, metadata: body.metadata || {}, agent: agentOf(body.agent), last_execution_id: null, last_snapshot_id: null, message_count: 0, created_at: now(), updated_at: now() };
+// Who calls: the admin key (or no key at all), or an end user's unexpired token; null otherwise.
+function callerOf(req, url) {
+  if (!apiKey) return { role: 'admin', user_id: 'local' };
+  const header = req.headers.authorization || '';
+  const bearer = header.startsWith('Bearer ') ? header.slice(7) : url.searchParams.get('access_token');
+  if (bearer === apiKey) return { role: 'admin', user_id: 'local' };
+  const token = tokens.get(bearer);
+  return token && token.expires_at > Date.now() ? { role: 'user', user_id: token.user_id } : null;
+}
+
+function visibleTo(caller, s) {
+  return caller.role === 'admin' || s.user_id === caller.user_id;
+}
+
+function newSession(body, caller) {
+  const s = { id: randomUUID(), tenant_id: 'local', user_id: caller.user_id, name: body.name || null, title: body.title || null, status: 'active', related_type: body.related_type || null, related_id: body.related_id || null, initial_context_url: body.initial_context_url || null, metadata: body.metadata || {}, agent: agentOf(body.agent), last_execution_id: null, last_snapshot_id: null, message_count: 0, created_at: now(), updated_at: now() };
   sessions.set(s.id, s);
   messages.set(s.id, []);
   events.set(s.id, []);
@@ -254,26 +272,35 @@ const server = http.createServer(async (req, res) => {
   }
   if (p === '/healthz') return send(res, 200, { status: 'ok' });
   if (!p.startsWith('/v1/')) return error(res, 404, 'not_found', 'no such path');
-  if (apiKey && req.headers.authorization !== `Bearer ${apiKey}`) return error(res, 401, 'unauthorized', 'API key required');
+  const caller = callerOf(req, url);
+  if (!caller) return error(res, 401, 'unauthorized', 'API key required');
   let m;
   try {
     if (p === '/v1/agents' && req.method === 'GET') {
       return send(res, 200, { items: [{ type: 'demo', description: "Stepwise's demo agent: `steps: N`, `ask me`, `delegate: TASK`, arithmetic, `time`", builtin: true, workers_online: null, last_seen_at: null, config_schema: null }] });
     }
+    if (p === '/v1/tokens' && req.method === 'POST') {
+      if (caller.role !== 'admin') return error(res, 403, 'forbidden', 'only an admin key mints tokens');
+      const body = await readBody(req);
+      const token = `mock-${randomUUID()}`;
+      const expiresAt = Date.now() + 1000 * (body.ttl_s || 3600);
+      tokens.set(token, { user_id: body.user_id, expires_at: expiresAt });
+      return send(res, 201, { token, user_id: body.user_id, expires_at: new Date(expiresAt).toISOString() });
+    }
     if (p === '/v1/sessions' && req.method === 'GET') {
       const status = url.searchParams.get('status');
-      const list = [...sessions.values()].filter((s) => (status ? s.status === status : s.status !== 'deleted')).sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+      const list = [...sessions.values()].filter((s) => visibleTo(caller, s) && (status ? s.status === status : s.status !== 'deleted')).sort((a, b) => b.updated_at.localeCompare(a.updated_at));
       return page(res, list, url);
     }
-    if (p === '/v1/sessions' && req.method === 'POST') return send(res, 201, newSession(await readBody(req)));
+    if (p === '/v1/sessions' && req.method === 'POST') return send(res, 201, newSession(await readBody(req), caller));
     if (p === '/v1/messages' && req.method === 'POST') {
       const body = await readBody(req);
-      const s = newSession(body.session || {});
+      const s = newSession(body.session || {}, caller);
       return send(res, 202, postMessage(s.id, body));
     }
     if ((m = p.match(/^\/v1\/sessions\/([^/]+)(\/.*)?$/))) {
       const s = sessionOf(m[1]);
-      if (!s) return error(res, 404, 'not_found', 'no such session');
+      if (!s || !visibleTo(caller, s)) return error(res, 404, 'not_found', 'no such session');
       const rest = m[2] || '';
       if (!rest && req.method === 'GET') return send(res, 200, s);
       if (!rest && req.method === 'PATCH') {
@@ -312,7 +339,7 @@ const server = http.createServer(async (req, res) => {
     }
     if ((m = p.match(/^\/v1\/executions\/([^/]+)(\/.*)?$/))) {
       const e = executions.get(m[1]);
-      if (!e) return error(res, 404, 'not_found', 'no such execution');
+      if (!e || !visibleTo(caller, sessionOf(e.session_id))) return error(res, 404, 'not_found', 'no such execution');
       const rest = m[2] || '';
       if (!rest) return send(res, 200, e);
       if (rest === '/steps') return page(res, steps.get(e.id), url);
@@ -325,9 +352,9 @@ const server = http.createServer(async (req, res) => {
       }
     }
     if ((m = p.match(/^\/v1\/snapshots\/([^/]+)$/))) {
-      for (const list of snapshots.values()) {
+      for (const [execId, list] of snapshots) {
         const snap = list.find((x) => x.id === m[1]);
-        if (snap) return send(res, 200, snap);
+        if (snap && visibleTo(caller, sessionOf(executions.get(execId).session_id))) return send(res, 200, snap);
       }
       return error(res, 404, 'not_found', 'no such snapshot');
     }

@@ -55,10 +55,15 @@ export async function screenshot(page, name) {
 }
 
 export async function api(method, urlPath, body, key) {
+  return apiAt(BASE, method, urlPath, body, key);
+}
+
+// An API call to the server at `base`, with `key` (an API key or a token) as the bearer.
+export async function apiAt(base, method, urlPath, body, key) {
   const headers = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (key) headers.Authorization = `Bearer ${key}`;
-  const res = await fetch(`${BASE}${urlPath}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(`${base}${urlPath}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : null };
 }
