@@ -2,19 +2,49 @@
 // (`?thread=<name>` in the URL, a new name otherwise). Each message runs POST /v1/ag-ui; a run
 // that ends with an interrupt (the agent asks) is answered by the next message, sent as the
 // interrupt's resume entry; on load, POST /v1/ag-ui/connect brings back the thread's messages
-// and any running turn.
+// and any running turn. The page asks its own backend (GET /api/token) how to reach Stepwise:
+// with a token it calls the server directly as that end user (`?user=` picks the demo user);
+// without one it uses /v1 on this origin, passed through to an open local server.
 import { HttpAgent } from '@ag-ui/client';
 
-const params = new URLSearchParams(location.search);
-const threadId = params.get('thread') || `web-${crypto.randomUUID()}`;
-if (!params.get('thread')) history.replaceState(null, '', `?thread=${threadId}`);
+const url = new URL(location.href);
+const threadId = url.searchParams.get('thread') || `web-${crypto.randomUUID()}`;
+if (!url.searchParams.get('thread')) {
+  url.searchParams.set('thread', threadId);
+  history.replaceState(null, '', url);
+}
 
-const agent = new HttpAgent({ url: '/v1/ag-ui', threadId });
+async function fetchAccess() {
+  const user = url.searchParams.get('user');
+  const res = await fetch(`/api/token${user ? `?user=${encodeURIComponent(user)}` : ''}`, { cache: 'no-store' });
+  const body = await res.json().catch(() => null);
+  if (!res.ok) throw new Error(body?.error?.message || `GET /api/token: ${res.status}`);
+  return body;
+}
+
+let access;
+try {
+  access = await fetchAccess();
+} catch (error) {
+  document.getElementById('status').textContent = `Cannot reach Stepwise: ${error.message}`;
+  throw error;
+}
+const headers = () => (access.token ? { Authorization: `Bearer ${access.token}` } : {});
+
+const agent = new HttpAgent({ url: `${access.stepwise_url}/v1/ag-ui`, threadId, headers: headers() });
 const reconnecting = new (class extends HttpAgent {
   connect(input) {
     return this.run(input);
   }
-})({ url: '/v1/ag-ui/connect', threadId });
+})({ url: `${access.stepwise_url}/v1/ag-ui/connect`, threadId, headers: headers() });
+
+// Before a run: a fresh token a minute before this one expires.
+async function refreshAccess() {
+  if (!access.token || Date.parse(access.expires_at) - Date.now() >= 60_000) return;
+  access = await fetchAccess();
+  agent.headers = headers();
+  reconnecting.headers = headers();
+}
 
 const list = document.getElementById('messages');
 const status = document.getElementById('status');
@@ -62,6 +92,7 @@ reconnecting.subscribe(subscriber);
 async function run(options) {
   setStatus('running');
   try {
+    await refreshAccess();
     await agent.runAgent(options);
     setStatus('ready');
   } catch (error) {
