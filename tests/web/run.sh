@@ -5,7 +5,8 @@
 #   bash tests/web/run.sh                 builds the binary with cargo
 #   STEPWISE_BIN=path bash run.sh         uses that binary
 #   STEPWISE_URL=http://... bash run.sh   tests an already running open server (no build, no
-#                                         start; the auth test is skipped)
+#                                         start; the auth, token and examples' token tests are
+#                                         skipped)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -84,6 +85,8 @@ if [ -z "${STEPWISE_URL:-}" ]; then
     (cd "$root" && cargo build -q -p stepwise)
     bin="$root/target/debug/stepwise"
   fi
+  # Tests that need a server of their own (the examples' cross-origin token mode) start it.
+  export STEPWISE_BIN="$bin"
   start_server open
   export STEPWISE_URL="$server_url"
   # A server with an API key: keys are required as soon as one exists.

@@ -1,6 +1,10 @@
 // Shared helpers of the browser tests: the browser, the server's URL, API calls, polling.
 import { chromium } from 'playwright-core';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -106,4 +110,64 @@ export function countStepLines(texts) {
 
 export async function assistantTexts(page) {
   return page.locator('#stream .msg-assistant:not(.streaming) .bubble-body').allTextContents();
+}
+
+export function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+// The `stepwise` binary run.sh built or was given; empty when the tests run against a server
+// started elsewhere (STEPWISE_URL), and the tests that start their own servers skip.
+export const STEPWISE_BIN = process.env.STEPWISE_BIN || '';
+
+/**
+ * Starts a `stepwise serve` of its own (the demo agent, a fresh SQLite file, a free loopback
+ * port, `args` added) with an admin API key of tenant `tenant` made first; its log lands in
+ * artifacts/server-NAME.log. Answers {url, key, stop()}.
+ */
+export async function startServer(name, { tenant = 'webtest', args = [] } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `stepwise-web-${name}-`));
+  const database = `sqlite://${dir}/${name}.db`;
+  const env = { ...process.env, STEPWISE_DEMO_STEP_MS: '50' };
+  for (const v of ['STEPWISE_LLM_BASE_URL', 'STEPWISE_LLM_MODEL', 'STEPWISE_LLM_API_KEY', 'STEPWISE_CONFIG']) delete env[v];
+  const created = spawnSync(STEPWISE_BIN, ['keys', 'create', '--tenant', tenant, '--user', 'admin', '--role', 'admin', '--name', name, '--database', database], { env, encoding: 'utf8' });
+  if (created.status !== 0) throw new Error(`stepwise keys create: ${created.stderr || created.error}`);
+  const key = created.stdout.trim().split('\n').pop();
+  const port = await freePort();
+  const logPath = path.join(ARTIFACTS, `server-${name}.log`);
+  const log = fs.openSync(logPath, 'w');
+  const child = spawn(STEPWISE_BIN, ['serve', '--listen', `127.0.0.1:${port}`, '--database', database, ...args], { env, stdio: ['ignore', log, log] });
+  fs.closeSync(log);
+  let exited = null;
+  child.on('exit', (code) => { exited = code; });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60000;
+  for (;;) {
+    if (exited !== null) throw new Error(`stepwise serve exited with ${exited}: ${fs.readFileSync(logPath, 'utf8')}`);
+    try {
+      if ((await fetch(`${url}/healthz`)).ok) break;
+    } catch {}
+    if (Date.now() > deadline) {
+      child.kill('SIGTERM');
+      throw new Error(`no answer from ${url}/healthz within 60 s: ${fs.readFileSync(logPath, 'utf8')}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    url,
+    key,
+    async stop() {
+      if (exited === null) {
+        child.kill('SIGTERM');
+        await once(child, 'exit');
+      }
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
