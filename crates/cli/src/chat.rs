@@ -134,6 +134,7 @@ async fn api_key<S: Store>(
         .create_api_key(
             &tenant,
             stepwise_server::LOCAL_USER,
+            stepwise_store::AccessRole::Admin,
             Some("stepwise chat (temporary)".into()),
             &stepwise_core::apikey::hash_api_key(&secret),
         )

@@ -13,6 +13,14 @@ pub fn generate_api_key() -> Result<String, getrandom::Error> {
     Ok(format!("{KEY_PREFIX}{}", hex(&bytes)))
 }
 
+/// A new secret for signing the deployment's own tokens (HS256): 64 hex digits, 256 bits
+/// from the OS.
+pub fn generate_signing_secret() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(hex(&bytes))
+}
+
 /// A random token for a worker's lease on an execution: `lease_` and 32 hex digits (128
 /// bits from the OS), so no one can guess another worker's lease.
 pub fn generate_lease_token() -> Result<String, getrandom::Error> {

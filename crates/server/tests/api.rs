@@ -478,12 +478,24 @@ async fn keys_separate_tenants_and_revocation_reaches_the_server() {
     let bob = Tenant::new("bob").expect("tenant");
     server
         .store
-        .create_api_key(&alice, "a", None, &hash_api_key(&alice_key))
+        .create_api_key(
+            &alice,
+            "a",
+            stepwise_store::AccessRole::Admin,
+            None,
+            &hash_api_key(&alice_key),
+        )
         .await
         .expect("key");
     let bob_record = server
         .store
-        .create_api_key(&bob, "b", None, &hash_api_key(&bob_key))
+        .create_api_key(
+            &bob,
+            "b",
+            stepwise_store::AccessRole::Admin,
+            None,
+            &hash_api_key(&bob_key),
+        )
         .await
         .expect("key");
 

@@ -598,6 +598,7 @@ async fn tenants_never_see_each_others_threads() {
             .create_api_key(
                 &Tenant::new(tenant).expect("tenant"),
                 tenant,
+                stepwise_store::AccessRole::Admin,
                 None,
                 &hash_api_key(key),
             )

@@ -323,7 +323,13 @@ async fn another_tenants_items_are_not_found() {
         let tenant = Tenant::new(tenant).expect("tenant");
         server
             .store
-            .create_api_key(&tenant, "u", None, &hash_api_key(key))
+            .create_api_key(
+                &tenant,
+                "u",
+                stepwise_store::AccessRole::Admin,
+                None,
+                &hash_api_key(key),
+            )
             .await
             .expect("key");
     }

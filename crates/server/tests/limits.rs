@@ -57,7 +57,13 @@ async fn a_key_over_its_burst_gets_429_with_retry_after_and_other_keys_do_not() 
     for (name, key) in [("first", &first), ("second", &second)] {
         server
             .store
-            .create_api_key(&tenant, "u", Some(name.to_string()), &hash_api_key(key))
+            .create_api_key(
+                &tenant,
+                "u",
+                stepwise_store::AccessRole::Admin,
+                Some(name.to_string()),
+                &hash_api_key(key),
+            )
             .await
             .expect("key");
     }

@@ -367,7 +367,13 @@ async fn hostile_claims_and_other_tenants_leases_are_refused() {
         let tenant = Tenant::new(tenant).unwrap();
         server
             .store
-            .create_api_key(&tenant, "u", None, &hash_api_key(key))
+            .create_api_key(
+                &tenant,
+                "u",
+                stepwise_store::AccessRole::Admin,
+                None,
+                &hash_api_key(key),
+            )
             .await
             .unwrap();
     }

@@ -29,7 +29,7 @@ use stepwise_core::{
     Event, EventType, Execution, Id, Message, Role, Session, SessionStatus, Snapshot, Step,
     Timestamp,
 };
-use stepwise_store::ApiKeyRecord;
+use stepwise_store::{AccessRole, ApiKeyRecord, SigningKey};
 
 use crate::state::{Container, ExecEntry, KeyEntry, Lease, StoredStep};
 
@@ -112,8 +112,27 @@ pub struct ApiKeyRecordFile {
     pub name: Option<String>,
     pub tenant_id: String,
     pub user_id: String,
+    /// Keys written before roles existed are admins of their tenant.
+    #[serde(default)]
+    pub role: AccessRole,
     pub created_at: Timestamp,
     pub revoked_at: Option<Timestamp>,
+}
+
+/// [`SigningKey`] as the root `metadata.json` holds it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SigningKeyFile {
+    pub id: Id,
+    pub secret: String,
+    pub created_at: Timestamp,
+}
+
+/// What the root `metadata.json` holds besides its container: the API keys and the token
+/// signing keys.
+#[derive(Clone, Copy)]
+pub struct RootKeys<'a> {
+    pub api_keys: &'a [KeyEntry],
+    pub signing_keys: &'a [SigningKey],
 }
 
 #[derive(Serialize)]
@@ -141,15 +160,17 @@ struct FileOut<'a> {
     runtime: BTreeMap<Id, Runtime>,
     #[serde(skip_serializing_if = "Option::is_none")]
     api_keys: Option<Vec<StoredKey>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signing_keys: Option<Vec<SigningKeyFile>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     damaged: &'a BTreeMap<String, Vec<Value>>,
 }
 
-/// The bytes of a container's file. `api_keys` only for the root `metadata.json`.
+/// The bytes of a container's file. `keys` only for the root `metadata.json`.
 pub fn encode_container(
     tenant: &str,
     container: &Container,
-    api_keys: Option<&[KeyEntry]>,
+    keys: Option<RootKeys<'_>>,
 ) -> serde_json::Result<Vec<u8>> {
     let mut runtime = BTreeMap::new();
     for e in &container.executions {
@@ -194,14 +215,26 @@ pub fn encode_container(
             })
             .collect(),
         runtime,
-        api_keys: api_keys.map(|keys| {
-            keys.iter()
+        signing_keys: keys.filter(|k| !k.signing_keys.is_empty()).map(|keys| {
+            keys.signing_keys
+                .iter()
+                .map(|k| SigningKeyFile {
+                    id: k.id,
+                    secret: k.secret.clone(),
+                    created_at: k.created_at,
+                })
+                .collect()
+        }),
+        api_keys: keys.map(|keys| {
+            keys.api_keys
+                .iter()
                 .map(|k| StoredKey {
                     record: ApiKeyRecordFile {
                         id: k.record.id,
                         name: k.record.name.clone(),
                         tenant_id: k.record.tenant_id.clone(),
                         user_id: k.record.user_id.clone(),
+                        role: k.record.role,
                         created_at: k.record.created_at,
                         revoked_at: k.record.revoked_at,
                     },
@@ -238,6 +271,8 @@ struct FileIn {
     #[serde(default)]
     api_keys: Vec<Value>,
     #[serde(default)]
+    signing_keys: Vec<Value>,
+    #[serde(default)]
     damaged: BTreeMap<String, Vec<Value>>,
 }
 
@@ -246,6 +281,7 @@ pub struct Decoded {
     pub tenant_id: Option<String>,
     pub container: Container,
     pub api_keys: Vec<KeyEntry>,
+    pub signing_keys: Vec<SigningKey>,
     pub damaged_records: u64,
 }
 
@@ -380,6 +416,7 @@ pub fn decode_container(bytes: &[u8], expect_session: bool) -> Result<Decoded, U
                     name: k.record.name,
                     tenant_id: k.record.tenant_id,
                     user_id: k.record.user_id,
+                    role: k.record.role,
                     created_at: k.record.created_at,
                     revoked_at: k.record.revoked_at,
                 },
@@ -388,11 +425,23 @@ pub fn decode_container(bytes: &[u8], expect_session: bool) -> Result<Decoded, U
             Err(_) => put_aside("api_keys", raw, &mut count),
         }
     }
+    let mut signing_keys = Vec::new();
+    for raw in file.signing_keys {
+        match SigningKeyFile::deserialize(&raw) {
+            Ok(k) => signing_keys.push(SigningKey {
+                id: k.id,
+                secret: k.secret,
+                created_at: k.created_at,
+            }),
+            Err(_) => put_aside("signing_keys", raw, &mut count),
+        }
+    }
     container.damaged = damaged;
     Ok(Decoded {
         tenant_id: file.tenant_id,
         container,
         api_keys,
+        signing_keys,
         damaged_records: count,
     })
 }

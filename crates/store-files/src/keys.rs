@@ -1,7 +1,7 @@
 //! API keys in the files backend, kept in the root `metadata.json` by hash.
 
 use stepwise_core::Id;
-use stepwise_store::{ApiKeyRecord, Result, StoreError, Tenant};
+use stepwise_store::{AccessRole, ApiKeyRecord, Result, SigningKey, StoreError, Tenant};
 
 use crate::state::{Key, KeyEntry};
 use crate::{FileStore, LOCAL_TENANT, tenant_state};
@@ -19,10 +19,11 @@ impl stepwise_store::KeyStore for FileStore {
         &self,
         tenant: &Tenant,
         user_id: &str,
+        role: AccessRole,
         name: Option<String>,
         key_hash: &str,
     ) -> Result<ApiKeyRecord> {
-        let record = ApiKeyRecord::new(tenant, user_id, name, self.now());
+        let record = ApiKeyRecord::new(tenant, user_id, role, name, self.now());
         let ack = {
             let mut state = self.lock();
             if state.api_keys.iter().any(|k| k.hash == key_hash) {
@@ -81,5 +82,26 @@ impl stepwise_store::KeyStore for FileStore {
             .iter()
             .filter(|k| k.record.revoked_at.is_none())
             .count() as u64)
+    }
+
+    async fn list_signing_keys(&self) -> Result<Vec<SigningKey>> {
+        Ok(self.lock().signing_keys.clone())
+    }
+
+    async fn add_signing_key(&self, secret: &str) -> Result<SigningKey> {
+        let key = SigningKey {
+            id: stepwise_core::new_id(),
+            secret: secret.to_string(),
+            created_at: self.now(),
+        };
+        let ack = {
+            let mut state = self.lock();
+            state.signing_keys.push(key.clone());
+            let root = self.inner.shared.root.clone();
+            tenant_state(&mut state, &root, LOCAL_TENANT);
+            state.touch(&keys_key(), false);
+            self.enqueue(&mut state, key)
+        };
+        ack.await
     }
 }

@@ -207,6 +207,7 @@ fn load_tenant_dir(
             report.damaged_records += meta.damaged_records;
             if root {
                 state.api_keys = meta.api_keys;
+                state.signing_keys = meta.signing_keys;
             }
             ts.loose = meta.container;
             ts.loose.session = None;

@@ -135,6 +135,8 @@ pub(crate) struct State {
     /// Snapshot id → where it lives.
     pub snapshots: HashMap<Id, Key>,
     pub api_keys: Vec<KeyEntry>,
+    /// Token signing keys, oldest first (kept in the root `metadata.json` too).
+    pub signing_keys: Vec<stepwise_store::SigningKey>,
     pub pending: Pending,
     /// The writer is writing a batch it took from `pending`.
     pub in_flight: bool,

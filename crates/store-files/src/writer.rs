@@ -67,7 +67,10 @@ pub(crate) fn take_batch(state: &mut State) -> Batch {
                 (path, disk::encode_container(&key.tenant, container, None))
             }
             None => {
-                let keys = (key.tenant == LOCAL_TENANT).then_some(state.api_keys.as_slice());
+                let keys = (key.tenant == LOCAL_TENANT).then_some(disk::RootKeys {
+                    api_keys: &state.api_keys,
+                    signing_keys: &state.signing_keys,
+                });
                 (
                     ts.dir.join(METADATA_FILE),
                     disk::encode_container(&key.tenant, &ts.loose, keys),

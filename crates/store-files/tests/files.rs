@@ -450,7 +450,13 @@ async fn background_executions_and_api_keys_live_in_metadata_json() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let key = store
-            .create_api_key(&t, "me", Some("laptop".into()), "hash-of-the-secret")
+            .create_api_key(
+                &t,
+                "me",
+                stepwise_store::AccessRole::Admin,
+                Some("laptop".into()),
+                "hash-of-the-secret",
+            )
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         store.close().await.unwrap_or_else(|e| panic!("{e}"));

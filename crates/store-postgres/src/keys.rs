@@ -2,12 +2,16 @@
 //! first revocation time).
 
 use stepwise_core::Id;
-use stepwise_store::{ApiKeyRecord, Result, StoreError, Tenant};
+use stepwise_store::{AccessRole, ApiKeyRecord, Result, SigningKey, StoreError, Tenant};
 
 use crate::PgStore;
 use crate::sql::{self, api_key_cols, args, count, is_unique_violation, map_pg};
 
-const INSERT_API_KEY: &str = "INSERT INTO api_keys (id, tenant_id, user_id, name, key_hash, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+const INSERT_API_KEY: &str = "INSERT INTO api_keys (id, tenant_id, user_id, role, name, key_hash, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+const ALL_SIGNING_KEYS: &str =
+    "SELECT id, secret, created_at FROM signing_keys ORDER BY created_at, id";
+const INSERT_SIGNING_KEY: &str =
+    "INSERT INTO signing_keys (id, secret, created_at) VALUES ($1, $2, $3)";
 const LIVE_KEY_BY_HASH: &str = concat!(
     "SELECT ",
     api_key_cols!(),
@@ -27,10 +31,11 @@ impl stepwise_store::KeyStore for PgStore {
         &self,
         tenant: &Tenant,
         user_id: &str,
+        role: AccessRole,
         name: Option<String>,
         key_hash: &str,
     ) -> Result<ApiKeyRecord> {
-        let record = ApiKeyRecord::new(tenant, user_id, name, self.now());
+        let record = ApiKeyRecord::new(tenant, user_id, role, name, self.now());
         let r = &record;
         let client = self.client().await?;
         client
@@ -40,6 +45,7 @@ impl stepwise_store::KeyStore for PgStore {
                     r.id,
                     r.tenant_id,
                     r.user_id,
+                    r.role.as_str(),
                     r.name,
                     key_hash,
                     r.created_at.0
@@ -90,5 +96,31 @@ impl stepwise_store::KeyStore for PgStore {
     async fn count_active_api_keys(&self) -> Result<u64> {
         let client = self.client().await?;
         count(&**client, COUNT_LIVE_KEYS, args![]).await
+    }
+
+    async fn list_signing_keys(&self) -> Result<Vec<SigningKey>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(ALL_SIGNING_KEYS, args![])
+            .await
+            .map_err(map_pg)?;
+        sql::collect(&rows, sql::signing_key)
+    }
+
+    async fn add_signing_key(&self, secret: &str) -> Result<SigningKey> {
+        let key = SigningKey {
+            id: stepwise_core::new_id(),
+            secret: secret.to_string(),
+            created_at: self.now(),
+        };
+        let client = self.client().await?;
+        client
+            .execute_typed(
+                INSERT_SIGNING_KEY,
+                args![key.id, key.secret, key.created_at.0],
+            )
+            .await
+            .map_err(map_pg)?;
+        Ok(key)
     }
 }

@@ -332,7 +332,7 @@ pub(crate) fn event(row: &Row) -> Result<Event, StoreError> {
 /// The columns [`api_key`] reads, as a literal for `concat!`.
 macro_rules! api_key_cols {
     () => {
-        "id, name, tenant_id, user_id, created_at, revoked_at"
+        "id, name, tenant_id, user_id, role, created_at, revoked_at"
     };
 }
 pub(crate) use api_key_cols;
@@ -343,8 +343,19 @@ pub(crate) fn api_key(row: &Row) -> Result<ApiKeyRecord, StoreError> {
         name: get(row, "name")?,
         tenant_id: get(row, "tenant_id")?,
         user_id: get(row, "user_id")?,
+        // A role this version does not know reads as the narrowest one.
+        role: stepwise_store::AccessRole::parse(&get::<String>(row, "role")?)
+            .unwrap_or(stepwise_store::AccessRole::Worker),
         created_at: ts(row, "created_at")?,
         revoked_at: opt_ts(row, "revoked_at")?,
+    })
+}
+
+pub(crate) fn signing_key(row: &Row) -> Result<stepwise_store::SigningKey, StoreError> {
+    Ok(stepwise_store::SigningKey {
+        id: get(row, "id")?,
+        secret: get(row, "secret")?,
+        created_at: ts(row, "created_at")?,
     })
 }
 

@@ -227,7 +227,22 @@ pub(crate) fn api_key(row: &Row<'_>) -> rusqlite::Result<stepwise_store::ApiKeyR
         name: row.get("name")?,
         tenant_id: row.get("tenant_id")?,
         user_id: row.get("user_id")?,
+        role: role(row)?,
         created_at: ts(row, "created_at")?,
         revoked_at: opt_ts(row, "revoked_at")?,
+    })
+}
+
+/// A key's `role`; a value this version does not know reads as the least privileged.
+fn role(row: &Row<'_>) -> rusqlite::Result<stepwise_store::AccessRole> {
+    let text: String = row.get("role")?;
+    Ok(stepwise_store::AccessRole::parse(&text).unwrap_or(stepwise_store::AccessRole::Worker))
+}
+
+pub(crate) fn signing_key(row: &Row<'_>) -> rusqlite::Result<stepwise_store::SigningKey> {
+    Ok(stepwise_store::SigningKey {
+        id: id(row, "id")?,
+        secret: row.get("secret")?,
+        created_at: ts(row, "created_at")?,
     })
 }

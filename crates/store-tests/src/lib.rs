@@ -109,6 +109,7 @@ macro_rules! __with_cases {
             restore_after_reopen
             import_document
             api_keys
+            signing_keys
             operations
             checkpoints_put_get
             checkpoint_writes

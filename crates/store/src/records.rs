@@ -7,7 +7,9 @@ use stepwise_core::{
     Execution, ExecutionStatus, Message, Session, SessionStatus, Snapshot, Timestamp, new_id,
 };
 
-use crate::{ApiKeyRecord, NewExecution, NewMessage, NewSession, NewSnapshot, StoreError, Tenant};
+use crate::{
+    AccessRole, ApiKeyRecord, NewExecution, NewMessage, NewSession, NewSnapshot, StoreError, Tenant,
+};
 
 impl NewSession {
     /// An `active` session with no messages yet, created and updated at `now`.
@@ -107,12 +109,19 @@ impl NewSnapshot {
 
 impl ApiKeyRecord {
     /// A new, unrevoked key's record (its hash is stored beside it, never in it).
-    pub fn new(tenant: &Tenant, user_id: &str, name: Option<String>, now: Timestamp) -> Self {
+    pub fn new(
+        tenant: &Tenant,
+        user_id: &str,
+        role: AccessRole,
+        name: Option<String>,
+        now: Timestamp,
+    ) -> Self {
         ApiKeyRecord {
             id: new_id(),
             name,
             tenant_id: tenant.as_str().to_string(),
             user_id: user_id.to_string(),
+            role,
             created_at: now,
             revoked_at: None,
         }

@@ -362,14 +362,72 @@ pub struct CleanupReport {
     pub events: u64,
 }
 
+/// What a credential may do (`docs/security.md`): `admin` everything in its tenant, `user`
+/// only its own sessions and what is under them, `worker` only claims and the executions
+/// it holds a lease on.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessRole {
+    #[default]
+    Admin,
+    User,
+    Worker,
+}
+
+impl AccessRole {
+    pub const ALL: [AccessRole; 3] = [AccessRole::Admin, AccessRole::User, AccessRole::Worker];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessRole::Admin => "admin",
+            AccessRole::User => "user",
+            AccessRole::Worker => "worker",
+        }
+    }
+
+    /// `admin`, `user` or `worker`; `None` for anything else.
+    pub fn parse(text: &str) -> Option<AccessRole> {
+        AccessRole::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for AccessRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ApiKeyRecord {
     pub id: Id,
     pub name: Option<String>,
     pub tenant_id: String,
     pub user_id: String,
+    pub role: AccessRole,
     pub created_at: Timestamp,
     pub revoked_at: Option<Timestamp>,
+}
+
+/// A key the deployment signs its own tokens with (`POST /v1/tokens`): shared by every
+/// node through the store. The newest signs; every one verifies until it is removed.
+#[derive(Clone, PartialEq)]
+pub struct SigningKey {
+    pub id: Id,
+    /// The HMAC secret (text, at least 32 bytes).
+    pub secret: String,
+    pub created_at: Timestamp,
+}
+
+impl std::fmt::Debug for SigningKey {
+    /// Never prints the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("id", &self.id)
+            .field("created_at", &self.created_at)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

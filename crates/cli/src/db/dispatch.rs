@@ -16,12 +16,12 @@ use stepwise_core::{
 };
 use stepwise_store::prelude::*;
 use stepwise_store::{
-    Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim, ClaimFilter,
-    CleanupReport, Loaded, MessageQuery, MessagesAfter, NewCheckpoint, NewEvent, NewExecution,
-    NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, PruneStrategy, PutWrites,
-    Result, RetentionLock, RetentionPolicy, SessionCache, SessionFilter, SessionPatch,
-    StatusCounts, StepAppend, StepMirror, StepsAfter, StoreStats, Tenant, ThreadInfo, Transition,
-    WorkerSeen,
+    AccessRole, Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim,
+    ClaimFilter, CleanupReport, Loaded, MessageQuery, MessagesAfter, NewCheckpoint, NewEvent,
+    NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, PruneStrategy,
+    PutWrites, Result, RetentionLock, RetentionPolicy, SessionCache, SessionFilter, SessionPatch,
+    SigningKey, StatusCounts, StepAppend, StepMirror, StepsAfter, StoreStats, Tenant, ThreadInfo,
+    Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 
@@ -187,11 +187,13 @@ dispatch! {
 
 dispatch! {
     KeyStore;
-    fn create_api_key(tenant: &Tenant, user_id: &str, name: Option<String>, key_hash: &str) -> Result<ApiKeyRecord>;
+    fn create_api_key(tenant: &Tenant, user_id: &str, role: AccessRole, name: Option<String>, key_hash: &str) -> Result<ApiKeyRecord>;
     fn find_api_key(key_hash: &str) -> Result<Option<ApiKeyRecord>>;
     fn list_api_keys() -> Result<Vec<ApiKeyRecord>>;
     fn revoke_api_key(id: Id) -> Result<bool>;
     fn count_active_api_keys() -> Result<u64>;
+    fn list_signing_keys() -> Result<Vec<SigningKey>>;
+    fn add_signing_key(secret: &str) -> Result<SigningKey>;
 }
 
 dispatch! {

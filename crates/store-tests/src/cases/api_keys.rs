@@ -1,5 +1,5 @@
 use stepwise_core::{ExecutionStatus, SessionStatus};
-use stepwise_store::{Store, StoreStats};
+use stepwise_store::{AccessRole, Store, StoreStats};
 
 use crate::Harness;
 use crate::support::*;
@@ -15,7 +15,13 @@ pub async fn api_keys<H: Harness>(harness: &H) {
 
     let laptop = ok(
         store
-            .create_api_key(&acme, "user-1", Some("laptop".into()), "hash-laptop")
+            .create_api_key(
+                &acme,
+                "user-1",
+                AccessRole::Admin,
+                Some("laptop".into()),
+                "hash-laptop",
+            )
             .await,
         "create",
     );
@@ -24,10 +30,18 @@ pub async fn api_keys<H: Harness>(harness: &H) {
     assert_eq!(laptop.name.as_deref(), Some("laptop"));
     assert_eq!(laptop.revoked_at, None);
     let ci = ok(
-        store.create_api_key(&globex, "bot", None, "hash-ci").await,
+        store
+            .create_api_key(&globex, "bot", AccessRole::Worker, None, "hash-ci")
+            .await,
         "create unnamed",
     );
     assert_eq!(ci.name, None);
+    assert_eq!(laptop.role, AccessRole::Admin);
+    assert_eq!(
+        ci.role,
+        AccessRole::Worker,
+        "a key keeps the role it was made with"
+    );
     assert_ne!(ci.id, laptop.id);
 
     assert_eq!(
@@ -77,6 +91,36 @@ pub async fn api_keys<H: Harness>(harness: &H) {
         ok(store.count_active_api_keys().await, "count"),
         1,
         "revoking twice counts once"
+    );
+}
+
+/// Token signing keys: none at first, each added one listed oldest first with its secret,
+/// and all of them there after a reopen (tokens they signed must keep verifying).
+pub async fn signing_keys<H: Harness>(harness: &H) {
+    let (store, clock) = manual_store(harness).await;
+    assert!(ok(store.list_signing_keys().await, "list").is_empty());
+    let first = ok(store.add_signing_key(&"a".repeat(64)).await, "add");
+    clock.advance_secs(1);
+    let second = ok(store.add_signing_key(&"b".repeat(64)).await, "add another");
+    assert_ne!(first.id, second.id);
+    let listed = ok(store.list_signing_keys().await, "list");
+    assert_eq!(listed, vec![first.clone(), second.clone()], "oldest first");
+    assert_eq!(
+        listed[1].secret,
+        "b".repeat(64),
+        "the secret is kept as given"
+    );
+    assert!(
+        !format!("{:?}", listed[0]).contains(&"a".repeat(64)),
+        "Debug never shows a secret"
+    );
+    let Some(store) = harness.reopen(store, clock.clone()).await else {
+        return;
+    };
+    assert_eq!(
+        ok(store.list_signing_keys().await, "list after reopen"),
+        vec![first, second],
+        "signing keys survive a reopen"
     );
 }
 

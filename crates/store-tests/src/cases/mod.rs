@@ -19,7 +19,7 @@ mod snapshots;
 mod steps;
 mod workers;
 
-pub use api_keys::{api_keys, operations};
+pub use api_keys::{api_keys, operations, signing_keys};
 pub use cache::{session_cache, session_message_cache};
 pub use checkpoints::{
     checkpoint_events, checkpoint_export_import, checkpoint_isolation, checkpoint_threads,

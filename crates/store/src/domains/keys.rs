@@ -1,16 +1,17 @@
-//! API keys (stored as hashes).
+//! API keys (stored as hashes) and the keys the deployment signs its own tokens with.
 
 use std::future::Future;
 
 use stepwise_core::Id;
 
-use crate::{ApiKeyRecord, Result, Tenant};
+use crate::{AccessRole, ApiKeyRecord, Result, SigningKey, Tenant};
 
 pub trait KeyStore: Send + Sync {
     fn create_api_key(
         &self,
         tenant: &Tenant,
         user_id: &str,
+        role: AccessRole,
         name: Option<String>,
         key_hash: &str,
     ) -> impl Future<Output = Result<ApiKeyRecord>> + Send;
@@ -27,6 +28,12 @@ pub trait KeyStore: Send + Sync {
     fn revoke_api_key(&self, id: Id) -> impl Future<Output = Result<bool>> + Send;
 
     fn count_active_api_keys(&self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Every token signing key, oldest first.
+    fn list_signing_keys(&self) -> impl Future<Output = Result<Vec<SigningKey>>> + Send;
+
+    /// Stores a new signing key with this secret; it signs from now on (the newest does).
+    fn add_signing_key(&self, secret: &str) -> impl Future<Output = Result<SigningKey>> + Send;
 }
 
 /// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
@@ -37,11 +44,12 @@ impl<L: PassKeys> KeyStore for L {
         &self,
         tenant: &Tenant,
         user_id: &str,
+        role: AccessRole,
         name: Option<String>,
         key_hash: &str,
     ) -> impl Future<Output = Result<ApiKeyRecord>> + Send {
         self.layer_inner()
-            .create_api_key(tenant, user_id, name, key_hash)
+            .create_api_key(tenant, user_id, role, name, key_hash)
     }
 
     fn find_api_key(
@@ -61,5 +69,13 @@ impl<L: PassKeys> KeyStore for L {
 
     fn count_active_api_keys(&self) -> impl Future<Output = Result<u64>> + Send {
         self.layer_inner().count_active_api_keys()
+    }
+
+    fn list_signing_keys(&self) -> impl Future<Output = Result<Vec<SigningKey>>> + Send {
+        self.layer_inner().list_signing_keys()
+    }
+
+    fn add_signing_key(&self, secret: &str) -> impl Future<Output = Result<SigningKey>> + Send {
+        self.layer_inner().add_signing_key(secret)
     }
 }
