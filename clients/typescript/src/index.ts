@@ -19,7 +19,9 @@ import type {
   ClaimList,
   CompleteBody,
   CopyThreadBody,
+  CreateKeyBody,
   CreateSessionBody,
+  CreatedKey,
   DeleteForRunsBody,
   Event,
   Execution,
@@ -30,11 +32,14 @@ import type {
   ItemsAdded,
   ItemsCleared,
   ItemsPage,
+  KeyList,
   Memory,
   Message,
   MessageAccepted,
   MessageBody,
   MessageList,
+  MintTokenBody,
+  MintedToken,
   NewSessionMessageBody,
   OpenExecutionBody,
   PauseBody,
@@ -71,6 +76,11 @@ export interface ClientOptions {
   baseUrl: string;
   /** An API key, sent as `Authorization: Bearer <key>` on `/v1` paths. */
   apiKey?: string;
+  /**
+   * An end user's token ({@link Stepwise.createToken}): the same as `apiKey` (both are the
+   * bearer credential), for code that holds a token. Give one of the two.
+   */
+  token?: string;
   /** Headers added to every request. */
   headers?: Record<string, string>;
   /** The `fetch` to use (default: the platform's). */
@@ -126,6 +136,8 @@ export interface ListSessionsQuery extends PageQuery {
   name?: string;
   related_type?: string;
   related_id?: string;
+  /** One end user's sessions (an admin's filter; a user's own credential sees only its own). */
+  user_id?: string;
 }
 
 export interface ListMessagesQuery extends PageQuery {
@@ -195,7 +207,8 @@ function leaseHeaders(lease: string | undefined): Record<string, string> | undef
 /** The Stepwise API. Every method answers what its endpoint answers, or throws a {@link StepwiseError}. */
 export class Stepwise {
   readonly baseUrl: string;
-  private readonly apiKey: string | undefined;
+  /** The bearer credential: `apiKey` or `token`. */
+  private readonly credential: string | undefined;
   private readonly headers: Record<string, string>;
   private readonly fetchImpl: typeof fetch;
   private readonly reconnectDelayMs: number;
@@ -204,8 +217,11 @@ export class Stepwise {
     if (!options || typeof options.baseUrl !== 'string' || !/^https?:\/\//.test(options.baseUrl)) {
       throw new TypeError('Stepwise: baseUrl must be an http(s) URL, e.g. http://127.0.0.1:8420');
     }
+    if (options.apiKey !== undefined && options.token !== undefined) {
+      throw new TypeError('Stepwise: give apiKey or token, not both (each is the credential sent as Authorization: Bearer)');
+    }
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
-    this.apiKey = options.apiKey;
+    this.credential = options.apiKey ?? options.token;
     this.headers = { ...(options.headers ?? {}) };
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
     this.reconnectDelayMs = options.reconnectDelayMs ?? 200;
@@ -225,7 +241,7 @@ export class Stepwise {
 
   private async send(call: Call): Promise<Response> {
     const headers: Record<string, string> = { ...this.headers, ...(call.headers ?? {}) };
-    if (this.apiKey && call.path.startsWith('/v1')) headers.authorization = `Bearer ${this.apiKey}`;
+    if (this.credential && call.path.startsWith('/v1')) headers.authorization = `Bearer ${this.credential}`;
     let body: string | undefined;
     if (call.body !== undefined) {
       headers['content-type'] = 'application/json';
@@ -669,6 +685,37 @@ export class Stepwise {
   private async *parts(call: Call): AsyncGenerator<StreamPart, void, undefined> {
     const response = await this.send(call);
     yield* dataParts(response, call.signal);
+  }
+
+  // --- end users: tokens and keys -------------------------------------------------------------
+
+  /**
+   * `POST /v1/tokens` (an admin credential): a token for end user `user_id` of the tenant, for
+   * `ttl_s` seconds (60–86,400, default 3,600). With it as `token` (or `apiKey`), a client sees and
+   * changes only that user's sessions; another user's session is 404 `not_found`, an admin
+   * operation 403 `forbidden`.
+   */
+  createToken(body: MintTokenBody): Promise<MintedToken> {
+    return this.json({ method: 'POST', path: '/v1/tokens', body });
+  }
+
+  /**
+   * `POST /v1/keys` (an admin credential): an API key for `user_id` with `role` (`admin`: the whole
+   * tenant; `user`: only the user's own sessions; `worker`). The answer's `key` is the secret, shown
+   * in this answer only.
+   */
+  createKey(body: CreateKeyBody): Promise<CreatedKey> {
+    return this.json({ method: 'POST', path: '/v1/keys', body });
+  }
+
+  /** `GET /v1/keys` (an admin credential): the tenant's working keys, without their secrets, on one page. */
+  listKeys(): Promise<KeyList> {
+    return this.json({ method: 'GET', path: '/v1/keys' });
+  }
+
+  /** `DELETE /v1/keys/{id}` (an admin credential): revokes the key; servers refuse it within seconds. */
+  deleteKey(id: string): Promise<void> {
+    return this.none({ method: 'DELETE', path: `/v1/keys/${enc(id)}` });
   }
 
   // --- operations --------------------------------------------------------------------------------

@@ -177,6 +177,13 @@ export type CopyThreadBody = {
   target_thread_id: string;
 };
 
+export type CreateKeyBody = {
+  /** A label to tell keys apart. */
+  name?: string | null;
+  role: "admin" | "user" | "worker";
+  user_id: string;
+};
+
 /** A new session (every field optional). Also the `session` of `POST /v1/messages`. */
 export type CreateSessionBody = {
   agent?: null | AgentBody;
@@ -186,6 +193,17 @@ export type CreateSessionBody = {
   related_id?: string | null;
   related_type?: string | null;
   title?: string | null;
+};
+
+/** A new key: its secret, shown only here. */
+export type CreatedKey = {
+  created_at: Timestamp;
+  id: string;
+  /** The secret: `Authorization: Bearer <key>`. */
+  key: string;
+  name?: string | null;
+  role: "admin" | "user" | "worker";
+  user_id: string;
 };
 
 /**
@@ -367,6 +385,22 @@ export type ItemsPage = {
   version: number;
 };
 
+/** A key as listed (never its secret). */
+export type KeyInfo = {
+  created_at: Timestamp;
+  id: string;
+  name?: string | null;
+  role: "admin" | "user" | "worker";
+  user_id: string;
+};
+
+/** `{items, next_cursor}`: every active key of the tenant, oldest first, on one page. */
+export type KeyList = {
+  items: KeyInfo[];
+  /** Always `null`: the list is one page. */
+  next_cursor?: string | null;
+};
+
 /** A session file of seed 004's terminal agent (format_version 0 or absent); imported as a new session with its messages */
 export type LegacySessionFile = {
   created_at?: string | null;
@@ -437,6 +471,19 @@ export type MessageBody = {
 export type MessageList = {
   items: Message[];
   next_cursor?: string | null;
+};
+
+export type MintTokenBody = {
+  /** Seconds the token is valid: 60 to 86,400, default 3,600. */
+  ttl_s?: number | null;
+  user_id: string;
+};
+
+export type MintedToken = {
+  expires_at: Timestamp;
+  /** `Authorization: Bearer <token>`, or `?access_token=` on an event stream. */
+  token: string;
+  user_id: string;
 };
 
 /** A message of the graph's `messages` channel, as the saver derived it. */
@@ -818,8 +865,11 @@ export const OPERATIONS = {
   clear_items: { method: "DELETE", path: "/v1/sessions/{id}/items", params: ["path:id","query:version","query:op_id"] },
   complete_execution: { method: "POST", path: "/v1/executions/{id}/complete", params: ["path:id","header:Stepwise-Lease"] },
   copy_thread: { method: "POST", path: "/v1/threads/{thread_id}/copy", params: ["path:thread_id"] },
+  create_key: { method: "POST", path: "/v1/keys", params: [] },
   create_session: { method: "POST", path: "/v1/sessions", params: [] },
+  create_token: { method: "POST", path: "/v1/tokens", params: [] },
   delete_checkpoints_for_runs: { method: "POST", path: "/v1/checkpoints/delete-for-runs", params: [] },
+  delete_key: { method: "DELETE", path: "/v1/keys/{id}", params: ["path:id"] },
   delete_session: { method: "DELETE", path: "/v1/sessions/{id}", params: ["path:id"] },
   delete_thread: { method: "DELETE", path: "/v1/threads/{thread_id}", params: ["path:thread_id"] },
   events: { method: "GET", path: "/v1/sessions/{id}/events", params: ["path:id","query:after","header:Last-Event-ID"] },
@@ -839,8 +889,9 @@ export const OPERATIONS = {
   list_checkpoints: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints", params: ["path:thread_id","query:checkpoint_ns","query:before","query:limit","query:cursor","query:filter"] },
   list_executions: { method: "GET", path: "/v1/sessions/{id}/executions", params: ["path:id","query:limit","query:cursor"] },
   list_items: { method: "GET", path: "/v1/sessions/{id}/items", params: ["path:id","query:limit"] },
+  list_keys: { method: "GET", path: "/v1/keys", params: [] },
   list_messages: { method: "GET", path: "/v1/sessions/{id}/messages", params: ["path:id","query:after","query:roles","query:limit","query:cursor"] },
-  list_sessions: { method: "GET", path: "/v1/sessions", params: ["query:status","query:name","query:related_type","query:related_id","query:limit","query:cursor"] },
+  list_sessions: { method: "GET", path: "/v1/sessions", params: ["query:status","query:name","query:related_type","query:related_id","query:user_id","query:limit","query:cursor"] },
   list_snapshots: { method: "GET", path: "/v1/executions/{id}/snapshots", params: ["path:id","query:limit","query:cursor"] },
   list_steps: { method: "GET", path: "/v1/executions/{id}/steps", params: ["path:id","query:limit","query:cursor"] },
   memory: { method: "GET", path: "/v1/sessions/{id}/memory", params: ["path:id"] },
