@@ -35,6 +35,7 @@ const METHODS = {
   ai_sdk_chat: 'aiSdkChat', ai_sdk_resume: 'aiSdkResume', ai_sdk_cancel: 'aiSdkCancel', ag_ui_run: 'agUiRun',
   ag_ui_connect: 'agUiConnect', list_agents: 'agents', claim_executions: 'claim', heartbeat: 'heartbeat',
   send_delta: 'sendDelta', release_execution: 'release', append_steps: 'appendSteps',
+  create_token: 'createToken', create_key: 'createKey', list_keys: 'listKeys', delete_key: 'deleteKey',
 };
 
 /** Reads a session's events until `done(event)` (with the stream's own reconnects). */

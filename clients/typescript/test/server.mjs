@@ -30,7 +30,10 @@ async function healthy(url, deadlineMs = 60000) {
   }
 }
 
-/** A server: `url`, `stop()`, `start()` (again, same port and database), `createKey()`. */
+/**
+ * A server: `url`, `stop()`, `start()` (again, same port and database), `createKey()` (a key of
+ * tenant `ts` made with the CLI; `{user, role}` choose its user and role).
+ */
 export async function server({ stepMs = 20 } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-ts-'));
   const database = `sqlite://${join(dir, 'stepwise.db')}`;
@@ -54,8 +57,9 @@ export async function server({ stepMs = 20 } = {}) {
       await exited;
       child = null;
     },
-    createKey() {
-      return execFileSync(bin, ['keys', 'create', '--database', database, '--tenant', 'ts', '--user', 'tester', '--name', 'ts-client'], { env }).toString().trim().split('\n').pop();
+    createKey({ user = 'tester', role } = {}) {
+      const args = ['keys', 'create', '--database', database, '--tenant', 'ts', '--user', user, '--name', 'ts-client', ...(role ? ['--role', role] : [])];
+      return execFileSync(bin, args, { env }).toString().trim().split('\n').pop();
     },
     log: () => log,
   };
