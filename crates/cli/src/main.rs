@@ -107,7 +107,7 @@ enum LogFormat {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Runs the HTTP server (API, event streams, web UI) and the execution workers.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Applies the database's schema migrations and exits.
     Migrate,
     /// Lists, shows, exports, imports and deletes sessions.
@@ -237,7 +237,7 @@ async fn dispatch(cli: Cli, database_on_command_line: bool) -> anyhow::Result<()
         .await
         .with_context(|| format!("database {url}"))?;
     match cli.command {
-        Command::Serve(args) => with_store!(opened, |store| serve::run(store, args)),
+        Command::Serve(args) => with_store!(opened, |store| serve::run(store, *args)),
         Command::Migrate => {
             let applied = opened.applied_migrations();
             with_store!(opened, |store| async move {

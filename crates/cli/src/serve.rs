@@ -102,6 +102,66 @@ pub struct ServeArgs {
     pub max_connections: Option<usize>,
     #[command(flatten)]
     pub retention: crate::cleanup::RetentionArgs,
+    #[command(flatten)]
+    pub end_users: EndUserArgs,
+}
+
+/// End users: the app's own tokens (JWT) and the pages that may call from a browser
+/// (`docs/security.md`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct EndUserArgs {
+    /// Verify the app's HS256 tokens with this shared secret (at least 32 bytes).
+    #[arg(
+        long,
+        env = "STEPWISE_JWT_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub jwt_secret: Option<String>,
+    /// Verify the app's RS256, ES256 and EdDSA tokens with this JWKS: a file's path or an
+    /// https:// URL (fetched again for an unknown `kid`, at most once a minute).
+    #[arg(long, env = "STEPWISE_JWT_JWKS", value_name = "PATH|URL")]
+    pub jwt_jwks: Option<String>,
+    /// The `aud` a token must carry (not checked when unset).
+    #[arg(long, env = "STEPWISE_JWT_AUDIENCE", value_name = "AUD")]
+    pub jwt_audience: Option<String>,
+    /// The `iss` a token must carry (not checked when unset).
+    #[arg(long, env = "STEPWISE_JWT_ISSUER", value_name = "ISS")]
+    pub jwt_issuer: Option<String>,
+    /// The claim that names a token's tenant.
+    #[arg(
+        long,
+        env = "STEPWISE_JWT_TENANT_CLAIM",
+        default_value = "tenant",
+        value_name = "CLAIM"
+    )]
+    pub jwt_tenant_claim: String,
+    /// The tenant of a token without the tenant claim (without this, such a token is refused).
+    #[arg(long, env = "STEPWISE_JWT_DEFAULT_TENANT", value_name = "TENANT")]
+    pub jwt_default_tenant: Option<String>,
+    /// A page origin (scheme://host[:port]) that may call /v1 from a browser; repeat it for
+    /// several (comma-separated in the environment). None by default; `*` is refused.
+    #[arg(
+        long = "cors-origin",
+        env = "STEPWISE_CORS_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN"
+    )]
+    pub cors_origins: Vec<String>,
+}
+
+impl EndUserArgs {
+    fn jwt(&self) -> stepwise_server::JwtSettings {
+        let set = |v: &Option<String>| v.clone().filter(|t| !t.is_empty());
+        stepwise_server::JwtSettings {
+            secret: set(&self.jwt_secret),
+            jwks: set(&self.jwt_jwks),
+            audience: set(&self.jwt_audience),
+            issuer: set(&self.jwt_issuer),
+            tenant_claim: self.jwt_tenant_claim.clone(),
+            default_tenant: set(&self.jwt_default_tenant),
+        }
+    }
 }
 
 impl ServeArgs {
@@ -132,11 +192,15 @@ fn resolve(listen: &str) -> anyhow::Result<SocketAddr> {
 pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     let addr = resolve(&args.listen)?;
     let loopback = addr.ip().is_loopback();
+    let jwt = args.end_users.jwt();
+    jwt.check().map_err(anyhow::Error::msg)?;
+    let cors_origins = stepwise_server::CorsOrigins::new(&args.end_users.cors_origins)
+        .map_err(anyhow::Error::msg)?;
     let keys = store
         .count_active_api_keys()
         .await
         .context("cannot count API keys")?;
-    if !loopback && keys == 0 && !args.insecure_no_auth {
+    if !loopback && keys == 0 && !jwt.enabled() && !args.insecure_no_auth {
         eprintln!(
             "error: refusing to listen on {addr} without API keys: no active API key exists. \
              Create one with `stepwise keys create --tenant TENANT --user USER`, listen on 127.0.0.1, \
@@ -189,6 +253,8 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
                     .collect();
                 (!types.is_empty()).then_some(types)
             }),
+            jwt,
+            cors_origins,
         },
         connections: args.connections(),
         listen: Listen::Addr(addr),

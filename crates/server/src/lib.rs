@@ -16,6 +16,7 @@ mod events;
 mod executions;
 mod http_metrics;
 mod items;
+mod keys;
 pub mod limits;
 mod messages;
 mod metered;
@@ -38,14 +39,16 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use serde::Serialize;
 use stepwise_engine::Engine;
 use stepwise_store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use auth::{AUTH_CACHE_TTL, Caller, LOCAL_TENANT, LOCAL_USER};
+pub use auth::cors::CorsOrigins;
+pub use auth::jwt::JwtSettings;
+pub use auth::{AUTH_CACHE_TTL, Caller, Credential, LOCAL_TENANT, LOCAL_USER};
 pub use connections::{
     ConnectionConfig, ConnectionCounts, DEFAULT_BODY_TIMEOUT_SECS, DEFAULT_HEADER_TIMEOUT_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS, FD_RESERVE, connection_counts, default_max_connections,
@@ -76,6 +79,10 @@ pub struct ServerConfig {
     pub max_sse_per_tenant: usize,
     /// When set, the only `related_type` values accepted.
     pub related_types: Option<Vec<String>>,
+    /// How the app's own end-user tokens are verified (none by default).
+    pub jwt: JwtSettings,
+    /// The origins whose pages may call `/v1` (none by default).
+    pub cors_origins: CorsOrigins,
 }
 
 /// `stepwise serve`'s defaults for the limits (a [`ServerConfig::default`] has none, for
@@ -95,6 +102,11 @@ impl Default for ServerConfig {
             max_sse_per_session: 0,
             max_sse_per_tenant: 0,
             related_types: None,
+            jwt: JwtSettings {
+                tenant_claim: "tenant".into(),
+                ..JwtSettings::default()
+            },
+            cors_origins: CorsOrigins::default(),
         }
     }
 }
@@ -103,7 +115,7 @@ impl Default for ServerConfig {
 pub struct AppState<S: Store> {
     pub engine: Engine<S>,
     pub config: Arc<ServerConfig>,
-    auth: Arc<auth::AuthCache>,
+    auth: Arc<auth::Auth>,
     limits: Arc<limits::Limits>,
     /// Sessions and executions by status, kept a few seconds so scrapes stay cheap.
     status_cache: Arc<ops::StatusCache>,
@@ -129,8 +141,8 @@ impl<S: Store> AppState<S> {
         AppState {
             engine,
             limits: Arc::new(limits::Limits::new(&config)),
+            auth: Arc::new(auth::Auth::new(config.jwt.clone())),
             config: Arc::new(config),
-            auth: Arc::default(),
             status_cache: Arc::default(),
             shutdown: CancellationToken::new(),
         }
@@ -285,8 +297,19 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         )
         .route("/ag-ui", post(ag_ui::run::run::<S>))
         .route("/ag-ui/connect", post(ag_ui::connect::connect::<S>))
+        .route(
+            "/keys",
+            post(keys::create::create::<S>).get(keys::list::list::<S>),
+        )
+        .route("/keys/{id}", delete(keys::delete::delete::<S>))
+        .route("/tokens", post(keys::tokens::create::<S>))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
+        // Innermost: each role to its routes, a user to its own sessions.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::access::guard::<S>,
+        ))
         // Inside auth: the caller is known when its bucket is read.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -309,6 +332,11 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.body_limit))
+        // Outside auth: a browser's preflight carries no credential.
+        .layer(middleware::from_fn({
+            let origins = state.config.cors_origins.clone();
+            move |request, next| auth::cors::cors(origins.clone(), request, next)
+        }))
         // Outermost: every request (fallbacks too) gets a request id and a span with it.
         .layer(middleware::from_fn(request_id::assign))
         .with_state(state)

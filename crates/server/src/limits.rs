@@ -283,11 +283,18 @@ impl RateLimiter {
     }
 }
 
-/// The bucket of a caller: its API key, or its tenant when it has none (an open server).
+/// The bucket of a caller: its API key's; for an end-user token its user's (every token of
+/// one user shares it); its tenant's on an open server.
 fn bucket_key(caller: &Caller) -> String {
-    match &caller.key_id {
-        Some(id) => format!("key:{id}"),
-        None => format!("tenant:{}", caller.tenant.as_str()),
+    match (&caller.key_id, caller.credential) {
+        (Some(id), _) => format!("key:{id}"),
+        (None, crate::auth::Credential::Token) => format!(
+            "user:{}:{}:{}",
+            caller.tenant.as_str().len(),
+            caller.tenant.as_str(),
+            caller.user_id
+        ),
+        (None, _) => format!("tenant:{}", caller.tenant.as_str()),
     }
 }
 
@@ -302,9 +309,13 @@ pub async fn rate_limit<S: Store>(
         request.extensions().get::<Caller>(),
     ) && let Err(retry_after) = limiter.take(&bucket_key(caller))
     {
+        let whose = match caller.credential {
+            crate::auth::Credential::Token => "this user",
+            _ => "this API key",
+        };
         return ApiError::rate_limited(
             retry_after,
-            format!("too many requests for this API key; retry in {retry_after} s"),
+            format!("too many requests for {whose}; retry in {retry_after} s"),
         )
         .into_response();
     }

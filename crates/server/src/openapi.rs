@@ -152,12 +152,16 @@ impl MiddlewareResponses {
         );
         add(
             "401",
-            "No API key, or a key that is not valid or was revoked (`unauthorized`)",
+            "No API key or token, or one that is not valid, expired or revoked (`unauthorized`)",
+        );
+        add(
+            "403",
+            "The credential's role may not do this (`forbidden`, docs/security.md)",
         );
         if names_resource {
             add(
                 "404",
-                "No such resource in the caller's tenant (`not_found`)",
+                "No such resource in the caller's tenant, or another user's (`not_found`)",
             );
         }
         if has_body {
@@ -232,7 +236,9 @@ impl Modify for MiddlewareResponses {
         crate::ai_sdk::chat::doc, crate::ai_sdk::stream::doc, crate::ai_sdk::cancel::doc,
         crate::ag_ui::run::doc, crate::ag_ui::connect::doc,
         crate::workers::agents::doc, crate::workers::claim::doc, crate::workers::heartbeat::doc,
-        crate::workers::deltas::doc, crate::workers::release::doc
+        crate::workers::deltas::doc, crate::workers::release::doc,
+        crate::keys::create::doc, crate::keys::list::doc, crate::keys::delete::doc,
+        crate::keys::tokens::doc
     ),
     components(schemas(
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
@@ -262,7 +268,9 @@ impl Modify for MiddlewareResponses {
         crate::workers::claim::AgentAnnouncement, crate::workers::claim::ClaimBody,
         crate::workers::claim::ClaimedExecution, crate::workers::claim::ClaimList,
         crate::workers::heartbeat::HeartbeatBody, crate::workers::heartbeat::HeartbeatAnswer,
-        crate::workers::deltas::DeltaBody
+        crate::workers::deltas::DeltaBody,
+        crate::keys::KeyInfo, crate::keys::list::KeyList, crate::keys::create::CreateKeyBody,
+        crate::keys::create::CreatedKey, crate::keys::tokens::MintTokenBody, crate::keys::tokens::MintedToken
     )),
     modifiers(&BearerAuth, &MiddlewareResponses),
     security(("bearer" = []))

@@ -541,8 +541,21 @@ pub(crate) fn check_chat_id(key: &str, field: &str) -> ApiResult<()> {
 }
 
 /// The session a front end names (checked with [`check_chat_id`]): a session id of the
-/// caller's tenant, or a session name; `None` when neither exists.
+/// caller's tenant, or a session name; `None` when neither exists or the caller may not see
+/// it (another user's session is as absent as another tenant's).
 pub(crate) async fn find_session<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    key: &str,
+    field: &str,
+) -> ApiResult<Option<Session>> {
+    Ok(lookup_session(state, caller, key, field)
+        .await?
+        .filter(|session| caller.sees(session)))
+}
+
+/// [`find_session`] over the whole tenant, whoever owns the session.
+async fn lookup_session<S: Store>(
     state: &AppState<S>,
     caller: &Caller,
     key: &str,
@@ -570,7 +583,12 @@ pub(crate) async fn session_for_turn<S: Store>(
     key: &str,
     field: &str,
 ) -> ApiResult<Session> {
-    if let Some(session) = find_session(state, caller, key, field).await? {
+    if let Some(session) = lookup_session(state, caller, key, field).await? {
+        // A name another user's session holds never reaches that session (and cannot be
+        // taken: names are unique in a tenant).
+        if !caller.sees(&session) {
+            return Err(ApiError::not_found("session"));
+        }
         if session.status == stepwise_core::SessionStatus::Deleted {
             return Err(ApiError::invalid_state("the session is deleted"));
         }

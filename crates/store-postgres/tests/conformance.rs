@@ -159,6 +159,7 @@ pg_conformance! {
     restore_after_reopen
     import_document
     api_keys
+    signing_keys
     operations
     checkpoints_put_get
     checkpoint_writes

@@ -23,8 +23,14 @@ pub struct HttpArgs {
     /// How long the clients post.
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
-    /// An API key (sent as `Authorization: Bearer`), when the server requires one.
-    #[arg(long, env = "STEPWISE_API_KEY", hide_env_values = true)]
+    /// An API key or an end-user token (JWT), sent as `Authorization: Bearer`, when the
+    /// server requires one (`--token` is the same flag).
+    #[arg(
+        long,
+        alias = "token",
+        env = "STEPWISE_API_KEY",
+        hide_env_values = true
+    )]
     pub api_key: Option<String>,
 }
 

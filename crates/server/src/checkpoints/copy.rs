@@ -68,6 +68,8 @@ pub async fn copy<S: Store>(
     if target == source {
         return Err(ApiError::conflict("a thread cannot be copied onto itself"));
     }
+    // Another user's thread is not a target (the source is checked with the route).
+    crate::auth::access::check_thread(&state, &caller, &target).await?;
     let copied = state
         .checkpoints()?
         .copy_thread(&caller.tenant, &source, &target, &caller.user_id)

@@ -21,8 +21,26 @@ pub async fn list_all<S: Store>(
         .checkpoints()?
         .list_checkpoints(&caller.tenant, query)
         .await?;
+    // A user's page keeps its own threads' checkpoints (it may hold fewer than `limit`;
+    // the cursor still goes on).
+    let mut items = Vec::with_capacity(page.items.len());
+    let mut seen: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    for item in page.items {
+        let visible = match seen.get(&item.thread_id) {
+            Some(visible) => *visible,
+            None => {
+                let visible =
+                    crate::auth::access::sees_thread(&state, &caller, &item.thread_id).await?;
+                seen.insert(item.thread_id.clone(), visible);
+                visible
+            }
+        };
+        if visible {
+            items.push(item.into());
+        }
+    }
     Ok(Json(CheckpointPage {
-        items: page.items.into_iter().map(Into::into).collect(),
+        items,
         next_cursor: page.next_cursor,
     }))
 }

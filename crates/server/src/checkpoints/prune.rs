@@ -43,9 +43,16 @@ pub async fn prune<S: Store>(
             ));
         }
     };
+    // A user prunes its own threads; another user's are as absent as another tenant's.
+    let mut own = Vec::with_capacity(thread_ids.len());
+    for thread in thread_ids {
+        if crate::auth::access::sees_thread(&state, &caller, &thread).await? {
+            own.push(thread);
+        }
+    }
     let deleted = state
         .checkpoints()?
-        .prune_checkpoints(&caller.tenant, thread_ids, strategy)
+        .prune_checkpoints(&caller.tenant, own, strategy)
         .await?;
     Ok(Json(CheckpointsDeleted { deleted }))
 }

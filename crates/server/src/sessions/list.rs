@@ -24,6 +24,8 @@ pub struct ListSessionsQuery {
     pub name: Option<String>,
     pub related_type: Option<String>,
     pub related_id: Option<String>,
+    /// The sessions of this user (an admin's filter; a `user` caller sees only its own).
+    pub user_id: Option<String>,
     pub limit: Option<String>,
     pub cursor: Option<String>,
 }
@@ -49,6 +51,13 @@ impl IntoParams for ListSessionsQuery {
             .build(),
             param("related_type", query.clone(), "", reference_filter()).build(),
             param("related_id", query.clone(), "", reference_filter()).build(),
+            param(
+                "user_id",
+                query.clone(),
+                "The sessions of this user; a `user` caller sees only its own whatever this says",
+                reference_filter(),
+            )
+            .build(),
             param("limit", query.clone(), "1-500, default 50", page_limit()).build(),
             param("cursor", query, "", cursor()).build(),
         ]
@@ -86,11 +95,22 @@ pub async fn list<S: Store>(
     let statuses = parse_statuses(&query.status)?;
     check_text("related_type", &query.related_type, MAX_REF_CHARS)?;
     check_text("related_id", &query.related_id, MAX_REF_CHARS)?;
+    check_text("user_id", &query.user_id, MAX_REF_CHARS)?;
+    // A user sees its own sessions only; asking for another user's finds none.
+    let asked = query.user_id.clone();
+    if caller.role != stepwise_store::AccessRole::Admin
+        && asked.as_ref().is_some_and(|u| *u != caller.user_id)
+    {
+        return Ok(Json(List {
+            items: Vec::new(),
+            next_cursor: None,
+        }));
+    }
     let filter = SessionFilter {
         statuses,
         related_type: query.related_type,
         related_id: query.related_id,
-        user_id: None,
+        user_id: caller.session_owner_filter(asked),
     };
     let page = PageRequest {
         limit: parse_limit(&query.limit)?,
