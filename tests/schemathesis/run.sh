@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs Schemathesis (property-based API testing, from PyPI) against GET /openapi.json of a
 # live `stepwise serve`: a fresh SQLite file, a free loopback port, and an API key made with
-# `stepwise keys create`. Every check runs (schemathesis.toml beside this script lists the few
+# `stepwise keys create`, then again with an end user's token minted with that key. Every check runs (schemathesis.toml beside this script lists the few
 # places where api.md differs from a check's default); any failure exits non-zero. Generation is
 # deterministic (which keeps no example database), so two runs send the same requests. The last
 # line gives the figures: test cases generated, failures, errors.
 #   bash tests/schemathesis/run.sh              uses target/debug/stepwise (built if missing)
 #   STEPWISE_BIN=path bash run.sh               uses that binary
 #   MAX_EXAMPLES=N bash run.sh                  test cases per operation and phase (default 100: about 2.5 minutes)
+#   USER_MAX_EXAMPLES=N bash run.sh             the same for the second pass, as an end user's token (default 25)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -80,25 +81,38 @@ while True:
     time.sleep(0.1)
 PY
 
-report="${SCHEMATHESIS_REPORT_DIR:-$tmp/report}"
-mkdir -p "$report"
-status=0
-set -o pipefail
-(cd "$tmp" && "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
-  --header "Authorization: Bearer $key" \
-  --max-examples "$max_examples" \
-  --generation-deterministic \
-  --workers 1 \
-  --request-timeout 10 \
-  --report junit --report-dir "$report" \
-  --no-color) 2>&1 | tee "$tmp/schemathesis.log" || status=$?
+# Two passes: the admin key (the whole tenant), then an end user's token minted with it
+# (docs/security.md: its own sessions only, 403 for the admin's endpoints) — 0 5xx either way.
+user_examples="${USER_MAX_EXAMPLES:-25}"
+token="$(curl -sf -X POST "$base/v1/tokens" -H "Authorization: Bearer $key" -H 'content-type: application/json' \
+  -d '{"user_id": "fuzz-user", "ttl_s": 7200}' | "$venv/bin/python" -c 'import sys, json; print(json.load(sys.stdin)["token"])')"
+[ -n "$token" ] || { echo "schemathesis: POST /v1/tokens gave no token" >&2; exit 1; }
 
-# The figures for the note: test cases generated (each one request, stateful scenarios a few)
-# and failures, from Schemathesis's own summary.
-generated="$(grep -Eo '[0-9]+ generated' "$tmp/schemathesis.log" | tail -n 1 | grep -Eo '[0-9]+' || true)"
-failures="$(grep -Eo '[0-9]+ (unique )?failures?' "$tmp/schemathesis.log" | tail -n 1 | grep -Eo '^[0-9]+' || echo 0)"
-errors="$(grep -Eo '[0-9]+ errors?' "$tmp/schemathesis.log" | tail -n 1 | grep -Eo '^[0-9]+' || echo 0)"
-echo "schemathesis: ${generated:-?} test cases generated, $failures failures, $errors errors, --max-examples $max_examples (exit $status)"
+status=0
+pass() { # label credential max-examples
+  local label=$1 credential=$2 examples=$3 pass_status=0
+  local report="${SCHEMATHESIS_REPORT_DIR:-$tmp/report}/$label"
+  mkdir -p "$report"
+  (cd "$tmp" && "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
+    --header "Authorization: Bearer $credential" \
+    --max-examples "$examples" \
+    --generation-deterministic \
+    --workers 1 \
+    --request-timeout 10 \
+    --report junit --report-dir "$report" \
+    --no-color) 2>&1 | tee "$tmp/schemathesis-$label.log" || pass_status=$?
+  # The figures for the note: test cases generated (each one request, stateful scenarios a few)
+  # and failures, from Schemathesis's own summary.
+  local generated failures errors
+  generated="$(grep -Eo '[0-9]+ generated' "$tmp/schemathesis-$label.log" | tail -n 1 | grep -Eo '[0-9]+' || true)"
+  failures="$(grep -Eo '[0-9]+ (unique )?failures?' "$tmp/schemathesis-$label.log" | tail -n 1 | grep -Eo '^[0-9]+' || echo 0)"
+  errors="$(grep -Eo '[0-9]+ errors?' "$tmp/schemathesis-$label.log" | tail -n 1 | grep -Eo '^[0-9]+' || echo 0)"
+  echo "schemathesis ($label): ${generated:-?} test cases generated, $failures failures, $errors errors, --max-examples $examples (exit $pass_status)"
+  [ "$pass_status" -eq 0 ] || status=$pass_status
+}
+set -o pipefail
+pass admin-key "$key" "$max_examples"
+pass user-token "$token" "$user_examples"
 if [ "$status" -ne 0 ]; then
   echo "schemathesis: failed; the end of the server's log:" >&2
   tail -n 50 "$tmp/server.log" >&2

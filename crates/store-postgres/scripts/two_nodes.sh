@@ -6,7 +6,9 @@
 #   3. kill -9 of the node running an execution: the other node takes it over after the lease
 #      expires and finishes it, steps 1..N exactly once;
 #   4. a worker process waiting in a claim on node A gets the message posted to node B for its
-#      agent type (docs/workers.md), and its writes through node B complete it.
+#      agent type (docs/workers.md), and its writes through node B complete it;
+#   5. end users (docs/security.md): a token minted on one node works on the other, and a key
+#      deleted on one node is refused on the other within 5 s.
 # Then (with THROUGHPUT=1) executions per second, demo agent at 0 ms per step: one node vs two.
 #
 # Usage: crates/store-postgres/scripts/two_nodes.sh [path/to/stepwise]
@@ -122,6 +124,29 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/executions/$W/comp
 [ "$code" = 200 ] || fail "a worker's complete through the other node answered $code"
 wait_done "$WA" "$W"
 echo "ok: a worker waiting on one node claimed a message posted to the other and finished it through that node"
+
+# 5. Keys and tokens across the nodes (the signing key and the keys live in the database).
+ADMIN_KEY=$("$BIN" keys create --database "$DB" --tenant two --user boss --role admin | tail -n 1)
+ADMIN_KEY_ID=$("$BIN" keys list --database "$DB" --json | json '[k["id"] for k in d["items"] if k["user_id"] == "boss"][0]')
+auth() { echo "Authorization: Bearer $1"; }
+TOKEN=$(curl -s -X POST "$WA/v1/tokens" -H "$(auth "$ADMIN_KEY")" -H 'content-type: application/json' \
+  -d '{"user_id": "alice", "ttl_s": 600}' | json 'd["token"]')
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/sessions" -H "$(auth "$TOKEN")" -H 'content-type: application/json' -d '{}')
+[ "$code" = 201 ] || fail "a token minted on one node answered $code on the other"
+MADE=$(curl -s -X POST "$WA/v1/keys" -H "$(auth "$ADMIN_KEY")" -H 'content-type: application/json' -d '{"user_id": "bob", "role": "user"}')
+BOB_KEY=$(json 'd["key"]' <<<"$MADE")
+BOB_KEY_ID=$(json 'd["id"]' <<<"$MADE")
+code=$(curl -s -o /dev/null -w '%{http_code}' "$WB/v1/sessions" -H "$(auth "$BOB_KEY")")
+[ "$code" = 200 ] || fail "a key made on one node answered $code on the other"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$WA/v1/keys/$BOB_KEY_ID" -H "$(auth "$ADMIN_KEY")")
+[ "$code" = 204 ] || fail "deleting a key answered $code"
+t0=$(date +%s.%N)
+until [ "$(curl -s -o /dev/null -w '%{http_code}' "$WB/v1/sessions" -H "$(auth "$BOB_KEY")")" = 401 ]; do
+  python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $t0 < 15 else 1)" || fail "a key deleted on one node still works on the other after 15 s"
+  sleep 0.1
+done
+echo "ok: a token minted on one node works on the other; a key deleted on one node was refused on the other after $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+"$BIN" keys revoke --database "$DB" "$ADMIN_KEY_ID" >/dev/null
 
 if [ "${THROUGHPUT:-0}" = 1 ]; then
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
