@@ -178,7 +178,6 @@ export type CopyThreadBody = {
 };
 
 export type CreateKeyBody = {
-  /** A label to tell keys apart. */
   name?: string | null;
   role: "admin" | "user" | "worker";
   user_id: string;

@@ -24,7 +24,7 @@ pub struct CreateKeyBody {
     #[schema(schema_with = super::role_schema)]
     pub role: String,
     /// A label to tell keys apart.
-    #[schema(max_length = 200, nullable)]
+    #[schema(schema_with = name_schema)]
     pub name: Option<String>,
 }
 
@@ -40,6 +40,13 @@ pub struct CreatedKey {
     pub role: AccessRole,
     pub name: Option<String>,
     pub created_at: Timestamp,
+}
+
+/// A key's label: up to 200 characters, no control characters, or `null`.
+fn name_schema() -> utoipa::openapi::schema::Schema {
+    crate::schemas::text_of(MAX_KEY_NAME_CHARS, true)
+        .build()
+        .into()
 }
 
 #[utoipa::path(post, path = "/v1/keys", tag = "credentials", operation_id = "create_key",

@@ -47,9 +47,11 @@ pub(crate) fn doc() {}
 pub async fn create<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
-    ApiJson(body): ApiJson<MintTokenBody>,
+    ApiJson(body): ApiJson<serde_json::Value>,
 ) -> ApiResult<(StatusCode, Json<MintedToken>)> {
     caller.require_admin("minting a token")?;
+    // `ttl_s` written as `3600.0` is a whole number too (JSON Schema's integer).
+    let body: MintTokenBody = crate::executions::typed_body(body, &["/ttl_s"])?;
     check_user_id(&body.user_id)?;
     let ttl_s = body.ttl_s.unwrap_or(DEFAULT_TTL_S);
     if !(MIN_TTL_S..=MAX_TTL_S).contains(&ttl_s) {
