@@ -1,8 +1,9 @@
 // A small in-memory stand-in for `stepwise serve`, for working on the UI without building the
 // Rust server. It follows docs/api.md closely enough for the UI (sessions, messages, executions,
-// steps, snapshots, SSE with replay, the agent list and sessions' agents) and runs the demo
-// agent's rules; a message for any other agent type waits in the queue, as for a worker that
-// is not running. The browser tests run
+// steps, snapshots, SSE with replay, the agent list and sessions' agents, the limits) and runs
+// the demo agent's rules; a message for the worker type `mock-worker` (listed, never online)
+// waits in the queue, as for a worker that is not running, and one for a type no worker ever
+// announced is 422 `unknown_agent`. The browser tests run
 // against the real server (run.sh); this is only a development aid:
 //   node tests/web/dev/mock-server.mjs [port]   (MOCK_API_KEY=secret to require a key)
 // With a key, it is an admin key: POST /v1/tokens mints end-user tokens, and a token's user sees
@@ -18,6 +19,10 @@ import { randomUUID } from 'node:crypto';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const uiDir = path.resolve(here, '../../../crates/server/ui');
 const stepMs = Number(process.env.STEPWISE_DEMO_STEP_MS || 250);
+// GET /v1/limits, as the server answers it by default.
+const LIMITS = { max_content_chars: 100000, max_body_bytes: 4194304, max_title_chars: 500, max_metadata_bytes: 16384 };
+// The worker agent type the mock lists (announced once, no worker online now).
+const WORKER_TYPE = 'mock-worker';
 const apiKey = process.env.MOCK_API_KEY || '';
 // Minted end-user tokens: token -> {user_id, expires_at (ms)}.
 const tokens = new Map();
@@ -202,8 +207,24 @@ async function run(e) {
   return finish(e, 'completed', `Echo: ${text}`);
 }
 
+// A request the server refuses, thrown to the handler with its status and error code.
+class Refused extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
 function postMessage(sessionId, body) {
   const s = sessionOf(sessionId);
+  if (typeof body.content !== 'string' || [...body.content].length > LIMITS.max_content_chars) {
+    throw new Refused(413, 'payload_too_large', `content is longer than ${LIMITS.max_content_chars} characters`);
+  }
+  const named = (agentOf(body.agent) || s.agent || { type: 'demo' }).type;
+  if (named !== 'demo' && named !== WORKER_TYPE) {
+    throw new Refused(422, 'unknown_agent', `no worker ever announced agent type '${named}'; did you mean '${WORKER_TYPE}'?`);
+  }
   const msg = addMessage(sessionId, 'user', body.content, null, { related_type: body.related_type || null, related_id: body.related_id || null, context_url: body.context_url || null });
   const latest = [...executions.values()].filter((x) => x.session_id === sessionId && !x.parent_execution_id).pop();
   if (latest && latest.status === 'paused') {
@@ -251,7 +272,7 @@ async function readBody(req) {
 const server = http.createServer(async (req, res) => {
   const url = new URL(req.url, 'http://x');
   const p = url.pathname;
-  const files = { '/': ['index.html', 'text/html; charset=utf-8'], '/app.css': ['app.css', 'text/css; charset=utf-8'] };
+  const files = { '/': ['index.html', 'text/html; charset=utf-8'], '/app.css': ['app.css', 'text/css; charset=utf-8'], '/favicon.svg': ['favicon.svg', 'image/svg+xml'] };
   // The UI's modules: ui/js/NAME.js, and nothing else.
   if (/^\/js\/[a-z]+\.js$/.test(p) && fs.existsSync(path.join(uiDir, p))) files[p] = [p.slice(1), 'text/javascript; charset=utf-8'];
   if (files[p]) {
@@ -277,8 +298,12 @@ const server = http.createServer(async (req, res) => {
   let m;
   try {
     if (p === '/v1/agents' && req.method === 'GET') {
-      return send(res, 200, { items: [{ type: 'demo', description: "Stepwise's demo agent: `steps: N`, `ask me`, `delegate: TASK`, arithmetic, `time`", builtin: true, workers_online: null, last_seen_at: null, config_schema: null }] });
+      return send(res, 200, { items: [
+        { type: 'demo', description: "Stepwise's demo agent: `steps: N`, `ask me`, `delegate: TASK`, arithmetic, `time`", builtin: true, workers_online: null, last_seen_at: null, config_schema: null },
+        { type: WORKER_TYPE, description: 'A worker agent whose worker is not running', builtin: false, workers_online: 0, last_seen_at: now(), config_schema: null },
+      ] });
     }
+    if (p === '/v1/limits' && req.method === 'GET') return send(res, 200, LIMITS);
     if (p === '/v1/tokens' && req.method === 'POST') {
       if (caller.role !== 'admin') return error(res, 403, 'forbidden', 'only an admin key mints tokens');
       const body = await readBody(req);
@@ -360,6 +385,7 @@ const server = http.createServer(async (req, res) => {
     }
     return error(res, 404, 'not_found', 'no such path');
   } catch (err) {
+    if (err instanceof Refused) return error(res, err.status, err.code, err.message);
     return error(res, 400, 'invalid_request', String(err.message));
   }
 });

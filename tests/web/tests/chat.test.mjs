@@ -34,8 +34,8 @@ describe('chat panel', () => {
       // Folded by default into one "N steps" group; opening it shows the lines.
       const group = page.locator('#stream .exec').first();
       assert.equal(await group.locator('details').getAttribute('open'), null);
-      // Five calculator steps and the final answer's step.
-      assert.match(await group.locator('.exec-count').textContent(), /^6 steps$/);
+      // Five calculator steps: the final answer is the answer, not a step.
+      assert.match(await group.locator('.exec-count').textContent(), /^5 steps$/);
       assert.equal(await page.locator('#runbar').isVisible(), false);
 
       // The demo agent says it is the demo agent.

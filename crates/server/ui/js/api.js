@@ -190,3 +190,40 @@ export async function listAll(path) {
   }
   return items;
 }
+
+// What the server accepts (GET /v1/limits); until it answers, or when it has no such endpoint,
+// the server's default.
+const DEFAULT_MAX_CONTENT_CHARS = 100000;
+export const limits = { max_content_chars: DEFAULT_MAX_CONTENT_CHARS };
+let limitsLoaded = null;
+
+/** Fetches the server's limits once; a server without `GET /v1/limits` keeps the default. */
+export function loadLimits() {
+  if (!limitsLoaded) {
+    limitsLoaded = api('GET', '/v1/limits').then((data) => {
+      const max = data && data.max_content_chars;
+      if (Number.isInteger(max) && max > 0) limits.max_content_chars = max;
+    }).catch((err) => {
+      // Unreachable now: ask again next time. Any answer (a 404 from an older server) stands.
+      if (err.status === 0) limitsLoaded = null;
+    });
+  }
+  return limitsLoaded;
+}
+
+/** The length of a message as the server counts it: in characters (code points). */
+export function contentChars(text) {
+  // Never more code points than UTF-16 units: counting them is needed only near the limit.
+  if (text.length <= limits.max_content_chars) return text.length;
+  let n = 0;
+  for (const _ of text) n += 1;
+  return n;
+}
+
+/** Why the server would refuse this message's content, or null when it fits. */
+export function contentProblem(text) {
+  const n = contentChars(text);
+  if (n <= limits.max_content_chars) return null;
+  const fmt = (x) => x.toLocaleString('en-US');
+  return `This message is ${fmt(n)} characters long; the server takes at most ${fmt(limits.max_content_chars)}. Shorten it, or send it in parts.`;
+}

@@ -14,8 +14,8 @@ import {
 } from './steps.js';
 import { runStream, setConnectionNotice } from './stream.js';
 import {
-  SESSION_EVENT, SessionView, appendToStream, newSessionAgent, renderChips, renderHeader,
-  scrollToBottom, setView, showError, streamEl, updateEmpty, view,
+  SESSION_EVENT, SessionView, appendToStream, clearComposerError, newSessionAgent, renderChips, renderHeader,
+  scrollToBottom, setView, showComposerError, showError, streamEl, updateEmpty, view,
 } from './view.js';
 
 function messageNode(msg, pending) {
@@ -179,6 +179,7 @@ export async function sendMessage(text) {
   const content = text.trim();
   if (!content) return;
   const current = view;
+  clearComposerError();
   const ctx = {};
   for (const [k, v] of Object.entries(pageContext)) if (v) ctx[k] = v;
   const pendingMsg = { role: 'user', content, ...ctx, created_at: null };
@@ -187,8 +188,8 @@ export async function sendMessage(text) {
   current.optimistic.push(pending);
   appendToStream(node);
   scrollToBottom(true);
+  const isNew = !current.sessionId;
   try {
-    const isNew = !current.sessionId;
     if (isNew) {
       // Create the session and subscribe to it before sending, so not even the first
       // streamed tokens of the answer are missed (deltas are live only).
@@ -234,11 +235,25 @@ export async function sendMessage(text) {
     if (current.closed) return;
     const at = current.optimistic.indexOf(pending);
     if (at >= 0) current.optimistic.splice(at, 1);
-    node.classList.remove('msg-pending');
-    node.classList.add('msg-failed');
-    node.querySelector('.bubble-meta time').textContent = 'not sent';
-    showError(`Could not send: ${err.message}`);
-    if (!$('input').value) $('input').value = content;
+    // Not sent: the message goes back into the composer, with the server's reason beside it.
+    node.remove();
+    updateEmpty();
+    if (isNew && current.sessionId) {
+      // The session made for this message holds nothing: it goes, and the page is a new
+      // session again (an empty "Untitled" one would stay in the history otherwise).
+      const made = current.sessionId;
+      newSession();
+      try {
+        await api('DELETE', `/v1/sessions/${made}`);
+      } catch (_) { /* it stays, empty */ }
+      announceSession(true);
+    }
+    const input = $('input');
+    if (!input.value) {
+      input.value = content;
+      input.dispatchEvent(new Event('input'));
+    }
+    showComposerError(`Not sent: ${err.message}`, 'send');
   }
 }
 

@@ -4,7 +4,7 @@
 import { api } from './api.js';
 import { newSession, openSession } from './chat.js';
 import { $, el } from './dom.js';
-import { plural, relativeTime, sessionLabel } from './format.js';
+import { relativeTime, sessionLabel } from './format.js';
 import { SESSION_EVENT, renderHeader, view } from './view.js';
 
 // Sessions asked for per page.
@@ -81,8 +81,9 @@ function fillHistoryRow(li, session) {
     el('span', { class: 'history-title' }, sessionLabel(session)),
     el('span', { class: 'history-meta' },
       el('span', { class: `badge status-${session.status}` }, session.status),
-      el('time', { datetime: session.updated_at, title: session.updated_at }, relativeTime(session.updated_at)),
-      el('span', {}, plural(session.message_count || 0, 'message'))));
+      // No message count: the session's `message_count` counts the runs' status lines too,
+      // which the conversation does not show as messages.
+      el('time', { datetime: session.updated_at, title: session.updated_at }, relativeTime(session.updated_at))));
   const actions = el('div', { class: 'history-actions' });
   if (session.status !== 'deleted') {
     actions.append(

@@ -2,7 +2,7 @@
 // and serves each file. It speaks only the HTTP/SSE contract of docs/api.md. This module wires
 // the page together and starts it.
 
-import { api } from './api.js';
+import { api, contentProblem, loadLimits } from './api.js';
 import { newSession, openSession, sendMessage } from './chat.js';
 import { params, pageContext } from './context.js';
 import { $ } from './dom.js';
@@ -10,7 +10,9 @@ import { historyOpen, initHistory, toggleHistory } from './history.js';
 import { closeInspector, initInspector } from './inspector.js';
 import { escapeHtml, renderMarkdown } from './markdown.js';
 import { ANSWER_EVENT, cancelRun } from './steps.js';
-import { initAgentPicker, renderChips, renderHeader, streamEl, updateEmpty, view } from './view.js';
+import {
+  clearComposerError, initAgentPicker, renderChips, renderHeader, showComposerError, streamEl, updateEmpty, view,
+} from './view.js';
 
 function autosize(textarea) {
   textarea.style.height = 'auto';
@@ -23,6 +25,14 @@ function init() {
     e.preventDefault();
     const text = input.value;
     if (!text.trim()) return;
+    // Refused here, with the server's limit: it would be refused there, after the page had
+    // shown it as sent (and made a session for it).
+    const problem = contentProblem(text.trim());
+    if (problem) {
+      showComposerError(problem, 'length');
+      input.focus();
+      return;
+    }
     input.value = '';
     autosize(input);
     sendMessage(text);
@@ -33,7 +43,13 @@ function init() {
       $('composer').requestSubmit();
     }
   });
-  input.addEventListener('input', () => autosize(input));
+  input.addEventListener('input', () => {
+    autosize(input);
+    // Says so as soon as the text is over the limit, and stops saying so once it fits.
+    const problem = contentProblem(input.value.trim());
+    if (problem) showComposerError(problem, 'length');
+    else clearComposerError('length');
+  });
   // An answer typed into a question card goes out as the next user message.
   streamEl.addEventListener(ANSWER_EVENT, (e) => sendMessage(e.detail));
   document.addEventListener('keydown', (e) => {
@@ -59,6 +75,7 @@ function init() {
     first = api('GET', '/v1/sessions?limit=1').catch(() => {});
   }
   initAgentPicker(first);
+  Promise.resolve(first).catch(() => {}).then(loadLimits);
 }
 
 // For the browser tests: the Markdown renderer, and a way to cut the live connection as a

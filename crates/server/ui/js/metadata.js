@@ -16,6 +16,37 @@ export function stepOf(metadata) {
   };
 }
 
+// Kinds of a stored step that are not steps the agent took: the count of "N steps" leaves
+// them out (the final answer shows as the answer, the user's answer as their message).
+const NOT_AGENT_STEPS = new Set(['final_answer', 'user_input', 'task', 'system_prompt']);
+
+/** Whether a step of this kind counts as one of the agent's steps (an unknown kind does). */
+export function isAgentStep(kind) {
+  return !NOT_AGENT_STEPS.has(kind);
+}
+
+const LINE_TEXT_MAX = 160;
+
+/**
+ * The line shown for a stored Step (a worker's or an external agent's, which write no status
+ * line of their own), worded like the built-in agents' lines: "Step 2: called echo · Echoing
+ * it", "Step 3: final answer". The first line of `model_output`, cut to a readable length.
+ */
+export function stepLineText(step) {
+  const s = step && typeof step === 'object' ? step : {};
+  const head = Number.isInteger(s.step_number) ? `Step ${s.step_number}` : 'Step';
+  if (s.kind === 'final_answer') return `${head}: final answer`;
+  if (s.kind === 'user_input') return `${head}: the user's answer`;
+  const parts = [];
+  const tools = (Array.isArray(s.tool_calls) ? s.tool_calls : [])
+    .map((c) => c && typeof c.name === 'string' ? c.name : '').filter(Boolean);
+  if (tools.length) parts.push(`called ${tools.join(', ')}`);
+  const said = typeof s.model_output === 'string' ? s.model_output.trim().split('\n')[0].trim() : '';
+  if (said) parts.push(said.length > LINE_TEXT_MAX ? `${said.slice(0, LINE_TEXT_MAX - 1)}…` : said);
+  if (s.error && typeof s.error.message === 'string') parts.push(`failed: ${s.error.message}`);
+  return parts.length ? `${head}: ${parts.join(' · ')}` : head;
+}
+
 /**
  * The message a live `message.created` event of a status line describes, shaped like one from
  * `GET /v1/sessions/{id}/messages`: the event's metadata becomes the message's, minus `role`

@@ -2,13 +2,13 @@
 // under their parent), its status, the question card of a paused run, the text streaming in, and
 // the run bar with Cancel.
 
-import { api } from './api.js';
+import { api, listAll } from './api.js';
 import { $, el } from './dom.js';
 import { clockTime, parseTime, plural } from './format.js';
 import { openInspector, refreshInspectorFor } from './inspector.js';
-import { stepOf } from './metadata.js';
+import { isAgentStep, stepLineText, stepOf } from './metadata.js';
 import {
-  ACTIVE_STATUSES, FINISHED_STATUSES, appendToStream, rootExec, scrollToBottom, showError,
+  ACTIVE_STATUSES, FINISHED_STATUSES, appendToStream, isWorkerAgent, rootExec, scrollToBottom, showError,
   streamEl, updateEmpty, view,
 } from './view.js';
 
@@ -34,6 +34,9 @@ export function newExecState(id) {
     group: null,
     groupUserCount: -1,
     stepNumbers: new Set(),
+    // Each step's kind once known (from its status line, its event or its stored Step), null
+    // when it could not be learnt: only agent steps count as steps (see isAgentStep).
+    stepKinds: new Map(),
     // Step numbers with a status line of their own, and the lines made from step events for
     // steps without one (an external agent's or a worker's steps).
     linedSteps: new Set(),
@@ -121,6 +124,8 @@ function ensureGroup(exec, newSegmentOnUserMessage) {
     el('span', { class: 'exec-count' }),
     el('span', { class: 'exec-status' }),
     el('span', { class: 'exec-activity' }));
+  // Folded or opened by the user: the page stops opening and folding it by itself.
+  summary.addEventListener('click', () => { exec.userToggled = true; });
   const details = el('details', { class: 'exec-details' }, summary,
     el('ol', { class: 'exec-lines', 'aria-label': 'Execution steps' }),
     el('div', { class: 'exec-children' }));
@@ -175,6 +180,7 @@ export function addStepLine(exec, msg) {
   }
   if (step.number != null) {
     addStepNumber(exec, step.number);
+    exec.stepKinds.set(step.number, step.kind);
     exec.linedSteps.add(step.number);
     exec.eventLines.delete(step.number);
   }
@@ -204,7 +210,10 @@ function addEventStepLine(exec, data, step) {
   if (step.number == null || exec.linedSteps.has(step.number) || exec.eventLines.has(step.number)) return;
   const at = parseTime(data.timestamp);
   const group = groupAt(exec, at);
-  const text = data.content || `Step ${step.number}`;
+  // The step itself, when the event carries it (`?include=step`); else the stored steps are
+  // fetched (see fetchStepDetails) and the line takes their text.
+  const carried = data.metadata && typeof data.metadata.step === 'object' ? data.metadata.step : null;
+  const text = carried ? stepLineText(carried) : (data.content || `Step ${step.number}`);
   const line = el('li', {
     class: 'step-line line-info line-step-event',
     'data-step-number': step.number,
@@ -221,8 +230,67 @@ function addEventStepLine(exec, data, step) {
   if (!group.dataset.startedAt && data.timestamp) group.dataset.startedAt = data.timestamp;
   exec.eventLines.set(step.number, line);
   exec.lineCount = (exec.lineCount || 0) + 1;
+  if (carried) {
+    line.dataset.kind = carried.kind || '';
+    exec.stepKinds.set(step.number, typeof carried.kind === 'string' ? carried.kind : null);
+  } else {
+    scheduleStepDetails(exec);
+  }
   refreshExec(exec);
   scrollToBottom(false);
+}
+
+// How long a step event waits for its own status line (a built-in agent's follows at once)
+// before the page fetches the step itself.
+const STEP_DETAILS_DELAY_MS = 150;
+
+function scheduleStepDetails(exec) {
+  if (exec.detailsTimer) return;
+  exec.detailsTimer = setTimeout(() => {
+    exec.detailsTimer = null;
+    fetchStepDetails(exec);
+  }, STEP_DETAILS_DELAY_MS);
+}
+
+/**
+ * The lines drawn from step events (a worker's or an external agent's steps) take the text of
+ * the stored steps (`model_output`, the tools called), and their kinds become known for the
+ * count. One request per burst of events: a replay of many steps fetches the list once.
+ */
+async function fetchStepDetails(exec) {
+  const waiting = () => [...exec.stepNumbers].some((n) => exec.eventLines.has(n) || !exec.stepKinds.has(n));
+  if (!waiting()) return;
+  if (exec.detailsLoading) {
+    exec.detailsAgain = true;
+    return;
+  }
+  const current = view;
+  exec.detailsLoading = true;
+  try {
+    const items = await listAll(`/v1/executions/${exec.id}/steps`);
+    if (current.closed) return;
+    for (const stored of items) {
+      const n = stored.step_number;
+      if (!exec.stepKinds.has(n) || exec.stepKinds.get(n) == null) exec.stepKinds.set(n, typeof stored.kind === 'string' ? stored.kind : null);
+      const line = exec.eventLines.get(n);
+      if (line && line.isConnected) {
+        line.querySelector('.step-text').textContent = stepLineText(stored);
+        line.dataset.kind = stored.kind || '';
+      }
+    }
+  } catch (_) {
+    if (current.closed) return;
+    // Counted as steps all the same: the event said a step was saved.
+    for (const n of exec.stepNumbers) if (!exec.stepKinds.has(n)) exec.stepKinds.set(n, null);
+  } finally {
+    exec.detailsLoading = false;
+  }
+  refreshExec(exec);
+  refreshRunState();
+  if (exec.detailsAgain) {
+    exec.detailsAgain = false;
+    scheduleStepDetails(exec);
+  }
 }
 
 function addStepNumber(exec, n) {
@@ -242,17 +310,37 @@ function statusText(status) {
   }
 }
 
+/**
+ * The agent steps of the run's current segment (see ensureGroup): the final answer, the user's
+ * answer and the task are steps of the execution but not steps the agent took, and a step
+ * whose kind is not known yet waits until it is.
+ */
+export function agentStepCount(exec) {
+  let count = 0;
+  for (const n of exec.segmentSteps || []) {
+    if (exec.stepKinds.has(n) && isAgentStep(exec.stepKinds.get(n))) count += 1;
+  }
+  return count;
+}
+
 /** Updates a group's summary line: step count, status, current activity, agent badge. */
 export function refreshExec(exec) {
   if (!exec.group) return;
-  const own = exec.segmentSteps ? exec.segmentSteps.size : 0;
-  const stepCount = exec.segments > 1 ? own : Math.max(own, exec.data && exec.data.status === exec.status ? exec.data.step_count || 0 : 0);
-  const lines = exec.lineCount || 0;
-  const label = stepCount > 0 ? plural(stepCount, 'step') : plural(lines, 'update');
+  const stepCount = agentStepCount(exec);
+  // No steps yet (or none at all): the status says what is going on.
+  const label = stepCount > 0 ? plural(stepCount, 'step') : '';
   const group = exec.group;
   const status = exec.status || '';
   const activity = ACTIVE_STATUSES.has(status) ? exec.activity : '';
   const agent = exec.data && exec.data.agent_type;
+  // A run waiting for a worker shows its "queued" line unfolded: nothing else says why it
+  // does not start.
+  const details = group.querySelector('.exec-details');
+  const waiting = status === 'pending' && Boolean(agent) && isWorkerAgent(agent) && !exec.data.parent_execution_id;
+  if (!exec.userToggled && waiting !== Boolean(exec.autoOpened)) {
+    exec.autoOpened = waiting;
+    details.open = waiting;
+  }
   // Replays apply thousands of events: skip the DOM when nothing it shows changed.
   const shown = `${label}\u0001${status}\u0001${activity}\u0001${agent}`;
   if (exec.shownKey === shown && exec.shownGroup === group) return;
@@ -392,7 +480,10 @@ export function applyEvent(type, data) {
     case 'step.completed':
       if (exec) {
         if (step.number != null) {
-          if (type === 'step.completed') addStepNumber(exec, step.number);
+          if (type === 'step.completed') {
+            addStepNumber(exec, step.number);
+            if (step.kind && !exec.stepKinds.has(step.number)) exec.stepKinds.set(step.number, step.kind);
+          }
           exec.currentStep = step.number;
         }
         if (type === 'step.completed') exec.activity = '';
@@ -430,9 +521,12 @@ export function refreshRunState() {
     const running = active.find((e) => e.status === 'running');
     let text = running ? 'Running…' : 'Queued…';
     if (running) {
-      const root = rootExec(running);
-      const step = root.currentStep || Math.max(0, ...root.stepNumbers);
-      if (step) text = `Running · step ${step}`;
+      // The same count as the run's group: the agent steps taken so far.
+      const steps = agentStepCount(rootExec(running));
+      if (steps) text = `Running · ${plural(steps, 'step')}`;
+    } else {
+      const waiting = active.find((e) => e.data && isWorkerAgent(e.data.agent_type));
+      if (waiting) text = `Queued · waiting for a worker of ${waiting.data.agent_type}`;
     }
     if (active.length > 1) text += ` (${active.length - 1} more queued)`;
     $('runbar-text').textContent = text;

@@ -149,6 +149,18 @@ const picker = {
   loadedAt: 0,
 };
 
+/**
+ * Whether an agent type is run by worker processes (not built into the server): the agent list
+ * says so, and a type it does not list is one no worker announced lately. False until the list
+ * has loaded, and for `external` (an agent that drives its execution itself).
+ */
+export function isWorkerAgent(type) {
+  if (!type || type === 'external') return false;
+  const listed = picker.agents.find((a) => a.type === type);
+  if (listed) return !listed.builtin;
+  return picker.loadedAt > 0;
+}
+
 /** The agent type the next new session is created with, or null for the server's default. */
 export function newSessionAgent() {
   return picker.next || null;
@@ -294,4 +306,22 @@ export function rootExec(exec) {
 /** An error line in the conversation. */
 export function showError(text) {
   appendToStream(el('div', { class: 'line line-error', role: 'alert' }, text));
+}
+
+/** A problem with what is in the composer, shown next to it until it is cleared. */
+export function showComposerError(text, kind) {
+  const node = $('composer-error');
+  node.textContent = text;
+  node.dataset.kind = kind || 'error';
+  node.hidden = false;
+  $('input').setAttribute('aria-invalid', 'true');
+}
+
+/** Clears the composer's problem (only one of `kind`, when given). */
+export function clearComposerError(kind) {
+  const node = $('composer-error');
+  if (node.hidden || (kind && node.dataset.kind !== kind)) return;
+  node.hidden = true;
+  node.textContent = '';
+  $('input').removeAttribute('aria-invalid');
 }
