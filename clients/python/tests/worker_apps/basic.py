@@ -42,13 +42,17 @@ def streamer(run: Run) -> str:
 
 @worker.agent("counter", description="Saves N steps, then answers")
 def counter(run: Run) -> dict:
-    """Input ``steps:N`` (optionally `` gate``): saves steps 1..N, one per action, going on
-    after the steps a lost worker saved."""
+    """Input ``steps:N`` (optionally `` gate``): saves steps 1..N, one per action; on a new
+    claim the steps a lost worker saved are replayed (its observations say which attempt
+    wrote each), and only the rest are written."""
     words = run.input_text.split()
     total = int(words[0].split(":")[1])
     wrote: list[int] = []
     try:
-        for number in range(len(run.steps) + 1, total + 1):
+        for number in range(1, total + 1):
+            if run.replaying:  # saved by an earlier attempt: this returns it, writing nothing
+                run.step(model_output=f"step {number}")
+                continue
             if (DIR / f"crash-at-{number}").exists():
                 (DIR / f"crash-at-{number}").unlink()
                 os.kill(os.getpid(), signal.SIGKILL)

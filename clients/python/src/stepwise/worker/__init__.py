@@ -20,7 +20,7 @@ myapp.agents:worker``). The protocol is in ``docs/workers.md``; the framework ru
 when used.
 """
 
-from ._run import Cancelled, Retry, Run, SubagentError
+from ._run import CallError, Cancelled, Retry, Run, SubagentError
 from ._worker import AgentSpec, Worker, WorkerError
 
-__all__ = ["Worker", "Run", "Cancelled", "Retry", "SubagentError", "AgentSpec", "WorkerError"]
+__all__ = ["Worker", "Run", "Cancelled", "Retry", "SubagentError", "CallError", "AgentSpec", "WorkerError"]

@@ -211,6 +211,7 @@ def langgraph_handler(
     answer_of = output_fn or default_output
 
     def handler(run: Run) -> Any:
+        run.skip_replay()  # the graph goes on from its checkpoint: new steps only
         thread_id = thread_fn(run) if thread_fn is not None else run.session_id or run.execution_id
         configurable = {**dict(extra.get("configurable") or {}), "thread_id": str(thread_id)}
         metadata = {**dict(extra.get("metadata") or {}), EXECUTION_KEY: run.execution_id}

@@ -121,6 +121,7 @@ def openai_agents_handler(
     """The async agent function running `agent` for each claim."""
 
     async def handler(run: Run) -> Any:
+        run.skip_replay()  # the conversation goes on from its saved items: new steps only
         session_id = session_fn(run) if session_fn is not None else run.session_id or run.execution_id
         session = StepwiseSession(str(session_id), client=client)
         loop = asyncio.get_running_loop()

@@ -4,11 +4,13 @@ raise or meet."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NoReturn, ParamSpec, TypeVar, cast
 
 from .._calls import seg
 from .._errors import StepwiseError
@@ -17,13 +19,18 @@ from ._http import Api, is_lease_lost, retrying
 if TYPE_CHECKING:  # pragma: no cover
     from ._worker import _Deltas
 
-__all__ = ["Run", "Cancelled", "Retry", "SubagentError"]
+__all__ = ["Run", "Cancelled", "Retry", "SubagentError", "CallError"]
 
 logger = logging.getLogger("stepwise.worker")
 
 # Execution statuses a subagent is still working in (paused: waiting for its user's answer).
 _SUBAGENT_WAITING = frozenset({"pending", "running", "paused"})
 _MAX_ERROR_CHARS = 4000
+# Step fields that differ from one attempt to the next by nature: not compared on replay.
+_NOT_COMPARED = frozenset({"step_number", "started_at", "ended_at"})
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Cancelled(BaseException):
@@ -66,6 +73,24 @@ class SubagentError(Exception):
         self.execution = dict(execution)
 
 
+class CallError(Exception):
+    """The saved error of a `Run.call` replayed on a later claim, when its exception type
+    cannot be raised again (it is not loaded in this process, or does not take its message
+    as its one argument).
+
+    Attributes:
+        name: the call's name.
+        error_type: the name of the exception's type when it was raised.
+        message: its message.
+    """
+
+    def __init__(self, name: str, error_type: str, message: str) -> None:
+        super().__init__(f"{name}: {error_type}: {message}" if message else f"{name}: {error_type}")
+        self.name = name
+        self.error_type = error_type
+        self.message = message
+
+
 def _text_of(value: Any) -> str:
     if value is None:
         return ""
@@ -82,6 +107,12 @@ class Run:
     this claim; once the lease is gone (the execution was cancelled, or taken over by another
     worker after this one froze past its lease), writes raise `Cancelled` and write nothing.
 
+    On a new claim (a lost worker, a `Retry`, the user's answer to a question) the function
+    runs again from its start, and *replays*: the k-th `step` or `call` of the run returns
+    the k-th saved step without writing it (a `call` returns its saved result without calling
+    its function), the k-th `ask` its saved answer; steps are written again only past the
+    saved ones. So a function that does its work through `call` does each piece once.
+
     Attributes:
         execution_id: the execution's id.
         session_id: its session's id (``None`` for an execution without a session).
@@ -94,7 +125,7 @@ class Run:
             ``{"restored", "steps", "summary"}`` (as ``GET /v1/sessions/{id}/memory``, without
             this execution's own steps: those are `steps`).
         steps: this execution's saved steps so far (dicts, by ``step_number``); `step`
-            appends to it.
+            appends to it. `step` and `call` replay them in order (see `replaying`).
         snapshot: this execution's latest snapshot, or ``None``.
         session: the session (a dict), or ``None``.
         execution: the execution (a dict) as claimed.
@@ -153,6 +184,8 @@ class Run:
         self._on_cancel: list[Callable[[], Any]] = []
         self._asked = 0
         self._answers = [_answer_in(s) for s in self.steps if _is_answer(s)]
+        self._answer_at = [i for i, s in enumerate(self.steps) if _is_answer(s)]  # their indexes in `steps`
+        self._cursor = 0  # the index in `steps` of the next saved step `step` or `call` replays
 
     def __repr__(self) -> str:
         return (
@@ -238,7 +271,7 @@ class Run:
             raise
 
     def step(self, **fields: Any) -> dict[str, Any]:
-        """Saves the next step of this execution and returns it as stored.
+        """Saves the next step of this execution and returns it as stored, or replays it.
 
         `fields` are the Step fields of ``POST /v1/executions/{id}/steps``: ``kind``
         (``action`` by default; ``planning``, ``task``, ``user_input``, ``final_answer``),
@@ -248,17 +281,207 @@ class Run:
         gets the number after the last saved one (numbering continues across attempts), and
         is retried while the server is away without being written twice. Raises `Cancelled`
         when the lease is gone.
+
+        Replay: while this claim has saved steps not replayed yet (`replaying`), the call
+        returns the next one as stored and writes nothing; when `fields` differ from it, a
+        warning names both. The ``user_input`` steps of questions and answers are left to
+        `ask` (a ``user_input`` step of your own is replayed by a call of that kind).
         """
         with self._lock:
             body = {k: v for k, v in fields.items() if v is not None}
             body.setdefault("kind", "action")
-            number = int(self.steps[-1].get("step_number") or 0) + 1 if self.steps else 1
+            saved = self._take_saved(user_input=body["kind"] == "user_input")
+            if saved is not None:
+                if "step_number" in body and body["step_number"] != saved.get("step_number"):
+                    raise ValueError(
+                        f"this call replays step {saved.get('step_number')}, not {body['step_number']}"
+                    )
+                called, stored = _differences(body, saved)
+                if called:
+                    logger.warning(
+                        "execution %s: replaying step %s, which differs from this call: called with %s, saved %s",
+                        self.execution_id, saved.get("step_number"), _short(called), _short(stored),
+                    )
+                return saved
+            stored_step = self._append(body)
+            self._cursor = len(self.steps)
+            return stored_step
+
+    def _append(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Writes `body` as the step after the last saved one (no replay)."""
+        with self._lock:
+            number = self._next_number()
             if "step_number" in body and body["step_number"] != number:
                 raise ValueError(f"the next step is number {number}, not {body['step_number']}")
             body["step_number"] = number
             stored = self._write("POST", "/steps", body)
             self.steps.append(dict(stored) if isinstance(stored, dict) else body)
             return self.steps[-1]
+
+    def _next_number(self) -> int:
+        return int(self.steps[-1].get("step_number") or 0) + 1 if self.steps else 1
+
+    def _take_saved(self, *, user_input: bool) -> dict[str, Any] | None:
+        """The next saved step to replay (past the questions and answers, which `ask`
+        replays, unless `user_input`), or ``None`` when all are replayed."""
+        with self._lock:
+            index = self._cursor
+            while index < len(self.steps):
+                saved = self.steps[index]
+                index += 1
+                if user_input or saved.get("kind") != "user_input":
+                    self._cursor = index
+                    return saved
+            self._cursor = index
+            return None
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the next `step` or `call` replays a saved step (``True`` on a resumed
+        claim until the function has gone past the steps saved before it)."""
+        with self._lock:
+            return any(s.get("kind") != "user_input" for s in self.steps[self._cursor:])
+
+    def skip_replay(self) -> None:
+        """Leaves the saved steps as they are: the next `step` or `call` writes the step after
+        the last saved one. For an agent that goes on from `steps` by itself (the framework
+        runners do), not one that runs again from its start."""
+        with self._lock:
+            self._cursor = len(self.steps)
+
+    # --- durable calls ------------------------------------------------------------------
+
+    def call(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Runs ``fn(*args, **kwargs)`` once for this position of the run and saves its result
+        as a step: a tool call `name` with the arguments, and the result JSON-encoded in its
+        ``observations``. On a later claim (a lost worker, a retry, the user's answer) the
+        same call of the run returns the saved result without calling `fn`, like Temporal's
+        activities.
+
+        The result comes back equal when it is JSON (``str``, numbers, ``bool``, ``None``,
+        lists and dicts with string keys of those); anything else is kept as JSON: a pydantic
+        model as its ``model_dump(mode="json")``, a tuple as a list, any other object as its
+        ``str()`` - the first run returns `fn`'s own value, a replay the kept one.
+
+        An exception of `fn` is saved as the step's ``error`` (``{kind: type name,
+        message}``) and raised; a replay raises it again: the same exception type with the
+        saved message when that type is loaded in this process and takes the message as its
+        one argument, else a `CallError`. `Retry`, `Cancelled` and other ``BaseException``
+        are not saved: the next attempt calls `fn` again.
+
+        Calls are matched by their order in the run (make them one after another); a
+        replayed call with another `name` or other arguments than the saved one logs a
+        warning naming both and returns the saved result. `fn` runs again when the worker
+        was lost after it returned but before its step was saved (at least once, as an
+        activity). An ``async def`` function needs `acall`.
+        """
+        arguments = _call_arguments(args, kwargs)
+        with self._lock:
+            saved = self._take_saved(user_input=False)
+        if saved is not None:
+            replayed = self._replay_call(name, arguments, saved)
+            if replayed is not _NOT_A_CALL:
+                return cast(T, replayed)
+        self.check()
+        try:
+            result = fn(*args, **kwargs)
+        except Retry:
+            raise
+        except Exception as error:
+            if saved is None:
+                self._save_call(name, arguments, error=error)
+            raise
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()  # never awaited: no "coroutine was never awaited" warning
+            raise TypeError(f"{name}: run.call got an async function; use `await run.acall(...)`")
+        if saved is None:
+            self._save_call(name, arguments, result=result)
+        return result
+
+    async def acall(
+        self, name: str, fn: Callable[P, Awaitable[T]] | Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`call` for async agents: `fn` is an ``async def`` function (awaited) or a plain one
+        (run in a thread); its result is saved and replayed as `call` does."""
+        arguments = _call_arguments(args, kwargs)
+        saved = await asyncio.to_thread(lambda: self._take_saved(user_input=False))
+        if saved is not None:
+            replayed = self._replay_call(name, arguments, saved)
+            if replayed is not _NOT_A_CALL:
+                return cast(T, replayed)
+        self.check()
+        try:
+            if inspect.iscoroutinefunction(fn):
+                result: Any = await fn(*args, **kwargs)
+            else:
+                result = await asyncio.to_thread(lambda: fn(*args, **kwargs))
+                if inspect.isawaitable(result):
+                    result = await result
+        except Retry:
+            raise
+        except Exception as error:
+            if saved is None:
+                await asyncio.to_thread(lambda: self._save_call(name, arguments, error=error))
+            raise
+        if saved is None:
+            await asyncio.to_thread(lambda: self._save_call(name, arguments, result=result))
+        return cast(T, result)
+
+    def _save_call(
+        self, name: str, arguments: dict[str, Any], *, result: Any = None, error: BaseException | None = None
+    ) -> dict[str, Any]:
+        with self._lock:
+            body: dict[str, Any] = {
+                "kind": "action",
+                "tool_calls": [{"id": f"call-{self._next_number()}", "name": name, "arguments": arguments}],
+            }
+            if error is None:
+                body["observations"] = _encode_result(result)
+                body["output"] = {"call": name}
+            else:
+                cls = type(error)
+                body["error"] = {"kind": cls.__name__, "message": _error_message(error)[:_MAX_ERROR_CHARS]}
+                body["output"] = {"call": name, "raised": f"{cls.__module__}:{cls.__qualname__}"}
+            stored = self._append(body)
+            self._cursor = len(self.steps)
+            return stored
+
+    def _replay_call(self, name: str, arguments: dict[str, Any], saved: Mapping[str, Any]) -> Any:
+        """The saved result of a call (or raises its saved error); `_NOT_A_CALL` when the
+        saved step is not a call's."""
+        output = saved.get("output")
+        mark = output.get("call") if isinstance(output, Mapping) else None
+        if not isinstance(mark, str) or not isinstance(output, Mapping):
+            logger.warning(
+                "execution %s: call %r replays step %s, which holds no call's result (saved %s); "
+                "calling it again without saving it",
+                self.execution_id, name, saved.get("step_number"),
+                _short({k: saved.get(k) for k in ("kind", "model_output", "tool_calls") if saved.get(k)}),
+            )
+            return _NOT_A_CALL
+        calls = saved.get("tool_calls") or []
+        saved_arguments = calls[0].get("arguments") if calls and isinstance(calls[0], Mapping) else None
+        if mark != name or _comparable(saved_arguments) != _comparable(arguments):
+            logger.warning(
+                "execution %s: replaying step %s, which differs from this call: called %s %s, saved %s %s",
+                self.execution_id, saved.get("step_number"), name, _short(arguments), mark, _short(saved_arguments),
+            )
+        raised = output.get("raised")
+        if isinstance(raised, str) or saved.get("error"):
+            saved_error = saved.get("error")
+            error: Mapping[str, Any] = saved_error if isinstance(saved_error, Mapping) else {}
+            raise _rebuilt_error(
+                mark, str(raised or ""), str(error.get("kind") or "Exception"), str(error.get("message") or "")
+            )
+        text = saved.get("observations")
+        if not isinstance(text, str):
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
 
     def delta(self, text: str) -> None:
         """Streams `text` (live tokens) to the session's watchers as ``message.delta`` events.
@@ -285,16 +508,25 @@ class Run:
         """Asks the user `question` and stops this run: the execution pauses, and the user's
         answer queues it again; the next claim (on any worker) has it in `answer`.
 
-        The question is saved as a ``user_input`` step first. Never returns.
+        The question is saved as a ``user_input`` step first (not again when a lost worker
+        saved this question as the last step and did not pause). Never returns.
         """
         question = _text_of(question).strip() or "?"
         with self._lock:
-            self.step(
-                kind="user_input",
-                model_output=question,
-                tool_calls=[{"id": f"ask-{len(self.steps) + 1}", "name": "user_input", "arguments": {"question": question}}],
-                output={"question": question},
+            last = self.steps[-1] if self.steps else None
+            asked_already = (
+                last is not None and len(self.steps) > self._cursor and last.get("kind") == "user_input"
+                and _is_question(last) and last.get("model_output") == question
             )
+            if not asked_already:
+                self._append({
+                    "kind": "user_input",
+                    "model_output": question,
+                    "tool_calls": [{"id": f"ask-{self._next_number()}", "name": "user_input",
+                                    "arguments": {"question": question}}],
+                    "output": {"question": question},
+                })
+            self._cursor = len(self.steps)
             self._write("POST", "/pause", {"question": question})
             # The lease went with the pause: nothing more is written by this run.
             self._paused = True
@@ -307,12 +539,20 @@ class Run:
         The first call pauses the execution (see `pause`). When the user answers, the agent
         function runs again from the start on a new claim, and this call, the same one of
         the run, returns the answer. A function asking several questions gets each answer
-        from its own call, in order (the answers are kept as ``user_input`` steps).
+        from its own call, in order (the answers are kept as ``user_input`` steps); the
+        `step` and `call` after it replay the steps saved after that answer.
         """
         with self._lock:
             if self._asked < len(self._answers):
                 answer = self._answers[self._asked]
+                at = self._answer_at[self._asked] if self._asked < len(self._answer_at) else None
                 self._asked += 1
+                if at is not None and at >= self._cursor:
+                    skipped = [s.get("step_number") for s in self.steps[self._cursor:at] if s.get("kind") != "user_input"]
+                    if skipped:
+                        logger.warning("execution %s: asked before replaying saved steps %s; they are skipped",
+                                       self.execution_id, skipped)
+                    self._cursor = at + 1
                 return _text_of(answer)
         self.pause(question)
 
@@ -324,8 +564,9 @@ class Run:
         last = self.steps[-1] if self.steps else None
         if last is not None and _is_answer(last):
             return
-        self.step(kind="user_input", observations=_text_of(self.answer), output={"answer": self.answer})
+        self._append({"kind": "user_input", "observations": _text_of(self.answer), "output": {"answer": self.answer}})
         self._answers.append(self.answer)
+        self._answer_at.append(len(self.steps) - 1)
 
     # --- subagents ----------------------------------------------------------------------
 
@@ -406,6 +647,93 @@ class Run:
     async def asave_snapshot(self, state: Any, **fields: Any) -> dict[str, Any]:
         """`save_snapshot` for async agents."""
         return await asyncio.to_thread(lambda: self.save_snapshot(state, **fields))
+
+
+class _NotACall:
+    """What `Run._replay_call` gives for a saved step that holds no call's result."""
+
+
+_NOT_A_CALL = _NotACall()
+
+
+def _json_default(value: Any) -> Any:
+    """How `call` keeps a result that is not JSON: a pydantic model as its dump, else text."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:  # noqa: BLE001 - then as text
+            pass
+    return str(value)
+
+
+def _encode_result(value: Any) -> str:
+    """A call's result as the JSON text its step keeps (NaN and infinities included)."""
+    return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+
+def _comparable(value: Any) -> Any:
+    """`value` as JSON would give it back (tuples as lists, objects as text), to compare."""
+    try:
+        return json.loads(_encode_result(value))
+    except ValueError:  # pragma: no cover - _encode_result always writes JSON
+        return value
+
+
+def _call_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments as its tool call keeps them: ``{"args": [...], "kwargs": {...}}``,
+    each only when given."""
+    arguments: dict[str, Any] = {}
+    if args:
+        arguments["args"] = list(args)
+    if kwargs:
+        arguments["kwargs"] = dict(kwargs)
+    comparable = _comparable(arguments)
+    return comparable if isinstance(comparable, dict) else {}
+
+
+def _differences(called: Mapping[str, Any], saved: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of a `step` call that differ from the saved step it replays: (as called,
+    as saved)."""
+    mine: dict[str, Any] = {}
+    theirs: dict[str, Any] = {}
+    for key, value in called.items():
+        if key in _NOT_COMPARED:
+            continue
+        if _comparable(value) != _comparable(saved.get(key)):
+            mine[key] = value
+            theirs[key] = saved.get(key)
+    return mine, theirs
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _error_message(error: BaseException) -> str:
+    """The message an exception was made with (``KeyError("x")``: ``x``, not ``'x'``)."""
+    if len(error.args) == 1 and isinstance(error.args[0], str):
+        return error.args[0]
+    return str(error)
+
+
+def _rebuilt_error(name: str, raised: str, kind: str, message: str) -> Exception:
+    """The exception a replayed call raises: `raised` (``module:qualname``) made again with
+    `message` when that type is loaded and takes it, else a `CallError`."""
+    module, _, qualname = raised.partition(":")
+    found: Any = sys.modules.get(module) if module and qualname else None
+    for part in qualname.split(".") if found is not None else ():
+        found = getattr(found, part, None)
+    if isinstance(found, type) and issubclass(found, Exception) and not issubclass(found, Retry):
+        try:
+            error = found(message)
+        except Exception:  # noqa: BLE001 - a type that wants other arguments
+            pass
+        else:
+            if isinstance(error, Exception):
+                return error
+    return CallError(name, kind, message)
 
 
 def _is_question(step: Mapping[str, Any]) -> bool:

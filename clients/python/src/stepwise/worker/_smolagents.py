@@ -129,6 +129,7 @@ def smolagents_handler(
     """The agent function running `factory()`'s agent for each claim."""
 
     def handler(run: Run) -> Any:
+        run.skip_replay()  # the agent goes on from its restored memory: new steps only
         # This execution's steps so far (after a lost worker or a pause): what to go on from.
         own: list[Any] = []
         task: TaskStep | None = None
