@@ -3,7 +3,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { escapeHtml, renderMarkdown, safeUrl } from '../../../crates/server/ui/js/markdown.js';
-import { messageFromEvent, stepOf } from '../../../crates/server/ui/js/metadata.js';
+import { isAgentStep, messageFromEvent, stepLineText, stepOf } from '../../../crates/server/ui/js/metadata.js';
 
 describe('markdown.js', () => {
   it('escapes every tag in the source and adds only its own', () => {
@@ -47,5 +47,19 @@ describe('metadata.js', () => {
       metadata: { step_number: 5, tool: 'search', kind: 'tool_call' }, created_at: '2026-01-06T12:34:56Z',
     });
     assert.deepEqual(stepOf(msg.metadata), { number: 5, tool: 'search', kind: 'tool_call' });
+  });
+
+  it("counts only the agent's steps: not the final answer, the user's answer or the task", () => {
+    for (const kind of ['action', 'planning', 'subagent', null, undefined, 'tool_call']) assert.equal(isAgentStep(kind), true, String(kind));
+    for (const kind of ['final_answer', 'user_input', 'task', 'system_prompt']) assert.equal(isAgentStep(kind), false, kind);
+  });
+
+  it("words a stored step's line like a built-in agent's", () => {
+    assert.equal(stepLineText({ step_number: 1, kind: 'action', model_output: 'Reading the message\nmore', tool_calls: [] }), 'Step 1: Reading the message');
+    assert.equal(stepLineText({ step_number: 2, kind: 'action', model_output: 'Echoing it', tool_calls: [{ id: 'c', name: 'echo', arguments: {} }] }), 'Step 2: called echo · Echoing it');
+    assert.equal(stepLineText({ step_number: 3, kind: 'final_answer', output: 'x' }), 'Step 3: final answer');
+    assert.equal(stepLineText({ step_number: 4, kind: 'action', error: { kind: 'tool_error', message: 'boom' } }), 'Step 4: failed: boom');
+    assert.equal(stepLineText({ step_number: 5, kind: 'action', model_output: 'x'.repeat(500) }).length, 'Step 5: '.length + 160);
+    assert.equal(stepLineText({ step_number: 6 }), 'Step 6');
   });
 });

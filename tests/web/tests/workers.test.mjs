@@ -229,8 +229,10 @@ describe('workers', () => {
       // Step 1 is on the page while the worker still holds the run.
       const group = page.locator('#stream .exec').first();
       await waitFor(async () => (await group.locator('.exec-count').textContent()) === '1 step', 'step 1 on the page', PATIENCE);
-      await page.locator('#runbar[data-state="running"]', { hasText: 'step 1' }).waitFor({ timeout: PATIENCE });
+      await page.locator('#runbar[data-state="running"]', { hasText: 'Running · 1 step' }).waitFor({ timeout: PATIENCE });
       assert.equal(await group.locator('.step-line[data-step-number="1"]').count(), 1);
+      // The worker's step reads like a built-in agent's: its model_output, not "Completed step 1".
+      await waitFor(async () => (await group.locator('.step-line[data-step-number="1"] .step-text').textContent()) === 'Step 1: Reading the message', "step 1's text", PATIENCE);
       assert.equal(await group.locator('.badge-agent').textContent(), AGENT);
       assert.equal(worker.claims.length, claimsBefore + 1);
       worker.open('step-1');
@@ -240,7 +242,8 @@ describe('workers', () => {
       worker.open('tokens');
       await page.locator('#stream .msg-assistant:not(.streaming)', { hasText: 'Node echo: echo hello worker' }).waitFor({ timeout: PATIENCE });
       await page.locator('#runbar').waitFor({ state: 'hidden' });
-      assert.equal(await group.locator('.exec-count').textContent(), '2 steps');
+      // Step 2 counts once the page has its kind (fetched with the step's text).
+      await waitFor(async () => (await group.locator('.exec-count').textContent()) === '2 steps', 'the group to count 2 steps', PATIENCE);
       assert.equal(await page.locator('#stream .msg-assistant.streaming').count(), 0);
 
       const sessionId = sessionIdOf(page);
@@ -255,7 +258,7 @@ describe('workers', () => {
       await group.locator('summary').click();
       const lines = await group.locator('.step-line[data-step-number]').allTextContents();
       assert.equal(lines.length, 2);
-      assert.match(lines[1], /step 2.*echo/i);
+      assert.deepEqual(lines.map((t) => t.replace(/\d\d:\d\d:\d\d.*$/, '').trim()), ['Step 1: Reading the message', 'Step 2: called echo · Echoing it']);
       await screenshot(page, 'workers-done');
 
       // From the history: the same lines, each once, and the session's agent in the header.
@@ -264,6 +267,8 @@ describe('workers', () => {
       await waitFor(async () => (await page.locator('#stream .step-line[data-step-number]').count()) === 2, 'both step lines after a reload', PATIENCE);
       await sleep(300);
       assert.equal(await page.locator('#stream .step-line[data-step-number]').count(), 2);
+      await waitFor(async () => (await page.locator('#stream .step-line[data-step-number="2"] .step-text').textContent()) === 'Step 2: called echo · Echoing it', "step 2's text after a reload", PATIENCE);
+      assert.equal(await page.locator('#stream .exec-count').first().textContent(), '2 steps');
       await waitFor(async () => (await page.locator('#agent-select').inputValue()) === AGENT, 'the header to show the agent');
       assert.deepEqual(worker.errors, []);
       assert.deepEqual(page.errors, []);
