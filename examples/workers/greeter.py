@@ -24,12 +24,16 @@ def greeter(run):
     return f"Hello, {run.input_text}"
 
 
+def count(n):
+    time.sleep(1)  # a slow tool: after a lost worker it is not called again for a saved step
+    return n
+
+
 @worker.agent("counter", description="Counts to ten, one step a second; survives a restart of this worker")
 def counter(run):
-    for n in range(len(run.steps) + 1, 11):  # after a lost worker: go on after the saved steps
+    for n in range(1, 11):  # after a lost worker the saved steps replay: tools run once per run
         run.check()  # stops here when the execution is cancelled or the worker shuts down
-        time.sleep(1)
-        run.step(model_output=f"step {n}", observations=str(n))
+        run.call("count", count, n)
     return "counted to 10"
 
 
