@@ -136,12 +136,18 @@ describe('the first hour', () => {
     }
   });
 
-  it("says what the server answers for an agent type no worker ever announced", { skip: newServer() }, async () => {
+  it("says what the server answers for an agent type no worker ever announced", { skip: newServer() }, async (t) => {
     const type = `never-seen-${randomBytes(3).toString('hex')}`;
     const created = await api('POST', '/v1/sessions', { title: 'unknown agent', agent: { type } });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const sessionId = created.body.id;
     const direct = await api('POST', `/v1/sessions/${sessionId}/messages`, { content: 'hello' });
+    if (direct.status === 202) {
+      // A server that still queues it (for a session's own agent): nothing for the page to say.
+      await api('POST', `/v1/executions/${direct.body.execution.id}/cancel`);
+      t.skip("this server queues a message for a session's agent type no worker announced");
+      return;
+    }
     assert.equal(direct.status, 422, JSON.stringify(direct.body));
     assert.equal(direct.body.error.code, 'unknown_agent');
     const { context, page } = await openPage(browser);
