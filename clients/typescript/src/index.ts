@@ -9,6 +9,7 @@
 import type {
   AgentBody,
   AgentList,
+  Limits,
   AppendItemsBody,
   ChatBody,
   CheckpointPage,
@@ -525,6 +526,14 @@ export class Stepwise {
    */
   agents(): Promise<AgentList> {
     return this.json({ method: 'GET', path: '/v1/agents' });
+  }
+
+  /**
+   * `GET /v1/limits`: this server's input limits (`max_content_chars`, `max_body_bytes`, ...), to
+   * refuse over-long input before sending it.
+   */
+  limits(): Promise<Limits> {
+    return this.json({ method: 'GET', path: '/v1/limits' });
   }
 
   /**

@@ -418,6 +418,21 @@ export type LegacySessionFile = {
   updated_at?: string | null;
 };
 
+export type Limits = {
+  /** A request body, in bytes (`serve --max-body-bytes`). */
+  max_body_bytes: number;
+  /** A message's `content`, in characters. */
+  max_content_chars: number;
+  /** `metadata` as JSON, in bytes. */
+  max_metadata_bytes: number;
+  /** `related_type` and `related_id`, in characters. */
+  max_ref_chars: number;
+  /** A session title, in characters. */
+  max_title_chars: number;
+  /** `context_url` and `initial_context_url`, in characters. */
+  max_url_chars: number;
+};
+
 /**
  * An item of a list value. With `splice: true`, `data` is a serialized list whose items go
  * in this item's place: a node's pending write, stored once and referred to by the list.
@@ -877,6 +892,7 @@ export const OPERATIONS = {
   get_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", params: ["path:thread_id","path:checkpoint_id","query:checkpoint_ns","query:have"] },
   get_execution: { method: "GET", path: "/v1/executions/{id}", params: ["path:id"] },
   get_latest_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/latest", params: ["path:thread_id","query:checkpoint_ns","query:have"] },
+  get_limits: { method: "GET", path: "/v1/limits", params: [] },
   get_session: { method: "GET", path: "/v1/sessions/{id}", params: ["path:id"] },
   get_snapshot: { method: "GET", path: "/v1/snapshots/{id}", params: ["path:id"] },
   get_thread: { method: "GET", path: "/v1/threads/{thread_id}", params: ["path:thread_id"] },

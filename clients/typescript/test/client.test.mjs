@@ -36,6 +36,7 @@ const METHODS = {
   ag_ui_connect: 'agUiConnect', list_agents: 'agents', claim_executions: 'claim', heartbeat: 'heartbeat',
   send_delta: 'sendDelta', release_execution: 'release', append_steps: 'appendSteps',
   create_token: 'createToken', create_key: 'createKey', list_keys: 'listKeys', delete_key: 'deleteKey',
+  get_limits: 'limits',
 };
 
 /** Reads a session's events until `done(event)` (with the stream's own reconnects). */
@@ -371,6 +372,9 @@ test('operations: health, readiness, metrics', async () => {
   await client.healthz();
   await client.readyz();
   assert.match(await client.metrics(), /^# (HELP|TYPE) /m);
+  const limits = await client.limits();
+  assert.equal(limits.max_content_chars, 100000);
+  assert.ok(limits.max_body_bytes > 0);
 });
 
 test('errors: one class with the API\'s code, message, field and status', async () => {

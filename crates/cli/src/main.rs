@@ -176,8 +176,10 @@ fn init_tracing(default_level: &str, format: LogFormat) {
     let filter = EnvFilter::try_from_env("STEPWISE_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_level));
+    // Colours only for a terminal: a log sent to a file or a pipe is plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -181,8 +181,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         check_charset(req.headers())?;
+        let limit = body_limit(&req);
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(too_large(limit))
+            }
             Err(rejection) => Err(json_rejection(rejection)),
         }
     }
@@ -205,11 +209,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         if !json_content_type(req.headers()) {
             return Err(not_json());
         }
+        let limit = body_limit(&req);
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    too_large()
+                    too_large(limit)
                 } else {
                     ApiError::bad_request(format!("the body could not be read: {rejection}"))
                 }
@@ -253,12 +258,24 @@ fn not_json() -> ApiError {
     )
 }
 
-fn too_large() -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
-        "the body is larger than this server accepts",
-    )
+/// The request body limit in force (`serve --max-body-bytes`), which the router puts in
+/// every request's extensions so that a 413 can name it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+fn body_limit(req: &Request) -> Option<usize> {
+    req.extensions().get::<BodyLimit>().map(|l| l.0)
+}
+
+/// 413 `payload_too_large`, naming the limit when it is known.
+pub(crate) fn too_large(limit: Option<usize>) -> ApiError {
+    let message = match limit {
+        Some(bytes) => format!(
+            "the body is larger than this server accepts: at most {bytes} bytes (serve --max-body-bytes)"
+        ),
+        None => "the body is larger than this server accepts".to_string(),
+    };
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
 }
 
 /// 415 `unsupported_media_type` when the `Content-Type` names a charset other than UTF-8
@@ -290,7 +307,7 @@ pub(crate) fn check_charset(headers: &axum::http::HeaderMap) -> Result<(), ApiEr
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     match rejection.status() {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => not_json(),
-        StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+        StatusCode::PAYLOAD_TOO_LARGE => too_large(None),
         _ => {
             let text = rejection.body_text();
             let detail = text

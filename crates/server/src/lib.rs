@@ -303,6 +303,7 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         )
         .route("/keys/{id}", delete(keys::delete::delete::<S>))
         .route("/tokens", post(keys::tokens::create::<S>))
+        .route("/limits", get(ops::limits::limits::<S>))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         // Innermost: each role to its routes, a user to its own sessions.
@@ -332,6 +333,8 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.body_limit))
+        // A 413 names the limit (`error::too_large`).
+        .layer(axum::Extension(error::BodyLimit(state.config.body_limit)))
         // Outside auth: a browser's preflight carries no credential.
         .layer(middleware::from_fn({
             let origins = state.config.cors_origins.clone();

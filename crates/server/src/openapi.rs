@@ -238,7 +238,7 @@ impl Modify for MiddlewareResponses {
         crate::workers::agents::doc, crate::workers::claim::doc, crate::workers::heartbeat::doc,
         crate::workers::deltas::doc, crate::workers::release::doc,
         crate::keys::create::doc, crate::keys::list::doc, crate::keys::delete::doc,
-        crate::keys::tokens::doc
+        crate::keys::tokens::doc, crate::ops::limits::doc
     ),
     components(schemas(
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
@@ -270,7 +270,8 @@ impl Modify for MiddlewareResponses {
         crate::workers::heartbeat::HeartbeatBody, crate::workers::heartbeat::HeartbeatAnswer,
         crate::workers::deltas::DeltaBody,
         crate::keys::KeyInfo, crate::keys::list::KeyList, crate::keys::create::CreateKeyBody,
-        crate::keys::create::CreatedKey, crate::keys::tokens::MintTokenBody, crate::keys::tokens::MintedToken
+        crate::keys::create::CreatedKey, crate::keys::tokens::MintTokenBody, crate::keys::tokens::MintedToken,
+        crate::ops::limits::Limits
     )),
     modifiers(&BearerAuth, &MiddlewareResponses),
     security(("bearer" = []))

@@ -17,6 +17,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; st
 const HTML: &str = "text/html; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
+const SVG: &str = "image/svg+xml";
 
 /// FNV-1a, at compile time: the ETag changes exactly when the file does.
 const fn fnv1a(bytes: &[u8]) -> u64 {
@@ -73,6 +74,7 @@ const INDEX: Asset = Asset {
 /// fails to load in the browser (and the `every_module_on_disk_is_served` test).
 const FILES: &[Asset] = &[
     Asset::new("/app.css", include_str!("../ui/app.css"), CSS),
+    Asset::new("/favicon.svg", include_str!("../ui/favicon.svg"), SVG),
     module!("api"),
     module!("chat"),
     module!("context"),
@@ -127,7 +129,7 @@ fn serve(asset: &Asset, request: &HeaderMap) -> Response {
     (StatusCode::OK, headers, asset.body).into_response()
 }
 
-/// `GET /`, `/index.html`, `/app.css` and `/js/*.js` (the modules). Merge it into the server's router.
+/// `GET /`, `/index.html`, `/app.css`, `/favicon.svg` and `/js/*.js` (the modules). Merge it into the server's router.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     let page = get(|request: HeaderMap| async move { serve(&INDEX, &request) });
     let mut router = Router::new()

@@ -242,6 +242,15 @@ impl<S: Store> Engine<S> {
             None => None,
         };
 
+        if execution.attempts > 1 && resume_answer.is_none() {
+            tracing::warn!(
+                execution = %execution.id,
+                attempt = execution.attempts,
+                agent = %execution.agent_type,
+                saved_steps = steps.len(),
+                "a worker takes the execution over: its previous lease expired (or its worker asked for a retry)"
+            );
+        }
         let text = match (steps.last(), &resume_answer) {
             (None, _) => "Execution started".to_string(),
             (Some(_), Some(_)) => "Execution resumed".to_string(),

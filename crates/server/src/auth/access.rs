@@ -31,6 +31,7 @@ use stepwise_store::prelude::*;
 /// Routes (method, path under `/v1`) a `worker` may call.
 const WORKER_ROUTES: &[(Method, &str)] = &[
     (Method::GET, "/agents"),
+    (Method::GET, "/limits"),
     (Method::POST, "/workers/claim"),
     (Method::POST, "/executions/{id}/heartbeat"),
     (Method::POST, "/executions/{id}/deltas"),

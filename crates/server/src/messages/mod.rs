@@ -6,6 +6,7 @@
 pub(crate) mod list;
 pub(crate) mod post;
 pub(crate) mod post_new_session;
+pub(crate) mod wait;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

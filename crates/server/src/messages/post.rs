@@ -1,10 +1,7 @@
 //! `POST /v1/sessions/{id}/messages`: a user message to a session; answers 202 with the
 //! execution queued for it.
 
-use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::Value;
 use stepwise_core::SessionStatus;
@@ -13,7 +10,7 @@ use stepwise_store::Store;
 use super::{AgentBody, MessageAccepted, MessageFields};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody, path_id};
+use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult, ErrorBody, path_id};
 use crate::schemas::IdPath;
 use crate::sessions::load_session;
 
@@ -43,9 +40,11 @@ pub async fn post<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<super::wait::WaitQuery>,
     ApiJson(body): ApiJson<MessageBody>,
-) -> ApiResult<impl IntoResponse> {
+) -> ApiResult<axum::response::Response> {
     let id = path_id(&id, "id")?;
+    let wait = query.duration()?;
     let input = MessageFields {
         content: body.content,
         related_type: body.related_type,
@@ -63,5 +62,5 @@ pub async fn post<S: Store>(
         .engine
         .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
         .await?;
-    Ok((StatusCode::ACCEPTED, Json(MessageAccepted::from(submitted))))
+    super::wait::respond(&state, &caller, MessageAccepted::from(submitted), wait).await
 }

@@ -1,10 +1,7 @@
 //! `POST /v1/messages`: a user message that starts a new session; answers 202 with the new
 //! session's id and the execution queued for the message.
 
-use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::Value;
 use stepwise_store::Store;
@@ -12,7 +9,7 @@ use stepwise_store::Store;
 use super::{AgentBody, MessageAccepted, MessageFields};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiJson, ApiResult, ErrorBody};
+use crate::error::{ApiJson, ApiQuery, ApiResult, ErrorBody};
 use crate::sessions::create::CreateSessionBody;
 
 /// A user message, the agent that answers it and the session to create (all optional but
@@ -42,8 +39,10 @@ pub(crate) fn doc() {}
 pub async fn post_new_session<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
+    ApiQuery(query): ApiQuery<super::wait::WaitQuery>,
     ApiJson(body): ApiJson<NewSessionMessageBody>,
-) -> ApiResult<impl IntoResponse> {
+) -> ApiResult<axum::response::Response> {
+    let wait = query.duration()?;
     let input = MessageFields {
         content: body.content,
         related_type: body.related_type,
@@ -72,5 +71,5 @@ pub async fn post_new_session<S: Store>(
         .engine
         .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
         .await?;
-    Ok((StatusCode::ACCEPTED, Json(MessageAccepted::from(submitted))))
+    super::wait::respond(&state, &caller, MessageAccepted::from(submitted), wait).await
 }

@@ -2,6 +2,7 @@
 //! OpenAPI document. None of them is under `/v1`: they answer without an API key.
 
 pub(crate) mod healthz;
+pub(crate) mod limits;
 pub(crate) mod metrics;
 pub(crate) mod openapi;
 pub(crate) mod readyz;

@@ -126,11 +126,7 @@ pub async fn import<S: Store>(
     crate::error::check_charset(&headers)?;
     let body = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "the body is larger than this server accepts",
-            )
+            crate::error::too_large(Some(state.config.body_limit))
         } else {
             ApiError::bad_request("the body could not be read")
         }
