@@ -108,6 +108,17 @@ def test_the_console_script_runs_a_worker_that_answers(wserver, client, start_wo
     assert worker.stop() == 0
 
 
+def test_a_module_that_runs_its_own_worker_stops_cleanly_under_the_command(wserver, client, start_worker):
+    # worker.run() at the end of the module: importing it runs the worker; SIGTERM stops it,
+    # and the command then exits 0 instead of starting the stopped worker again.
+    worker = start_worker(wserver, "worker_apps.selfrun:worker", script=True)
+    execution = send(client, "Ada", "selfrun")
+    done = client.wait(execution["id"], timeout=PATIENCE)
+    assert done["status"] == "completed" and done["output"] == "hello, Ada", done
+    assert worker.stop() == 0, worker.log()[-3000:]
+    assert "before start()" not in worker.log()
+
+
 def test_python_dash_m_and_an_async_agent_and_a_json_answer(wserver, client, start_worker):
     start_worker(wserver, BASIC)
     execution = send(client, "Bob", "async-greeter")

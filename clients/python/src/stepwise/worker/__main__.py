@@ -105,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.api_key:
         os.environ["STEPWISE_API_KEY"] = args.api_key
     worker = load_worker(args.target)
+    if worker.stopped:
+        # The module ran the worker itself while it was imported (`worker.run()` at its end)
+        # and it has stopped: on a signal, as it should; not a second start.
+        return 1 if worker._fatal is not None else 0
     try:
         worker.connect(base_url=args.url, api_key=args.api_key)
         if args.concurrency is not None:
