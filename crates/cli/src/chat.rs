@@ -11,6 +11,8 @@ pub(crate) mod sse;
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -172,9 +174,15 @@ struct Chat {
     /// The current session's execution waits for an answer.
     paused: bool,
     lines: mpsc::UnboundedReceiver<Input>,
+    /// Set once the input has ended (piped input read to its end).
+    input_ended: Arc<AtomicBool>,
     interrupts: mpsc::UnboundedReceiver<()>,
     failed: bool,
 }
+
+/// After the end of piped input, how long a message's execution may stay queued (no worker
+/// runs its agent, or the queue is long) before the chat leaves it queued and exits.
+const QUEUED_AFTER_END: Duration = Duration::from_secs(10);
 
 async fn run_client(api: Api, args: ChatArgs) -> anyhow::Result<()> {
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
@@ -182,10 +190,15 @@ async fn run_client(api: Api, args: ChatArgs) -> anyhow::Result<()> {
     api.sessions().await?;
 
     let (line_tx, lines) = mpsc::unbounded_channel();
+    let input_ended = Arc::new(AtomicBool::new(false));
+    let ended = input_ended.clone();
     // A plain thread (not the runtime's blocking pool): quitting never waits for a read.
     std::thread::Builder::new()
         .name("chat-input".into())
-        .spawn(move || read_lines(&line_tx))
+        .spawn(move || {
+            read_lines(&line_tx);
+            ended.store(true, Ordering::SeqCst);
+        })
         .context("cannot start the input reader")?;
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -204,6 +217,7 @@ async fn run_client(api: Api, args: ChatArgs) -> anyhow::Result<()> {
         last_event: HashMap::new(),
         paused: false,
         lines,
+        input_ended,
         interrupts,
         failed: false,
     };
@@ -598,6 +612,11 @@ impl Chat {
         let mut last_interrupt: Option<Instant> = None;
         let mut retries = 0;
         let mut tick = tokio::time::interval(Duration::from_millis(100));
+        // Piped input: whether this execution started, and since when the input has ended
+        // while it had not.
+        let mut running = false;
+        let mut queued_since_end: Option<Instant> = None;
+        let mut queued_check = tokio::time::interval(Duration::from_millis(500));
         loop {
             tokio::select! {
                 next = stream.next() => {
@@ -632,11 +651,29 @@ impl Chat {
                     if data.execution_id.as_deref() != Some(execution_id.as_str()) {
                         continue;
                     }
+                    running |= data.event_type == "execution.started";
                     if let Some(outcome) = live.event(&data) {
                         return Ok(outcome);
                     }
                 }
                 _ = tick.tick(), if self.tty => live.spin(),
+                _ = queued_check.tick(), if !self.tty && !running => {
+                    if !self.input_ended.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let since = *queued_since_end.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= QUEUED_AFTER_END {
+                        live.clear();
+                        eprintln!(
+                            "stepwise chat: the input has ended and execution {execution_id} is still queued ({}); it stays queued",
+                            match self.agent.as_deref() {
+                                Some(agent) => format!("does a worker run agent `{agent}`? see GET /v1/agents"),
+                                None => "no runner has taken it yet".to_string(),
+                            }
+                        );
+                        return Ok(Outcome::Quit);
+                    }
+                }
                 Some(()) = self.interrupts.recv() => {
                     if last_interrupt.is_some_and(|at| at.elapsed() < DOUBLE_CTRL_C) {
                         live.clear();

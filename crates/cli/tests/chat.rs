@@ -240,6 +240,19 @@ fn a_pipe_drives_the_chat_against_a_running_server() {
         "{stdout}"
     );
 
+    // A message for an agent no worker runs: at the end of the input the chat says it stays
+    // queued and exits, instead of waiting for a worker forever.
+    let out = sandbox.piped(
+        &["chat", "--server", &serve.url, "--agent", "ghost-worker"],
+        "hello\n",
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("still queued") && stderr.contains("ghost-worker"),
+        "{stderr}"
+    );
+
     // A server that is not there is one clear line and a failure status.
     drop(serve);
     let out = sandbox.piped(&["chat", "--server", "http://127.0.0.1:9"], "2+3\n");
