@@ -8,6 +8,7 @@
 
 import type {
   AgentBody,
+  AgentLineBody,
   AgentList,
   Limits,
   AppendItemsBody,
@@ -510,6 +511,14 @@ export class Stepwise {
    */
   pauseExecution(executionId: string, body: PauseBody, options: LeaseOptions = {}): Promise<Execution> {
     return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/pause`, body, headers: leaseHeaders(options.lease) });
+  }
+
+  /**
+   * `POST /v1/executions/{id}/messages`: an `info` or `notification` line of the agent in its
+   * session, shown and streamed like the engine's own info lines (a worker passes its `lease`).
+   */
+  postExecutionMessage(executionId: string, body: AgentLineBody, options: LeaseOptions = {}): Promise<Message> {
+    return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/messages`, body, headers: leaseHeaders(options.lease) });
   }
 
   /** `GET /v1/snapshots/{id}` (with `state`). */

@@ -40,6 +40,12 @@ export type AgentInfo = {
   workers_online?: number | null;
 };
 
+/** A line for the session. */
+export type AgentLineBody = {
+  content: string;
+  role: "info" | "notification";
+};
+
 /** The agent types. */
 export type AgentList = {
   items: AgentInfo[];
@@ -915,6 +921,7 @@ export const OPERATIONS = {
   openapi: { method: "GET", path: "/openapi.json", params: [] },
   pause_execution: { method: "POST", path: "/v1/executions/{id}/pause", params: ["path:id","header:Stepwise-Lease"] },
   pop_item: { method: "POST", path: "/v1/sessions/{id}/items/pop", params: ["path:id"] },
+  post_execution_message: { method: "POST", path: "/v1/executions/{id}/messages", params: ["path:id","header:Stepwise-Lease"] },
   post_message: { method: "POST", path: "/v1/sessions/{id}/messages", params: ["path:id"] },
   post_message_new_session: { method: "POST", path: "/v1/messages", params: [] },
   prune_checkpoints: { method: "POST", path: "/v1/checkpoints/prune", params: [] },

@@ -36,7 +36,7 @@ const METHODS = {
   ag_ui_connect: 'agUiConnect', list_agents: 'agents', claim_executions: 'claim', heartbeat: 'heartbeat',
   send_delta: 'sendDelta', release_execution: 'release', append_steps: 'appendSteps',
   create_token: 'createToken', create_key: 'createKey', list_keys: 'listKeys', delete_key: 'deleteKey',
-  get_limits: 'limits',
+  get_limits: 'limits', post_execution_message: 'postExecutionMessage',
 };
 
 /** Reads a session's events until `done(event)` (with the stream's own reconnects). */

@@ -66,8 +66,9 @@ test('an end user\'s token sees only its own sessions; an admin operation is 403
   for (const id of [mine.id, bobs.id, opsSession.id]) assert.ok(everyone.has(id));
   assert.deepEqual((await admin.listSessions({ user_id: aliceId })).items.map((s) => s.id), [mine.id]);
 
-  for (const call of [alice.createToken({ user_id: bobId }), alice.listKeys(), alice.createKey({ user_id: aliceId, role: 'admin' })]) {
-    const forbidden = await failure(call);
+  // One call at a time: a promise made before its turn could reject with no handler yet.
+  for (const call of [() => alice.createToken({ user_id: bobId }), () => alice.listKeys(), () => alice.createKey({ user_id: aliceId, role: 'admin' })]) {
+    const forbidden = await failure(call());
     assert.equal(forbidden.status, 403);
     assert.equal(forbidden.code, 'forbidden');
   }

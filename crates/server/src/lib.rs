@@ -269,6 +269,10 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             post(executions::pause::pause::<S>),
         )
         .route(
+            "/executions/{id}/messages",
+            post(executions::post_message::post_message::<S>),
+        )
+        .route(
             "/snapshots/{id}",
             get(executions::get_snapshot::get_snapshot::<S>),
         )

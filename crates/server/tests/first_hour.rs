@@ -99,3 +99,84 @@ async fn limits_are_told_and_a_413_names_the_limit() {
     assert_eq!(favicon.headers()["content-type"], "image/svg+xml");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_outside_the_server_posts_info_and_notification_lines() {
+    let server = TestServer::start().await;
+    let (status, session) = server.post("/v1/sessions", json!({})).await;
+    assert_eq!(status, 201);
+    let session = session["id"].as_str().expect("session").to_string();
+    let (status, opened) = server
+        .post(
+            &format!("/v1/sessions/{session}/executions"),
+            json!({"agent_type": "external"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{opened}");
+    let execution = opened["id"].as_str().expect("execution").to_string();
+    let path = format!("/v1/executions/{execution}/messages");
+    let (status, info) = server
+        .post(
+            &path,
+            json!({"role": "info", "content": "Searching the docs"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{info}");
+    assert_eq!(info["role"], "info");
+    assert_eq!(info["execution_id"], execution.as_str());
+    let (status, note) = server
+        .post(
+            &path,
+            json!({"role": "notification", "content": "Report ready"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{note}");
+    let (_, listed) = server
+        .get(&format!(
+            "/v1/sessions/{session}/messages?roles=info,notification"
+        ))
+        .await;
+    let contents: Vec<&str> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        contents.contains(&"Searching the docs") && contents.contains(&"Report ready"),
+        "{listed}"
+    );
+    for (body, field) in [
+        (json!({"role": "assistant", "content": "x"}), "role"),
+        (json!({"role": "info", "content": "   "}), "content"),
+    ] {
+        let (status, error) = server.post(&path, body).await;
+        assert_eq!(status, 400, "{error}");
+        assert_eq!(error["error"]["field"], field);
+    }
+    let (status, _) = server
+        .post(
+            &format!("/v1/executions/{execution}/complete"),
+            json!({"final_answer": "done"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, error) = server
+        .post(&path, json!({"role": "info", "content": "too late"}))
+        .await;
+    assert_eq!(
+        status, 422,
+        "a finished execution's lines are written: {error}"
+    );
+    // A built-in agent's execution takes no lines over HTTP.
+    let (_, posted) = server.post("/v1/messages", json!({"content": "2+2"})).await;
+    let builtin = posted["execution"]["id"].as_str().expect("execution");
+    let (status, _) = server
+        .post(
+            &format!("/v1/executions/{builtin}/messages"),
+            json!({"role": "info", "content": "hi"}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    server.stop().await;
+}

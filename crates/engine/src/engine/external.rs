@@ -3,8 +3,12 @@
 //! [`super::finish`] as the built-in agents.
 
 use serde_json::{Value, json};
-use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Snapshot, StepBody, StepKind};
-use stepwise_store::{NewExecution, NewSnapshot, NewStep, Result, StepAppend, Store, Tenant};
+use stepwise_core::{
+    EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, StepBody, StepKind,
+};
+use stepwise_store::{
+    NewExecution, NewMessage, NewSnapshot, NewStep, Result, StepAppend, Store, StoreError, Tenant,
+};
 
 use super::finish::{Driver, Outcome};
 use super::{EXTERNAL_AGENT, Engine};
@@ -202,6 +206,38 @@ impl<S: Store> Engine<S> {
                 tool,
             )
             .await;
+    }
+
+    /// An `info` or `notification` line an agent outside the server posts to its session
+    /// (shown and streamed like the engine's own info lines): stored, then `message.created`.
+    pub async fn post_agent_line(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        role: Role,
+        content: String,
+    ) -> Result<Message> {
+        if !matches!(role, Role::Info | Role::Notification) {
+            return Err(StoreError::invalid(
+                "role",
+                "role must be info or notification",
+            ));
+        }
+        let Some(session_id) = execution.session_id else {
+            return Err(StoreError::InvalidState(
+                "this execution has no session to post a line to".into(),
+            ));
+        };
+        if execution.status.is_finished() {
+            return Err(StoreError::InvalidState(format!(
+                "the execution is {}: its lines are written",
+                execution.status.as_str()
+            )));
+        }
+        let message = NewMessage::new(session_id, role, content).for_execution(execution.id);
+        let message = self.inner.store.append_message(tenant, message).await?;
+        self.inner.publisher.message_created(tenant, &message).await;
+        Ok(message)
     }
 
     /// Saves a snapshot an external agent sends (durable when this returns).

@@ -45,6 +45,7 @@ const WORKER_ROUTES: &[(Method, &str)] = &[
     (Method::POST, "/executions/{id}/complete"),
     (Method::POST, "/executions/{id}/fail"),
     (Method::POST, "/executions/{id}/pause"),
+    (Method::POST, "/executions/{id}/messages"),
 ];
 
 /// Routes a `user` may not call: the workers' own, and what reaches past one user.

@@ -15,6 +15,7 @@ pub(crate) mod list_snapshots;
 pub(crate) mod list_steps;
 pub(crate) mod open;
 pub(crate) mod pause;
+pub(crate) mod post_message;
 pub(crate) mod save_snapshot;
 mod schema;
 
