@@ -126,9 +126,8 @@ impl<S: Store> Engine<S> {
         let id = execution.id;
         if execution.attempts > 1 && resume_answer.is_none() {
             tracing::warn!(execution = %id, attempt = execution.attempts, agent = %execution.agent_type, worker, "taking the execution over: its previous lease expired");
-        } else {
-            tracing::info!(execution = %id, attempts = execution.attempts, agent = %execution.agent_type, "running execution");
         }
+        tracing::info!(execution = %id, attempts = execution.attempts, agent = %execution.agent_type, "running execution");
         let ctl = RunControl::new(worker, 0);
         self.running_map().insert(id, ctl.cancel.clone());
         let _run = self.working();
