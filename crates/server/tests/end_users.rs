@@ -280,6 +280,11 @@ async fn another_users_session_is_not_found_on_every_family_and_the_owners_is_th
         ),
         (
             "POST",
+            format!("/v1/executions/{x}/messages"),
+            Some(json!({"role": "info", "content": "working"})),
+        ),
+        (
+            "POST",
             format!("/v1/executions/{x}/complete"),
             Some(json!({"final_answer": "done"})),
         ),
@@ -438,6 +443,10 @@ async fn each_role_reaches_its_families_and_gets_forbidden_elsewhere() {
     // Worker: agents and claims; nothing of the sessions, keys or tokens.
     assert_eq!(
         call(&server, &worker, "GET", "/v1/agents", None).await.0,
+        200
+    );
+    assert_eq!(
+        call(&server, &worker, "GET", "/v1/limits", None).await.0,
         200
     );
     let (status, claimed) = call(
