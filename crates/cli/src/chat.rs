@@ -385,9 +385,18 @@ impl Chat {
                 "talking to {name}: {}; messages wait until one connects",
                 agent.availability()
             ),
-            None => println!(
-                "talking to {name}: no worker of it has been seen; messages wait until one connects (/agents lists the others)"
-            ),
+            None => {
+                let known = agents.iter().map(|a| a.agent_type.clone()).collect();
+                let closest = stepwise_engine::UnknownAgent::new(name, known).closest;
+                let hint = if closest.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (did you mean {}?)", closest.join(" or "))
+                };
+                println!(
+                    "talking to {name}: no worker of it has been seen{hint}; messages wait until one connects (/agents lists the others)"
+                )
+            }
         }
         self.agent = Some(name.to_string());
         Ok(())

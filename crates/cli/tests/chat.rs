@@ -240,16 +240,30 @@ fn a_pipe_drives_the_chat_against_a_running_server() {
         "{stdout}"
     );
 
-    // A message for an agent no worker runs: at the end of the input the chat says it stays
-    // queued and exits, instead of waiting for a worker forever.
+    // A message for an agent type no worker ever announced (a typo): refused with the reason,
+    // and the chat says so and fails.
     let out = sandbox.piped(
         &["chat", "--server", &serve.url, "--agent", "ghost-worker"],
         "hello\n",
     );
     let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("unknown_agent") && stderr.contains("'ghost-worker'"),
+        "{stderr}"
+    );
+
+    // A message for an agent type a worker announced but none runs now: at the end of the
+    // input the chat says it stays queued and exits, instead of waiting for a worker forever.
+    announce_then_stop(&serve.url, "gone-worker");
+    let out = sandbox.piped(
+        &["chat", "--server", &serve.url, "--agent", "gone-worker"],
+        "hello\n",
+    );
+    let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("still queued") && stderr.contains("ghost-worker"),
+        stderr.contains("still queued") && stderr.contains("gone-worker"),
         "{stderr}"
     );
 
@@ -511,6 +525,42 @@ fn ctrl_c_twice_quits_a_running_terminal_chat() {
     );
 }
 
+/// A worker of `agent` calls once (a claim that takes nothing), then stops cleanly: the type
+/// is known, and no worker of it is online.
+fn announce_then_stop(url: &str, agent: &str) {
+    worker_call(url, agent, true);
+}
+
+/// A worker `gone` announces `agent` (a claim that takes nothing) and, with `stop`, says it
+/// stopped (`DELETE /v1/workers/gone`).
+fn worker_call(url: &str, agent: &str, stop: bool) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let claimed = http
+            .post(format!("{url}/v1/workers/claim"))
+            .json(
+                &serde_json::json!({"worker_id": "gone", "slots": 0, "wait_s": 0,
+                "agents": [{"type": agent}]}),
+            )
+            .send()
+            .await
+            .expect("claim");
+        assert_eq!(claimed.status(), 200);
+        if stop {
+            let stopped = http
+                .delete(format!("{url}/v1/workers/gone"))
+                .send()
+                .await
+                .expect("stop");
+            assert_eq!(stopped.status(), 204);
+        }
+    });
+}
+
 /// A worker process's agent, in a thread: claims one execution of `agent` from the
 /// server, posts a step and completes it with "Hello, <the message>".
 fn greeter_worker(url: &str, agent: &'static str) -> std::thread::JoinHandle<String> {
@@ -577,6 +627,8 @@ fn greeter_worker(url: &str, agent: &'static str) -> std::thread::JoinHandle<Str
 fn the_chat_talks_to_a_workers_agent() {
     let sandbox = Sandbox::new();
     let serve = Serve::start(&sandbox);
+    // Its type announced first, as a worker started before the chat has.
+    worker_call(&serve.url, "greeter", true);
     let worker = greeter_worker(&serve.url, "greeter");
     let out = sandbox.piped(
         &[

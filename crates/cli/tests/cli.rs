@@ -205,6 +205,7 @@ fn sample_document() -> SessionDocument {
         metadata: json!({}),
         error_message: None,
         attempts: 1,
+        lease_expires_at: None,
         started_at: Some(t(1)),
         completed_at: Some(t(5)),
         created_at: t(1),

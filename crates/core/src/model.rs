@@ -242,6 +242,11 @@ pub struct Execution {
     pub error_message: Option<String>,
     /// How many times a worker claimed this execution.
     pub attempts: u32,
+    /// While a worker (a worker process, or the server's own) holds the running execution:
+    /// when its lease runs out unless renewed. A worker that went silent loses it then, and
+    /// the execution is taken over. `null` otherwise.
+    #[serde(default)]
+    pub lease_expires_at: Option<Timestamp>,
     pub started_at: Option<Timestamp>,
     pub completed_at: Option<Timestamp>,
     pub created_at: Timestamp,

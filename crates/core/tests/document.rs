@@ -346,6 +346,7 @@ fn build(parts: Parts) -> SessionDocument {
             metadata: exec_metadata,
             error_message: e.error,
             attempts: e.attempts,
+            lease_expires_at: None,
             started_at: e.times.0,
             completed_at: e.times.1,
             created_at: e.times.2,

@@ -25,7 +25,7 @@ pub use demo::{DEMO_AGENT, DemoAgent};
 pub use engine::{
     AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, ExternalSnapshot, ExternalStep, Heartbeat,
     MAX_TOOL_CALLS_PER_STEP, MessageInput, MessageNote, OpenExternal, Publisher, Submitted,
-    WORKER_ONLINE_WITHIN, WorkerClaim,
+    UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim,
 };
 pub use tools::{Tool, ToolError, ToolSet, ToolSpec};
 

@@ -287,6 +287,7 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         )
         .route("/agents", get(workers::agents::list::<S>))
         .route("/workers/claim", post(workers::claim::claim::<S>))
+        .route("/workers/{worker_id}", delete(workers::stop::stop::<S>))
         .route(
             "/executions/{id}/heartbeat",
             post(workers::heartbeat::heartbeat::<S>),

@@ -320,6 +320,15 @@ impl<S: Store> QueueStore for Metered<S> {
         self.inner.record_worker(tenant, worker).await
     }
 
+    async fn worker_offline(
+        &self,
+        tenant: &Tenant,
+        worker_id: &str,
+        at: Timestamp,
+    ) -> Result<bool> {
+        self.inner.worker_offline(tenant, worker_id, at).await
+    }
+
     async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
         self.inner.list_workers(tenant, since).await
     }

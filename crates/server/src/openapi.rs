@@ -237,7 +237,7 @@ impl Modify for MiddlewareResponses {
         crate::ai_sdk::chat::doc, crate::ai_sdk::stream::doc, crate::ai_sdk::cancel::doc,
         crate::ag_ui::run::doc, crate::ag_ui::connect::doc,
         crate::workers::agents::doc, crate::workers::claim::doc, crate::workers::heartbeat::doc,
-        crate::workers::deltas::doc, crate::workers::release::doc,
+        crate::workers::deltas::doc, crate::workers::release::doc, crate::workers::stop::doc,
         crate::keys::create::doc, crate::keys::list::doc, crate::keys::delete::doc,
         crate::keys::tokens::doc, crate::ops::limits::doc
     ),

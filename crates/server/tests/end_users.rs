@@ -458,6 +458,13 @@ async fn each_role_reaches_its_families_and_gets_forbidden_elsewhere() {
     )
     .await;
     assert_eq!(status, 200, "{claimed}");
+    // It says it stopped (offline at once); its next claim brings it back.
+    assert_eq!(
+        call(&server, &worker, "DELETE", "/v1/workers/w1", None)
+            .await
+            .0,
+        204
+    );
     for (method, path, body) in [
         ("GET", "/v1/sessions", None),
         ("POST", "/v1/sessions", Some(json!({}))),
@@ -482,7 +489,7 @@ async fn each_role_reaches_its_families_and_gets_forbidden_elsewhere() {
         &admin,
         "POST",
         "/v1/messages",
-        Some(json!({"content": "hi", "agent": {"type": "greeter"}})),
+        Some(json!({"content": "hi", "agent": {"type": "greeter", "wait": true}})),
     )
     .await;
     let execution = posted["execution"]["id"]
@@ -548,6 +555,7 @@ async fn each_role_reaches_its_families_and_gets_forbidden_elsewhere() {
             "/v1/workers/claim",
             Some(json!({"worker_id": "u", "agents": [{"type": "greeter"}], "wait_s": 0})),
         ),
+        ("DELETE", "/v1/workers/u", None),
         ("POST", "/v1/tokens", Some(json!({"user_id": "carol"}))),
         (
             "POST",

@@ -30,12 +30,13 @@ async fn claim(server: &TestServer, agent: &str, slots: u32, wait_s: f64) -> Vec
     body["items"].as_array().unwrap().clone()
 }
 
-/// Posts a message for `agent` to a new session: (session id, execution id).
+/// Posts a message for `agent` to a new session: (session id, execution id). It says
+/// `agent.wait: true`, so it queues before any worker of the type has announced it.
 async fn message_for(server: &TestServer, agent: &str, content: &str) -> (String, String) {
     let (status, body) = server
         .post(
             "/v1/messages",
-            json!({"content": content, "agent": {"type": agent}}),
+            json!({"content": content, "agent": {"type": agent, "wait": true}}),
         )
         .await;
     assert_eq!(status, 202, "{body}");
@@ -43,6 +44,27 @@ async fn message_for(server: &TestServer, agent: &str, content: &str) -> (String
         body["session_id"].as_str().unwrap().to_string(),
         body["execution"]["id"].as_str().unwrap().to_string(),
     )
+}
+
+/// Admin keys of two tenants, alice and bob (the server then asks every call for a key).
+async fn tenant_keys(server: &TestServer) -> (String, String) {
+    let keys = (generate_api_key().unwrap(), generate_api_key().unwrap());
+    for (tenant, key) in [("alice", &keys.0), ("bob", &keys.1)] {
+        let tenant = Tenant::new(tenant).unwrap();
+        server
+            .store
+            .create_api_key(
+                &tenant,
+                "u",
+                stepwise_store::AccessRole::Admin,
+                None,
+                &hash_api_key(key),
+            )
+            .await
+            .unwrap();
+    }
+    wait_for(|| async { (server.get("/v1/sessions").await.0 == 401).then_some(()) }).await;
+    keys
 }
 
 async fn leased(server: &TestServer, path: &str, lease: Option<&str>, body: Value) -> (u16, Value) {
@@ -644,4 +666,157 @@ async fn steps_sent_in_a_batch_are_saved_in_order_once() {
     let (status, body) = leased(&server, &batch, Some(&lease), json!({"steps": []})).await;
     assert_error(status, &body, 400, "invalid_request", "an empty batch");
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_for_an_agent_type_no_worker_announced_is_refused_with_the_closest_names() {
+    let mut server = TestServer::start().await;
+    let (alice, bob) = tenant_keys(&server).await;
+    server.token = Some(alice);
+    let sessions_before = server.get("/v1/sessions").await.1["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    // Nothing announced `greeter` yet: refused, nothing written, the built-ins named.
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "hi", "agent": {"type": "greeter"}}),
+        )
+        .await;
+    assert_error(
+        status,
+        &body,
+        422,
+        "unknown_agent",
+        "no worker announced it",
+    );
+    assert_eq!(body["error"]["field"], "agent.type");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("demo") && message.contains("agent.wait"),
+        "{message}"
+    );
+    let (_, sessions) = server.get("/v1/sessions").await;
+    assert_eq!(
+        sessions["items"].as_array().unwrap().len(),
+        sessions_before,
+        "a refused message creates no session"
+    );
+
+    // A worker announces it (a claim that takes nothing).
+    assert!(claim(&server, "greeter", 0, 0.0).await.is_empty());
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "hi", "agent": {"type": "greeterr"}}),
+        )
+        .await;
+    assert_error(status, &body, 422, "unknown_agent", "misspelled");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("did you mean greeter?"), "{message}");
+    // The same to an existing session.
+    let (_, session) = server.post("/v1/sessions", json!({"title": "t"})).await;
+    let to_session = format!("/v1/sessions/{}/messages", session["id"].as_str().unwrap());
+    let (status, body) = server
+        .post(
+            &to_session,
+            json!({"content": "hi", "agent": {"type": "greeterr"}}),
+        )
+        .await;
+    assert_error(
+        status,
+        &body,
+        422,
+        "unknown_agent",
+        "misspelled, to a session",
+    );
+    assert!(
+        server
+            .messages(session["id"].as_str().unwrap())
+            .await
+            .is_empty()
+    );
+    // With agent.wait it queues; the announced type queues; built-in ones run.
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "hi", "agent": {"type": "greeterr", "wait": true}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["execution"]["status"], "pending");
+    for (path, agent) in [
+        ("/v1/messages", "greeter"),
+        (to_session.as_str(), "greeter"),
+        (to_session.as_str(), "demo"),
+    ] {
+        let (status, body) = server
+            .post(path, json!({"content": "2+2", "agent": {"type": agent}}))
+            .await;
+        assert_eq!(status, 202, "{agent} at {path}: {body}");
+    }
+
+    // Another tenant's worker does not make a type known here.
+    server.token = Some(bob);
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "hi", "agent": {"type": "greeter"}}),
+        )
+        .await;
+    assert_error(
+        status,
+        &body,
+        422,
+        "unknown_agent",
+        "another tenant's worker",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_stops_cleanly_is_offline_at_once_and_its_type_stays_known() {
+    let mut server = TestServer::start().await;
+    let (alice, bob) = tenant_keys(&server).await;
+    server.token = Some(alice.clone());
+    assert!(claim(&server, "greeter", 0, 0.0).await.is_empty());
+    let online = |agents: &Value| {
+        agents["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["type"] == "greeter")
+            .map(|a| a["workers_online"].clone())
+    };
+    assert_eq!(online(&server.get("/v1/agents").await.1), Some(json!(1)));
+
+    let (status, body) = server.delete("/v1/workers/test-worker-1").await;
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(
+        online(&server.get("/v1/agents").await.1),
+        Some(json!(0)),
+        "offline at once, still listed"
+    );
+    // Its type stays known: a message for it queues (no worker online says so).
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "hi", "agent": {"type": "greeter"}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    // It comes back with its next call.
+    assert!(claim(&server, "greeter", 0, 0.0).await.is_empty());
+    assert_eq!(online(&server.get("/v1/agents").await.1), Some(json!(1)));
+
+    // A worker id the tenant never saw, or another tenant's: 404; a malformed one: 400.
+    let (status, body) = server.delete("/v1/workers/nobody").await;
+    assert_error(status, &body, 404, "not_found", "unknown worker");
+    server.token = Some(bob);
+    let (status, body) = server.delete("/v1/workers/test-worker-1").await;
+    assert_error(status, &body, 404, "not_found", "another tenant's worker");
+    server.token = Some(alice);
+    assert_eq!(online(&server.get("/v1/agents").await.1), Some(json!(1)));
+    let (status, body) = server.delete("/v1/workers/bad%20id!").await;
+    assert_error(status, &body, 400, "invalid_request", "malformed worker id");
 }

@@ -327,7 +327,7 @@ pub fn decode_container(bytes: &[u8], expect_session: bool) -> Result<Decoded, U
     container.messages.sort_by_key(|x| (x.created_at, x.id));
     for raw in file.executions {
         match Execution::deserialize(&raw) {
-            Ok(execution) => {
+            Ok(mut execution) => {
                 let runtime = file
                     .runtime
                     .get(&execution.id.to_string())
@@ -337,6 +337,7 @@ pub fn decode_container(bytes: &[u8], expect_session: bool) -> Result<Decoded, U
                     (Some(owner), Some(expires_at)) => Some(Lease { owner, expires_at }),
                     _ => None,
                 };
+                execution.lease_expires_at = lease.as_ref().map(|l| l.expires_at);
                 container.executions.push(ExecEntry {
                     execution,
                     steps: BTreeMap::new(),

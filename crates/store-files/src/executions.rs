@@ -48,6 +48,7 @@ impl FileStore {
                 };
                 let e = &mut entry.execution;
                 entry.lease = None;
+                e.lease_expires_at = None;
                 if attempts_exhausted(e.attempts, max_attempts) {
                     tracing::warn!(execution = %id, attempts = e.attempts, "failing an execution whose workers kept stopping");
                     e.status = ExecutionStatus::Failed;
@@ -61,6 +62,7 @@ impl FileStore {
                     owner: worker.to_string(),
                     expires_at: until,
                 });
+                e.lease_expires_at = Some(until);
                 e.attempts += 1;
                 e.updated_at = now;
                 claimed = Some(Claim {
@@ -116,6 +118,7 @@ impl FileStore {
                         owner: worker.to_string(),
                         expires_at: until,
                     });
+                    entry.execution.lease_expires_at = Some(until);
                     let resume_answer = entry.resume_answer.take();
                     claimed = Some(Claim {
                         execution: entry.execution.clone(),
@@ -154,6 +157,7 @@ impl FileStore {
             }
             entry.lease = None;
             let e = &mut entry.execution;
+            e.lease_expires_at = None;
             e.status = ExecutionStatus::Pending;
             if !keep_attempt {
                 e.attempts = e.attempts.saturating_sub(1);
@@ -288,6 +292,7 @@ impl stepwise_store::ExecutionStore for FileStore {
                 }
             }
             entry.lease = None;
+            e.lease_expires_at = None;
             e.updated_at = now;
             let execution = e.clone();
             state.touch(&key, false);
@@ -344,6 +349,25 @@ impl stepwise_store::QueueStore for FileStore {
         Ok(())
     }
 
+    async fn worker_offline(
+        &self,
+        tenant: &Tenant,
+        worker_id: &str,
+        at: Timestamp,
+    ) -> Result<bool> {
+        let mut workers = self
+            .inner
+            .shared
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let key = (tenant.as_str().to_string(), worker_id.to_string());
+        Ok(workers
+            .get_mut(&key)
+            .map(|worker| worker.last_seen_at = at)
+            .is_some())
+    }
+
     async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
         let workers = self
             .inner
@@ -377,6 +401,7 @@ impl stepwise_store::QueueStore for FileStore {
                     return None;
                 }
                 lease.expires_at = until;
+                entry.execution.lease_expires_at = Some(until);
                 Some(())
             });
             match (held, key) {

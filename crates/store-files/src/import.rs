@@ -94,7 +94,11 @@ fn container_of(plan: ImportPlan) -> Container {
         .executions
         .into_iter()
         .map(|execution| ExecEntry {
-            execution,
+            // No worker holds an imported execution.
+            execution: stepwise_core::Execution {
+                lease_expires_at: None,
+                ..execution
+            },
             steps: Default::default(),
             lease: None,
             resume_answer: None,

@@ -60,6 +60,7 @@ impl stepwise_store::RetentionStore for FileStore {
                         e.completed_at = Some(now);
                         e.updated_at = now;
                         entry.lease = None;
+                        e.lease_expires_at = None;
                         entry.resume_answer = None;
                     }
                 }

@@ -112,7 +112,7 @@ curl -s -X POST "$WA/v1/workers/claim" -H 'content-type: application/json' \
 CLAIM=$!
 sleep 0.5
 W=$(curl -s -X POST "$WB/v1/messages" -H 'content-type: application/json' \
-  -d '{"content": "hello worker", "agent": {"type": "relay-worker"}}' | json 'd["execution"]["id"]')
+  -d '{"content": "hello worker", "agent": {"type": "relay-worker", "wait": true}}' | json 'd["execution"]["id"]')
 wait $CLAIM
 [ "$(json 'd["items"][0]["execution"]["id"]' <"$WORK/claim.json")" = "$W" ] || fail "the worker's claim on one node did not get the message posted to the other: $(cat "$WORK/claim.json")"
 LEASE=$(json 'd["items"][0]["lease"]' <"$WORK/claim.json")

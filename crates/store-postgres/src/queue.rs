@@ -290,6 +290,15 @@ impl stepwise_store::QueueStore for PgStore {
         workers::record(self, tenant, worker).await
     }
 
+    async fn worker_offline(
+        &self,
+        tenant: &Tenant,
+        worker_id: &str,
+        at: Timestamp,
+    ) -> Result<bool> {
+        workers::offline(self, tenant, worker_id, at).await
+    }
+
     async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
         workers::list(self, tenant, since).await
     }

@@ -10,6 +10,8 @@ use crate::sql::{self, args, map_pg};
 const UPSERT_WORKER: &str = "INSERT INTO workers (tenant_id, worker_id, agents, last_seen_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (tenant_id, worker_id) DO UPDATE SET agents = CASE WHEN excluded.last_seen_at >= workers.last_seen_at THEN excluded.agents ELSE workers.agents END, \
      last_seen_at = GREATEST(workers.last_seen_at, excluded.last_seen_at)";
+const OFFLINE_WORKER: &str =
+    "UPDATE workers SET last_seen_at = $3 WHERE tenant_id = $1 AND worker_id = $2";
 const FORGET_WORKERS: &str = "DELETE FROM workers WHERE last_seen_at < $1";
 const LIST_WORKERS: &str = "SELECT worker_id, agents, last_seen_at FROM workers WHERE tenant_id = $1 AND last_seen_at >= $2 \
      ORDER BY last_seen_at DESC, worker_id";
@@ -35,6 +37,20 @@ pub(crate) async fn record(store: &PgStore, tenant: &Tenant, worker: WorkerSeen)
         .await
         .map_err(map_pg)?;
     Ok(())
+}
+
+pub(crate) async fn offline(
+    store: &PgStore,
+    tenant: &Tenant,
+    worker_id: &str,
+    at: Timestamp,
+) -> Result<bool> {
+    let client = store.client().await?;
+    let changed = client
+        .execute_typed(OFFLINE_WORKER, args![tenant.as_str(), worker_id, at.0])
+        .await
+        .map_err(map_pg)?;
+    Ok(changed > 0)
 }
 
 pub(crate) async fn list(

@@ -358,6 +358,15 @@ impl stepwise_store::QueueStore for SqliteStore {
         self.worker_record(tenant, worker).await
     }
 
+    async fn worker_offline(
+        &self,
+        tenant: &Tenant,
+        worker_id: &str,
+        at: Timestamp,
+    ) -> Result<bool> {
+        SqliteStore::worker_offline(self, tenant, worker_id, at).await
+    }
+
     async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
         self.worker_list(tenant, since).await
     }

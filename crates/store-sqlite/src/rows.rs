@@ -140,7 +140,7 @@ pub(crate) fn message(row: &Row<'_>) -> rusqlite::Result<Message> {
 /// The columns [`execution`] reads, as a literal for `concat!` in statements.
 macro_rules! execution_cols {
     () => {
-        "id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, step_count, tokens_input, tokens_output, tokens_total, error_message, attempts, started_at, completed_at, created_at, updated_at"
+        "id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, output, metadata, last_snapshot_id, step_count, tokens_input, tokens_output, tokens_total, error_message, attempts, lease_expires_at, started_at, completed_at, created_at, updated_at"
     };
 }
 pub(crate) use execution_cols;
@@ -167,6 +167,7 @@ pub(crate) fn execution(row: &Row<'_>) -> rusqlite::Result<Execution> {
         metadata: json(row, "metadata")?,
         error_message: row.get("error_message")?,
         attempts: row.get::<_, i64>("attempts")?.clamp(0, i64::from(u32::MAX)) as u32,
+        lease_expires_at: opt_ts(row, "lease_expires_at")?,
         started_at: opt_ts(row, "started_at")?,
         completed_at: opt_ts(row, "completed_at")?,
         created_at: ts(row, "created_at")?,

@@ -11,6 +11,8 @@ use crate::writer::map_sqlite;
 const UPSERT_WORKER: &str = "INSERT INTO workers (tenant_id, worker_id, agents, last_seen_at) VALUES (?1, ?2, ?3, ?4) \
      ON CONFLICT (tenant_id, worker_id) DO UPDATE SET agents = CASE WHEN excluded.last_seen_at >= last_seen_at THEN excluded.agents ELSE agents END, \
      last_seen_at = MAX(last_seen_at, excluded.last_seen_at)";
+const OFFLINE_WORKER: &str =
+    "UPDATE workers SET last_seen_at = ?3 WHERE tenant_id = ?1 AND worker_id = ?2";
 const FORGET_WORKERS: &str = "DELETE FROM workers WHERE last_seen_at < ?1";
 const LIST_WORKERS: &str = "SELECT worker_id, agents, last_seen_at FROM workers WHERE tenant_id = ?1 AND last_seen_at >= ?2 \
      ORDER BY last_seen_at DESC, worker_id";
@@ -35,6 +37,23 @@ impl SqliteStore {
                 .and_then(|mut s| s.execute(params![forget_before]))
                 .map_err(map_sqlite)?;
             Ok(())
+        })
+        .await
+    }
+
+    pub(crate) async fn worker_offline(
+        &self,
+        tenant: &Tenant,
+        worker_id: &str,
+        at: Timestamp,
+    ) -> Result<bool> {
+        let tenant = tenant.as_str().to_string();
+        let worker_id = worker_id.to_string();
+        self.write(move |conn, _| {
+            conn.prepare_cached(OFFLINE_WORKER)
+                .and_then(|mut s| s.execute(params![tenant, worker_id, at.0]))
+                .map(|changed| changed > 0)
+                .map_err(map_sqlite)
         })
         .await
     }

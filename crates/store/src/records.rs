@@ -82,6 +82,7 @@ impl NewExecution {
             metadata: self.metadata,
             error_message: None,
             attempts: 0,
+            lease_expires_at: None,
             started_at: (self.status == ExecutionStatus::Running).then_some(now),
             completed_at: None,
             created_at: now,

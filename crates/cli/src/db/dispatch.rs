@@ -136,6 +136,7 @@ dispatch! {
     fn queue_depth() -> Result<u64>;
     fn queue_signal() -> ();
     fn record_worker(tenant: &Tenant, worker: WorkerSeen) -> Result<()>;
+    fn worker_offline(tenant: &Tenant, worker_id: &str, at: Timestamp) -> Result<bool>;
     fn list_workers(tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>>;
 }
 

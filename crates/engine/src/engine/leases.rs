@@ -19,7 +19,7 @@ use stepwise_core::{
     Event, EventType, Execution, ExecutionStatus, Id, Memory, Session, Snapshot, Step, StepBody,
     StepKind, Timestamp,
 };
-use stepwise_store::rules::lease_until;
+use stepwise_store::rules::{FORGET_WORKERS_AFTER, lease_until};
 use stepwise_store::{
     Claim, ClaimFilter, NewStep, Result, Store, StoreError, Tenant, WorkerSeen, restore_memory,
 };
@@ -27,7 +27,12 @@ use stepwise_store::{
 use super::{EXTERNAL_AGENT, Engine};
 
 /// A worker seen within this long counts as online (`GET /v1/agents`).
-pub const WORKER_ONLINE_WITHIN: Duration = Duration::from_secs(60);
+///
+/// That is a worker's longest claim wait (25 s: an idle worker calls at least that often)
+/// plus the [`RECORD_WORKER_EVERY`] its calls are written at and two seconds of slack: a
+/// worker that stopped answering is offline once its last claim has run out. A worker
+/// that stops cleanly says so (`DELETE /v1/workers/{id}`) and is offline at once.
+pub const WORKER_ONLINE_WITHIN: Duration = Duration::from_secs(32);
 /// A worker's calls are written to the store at most this often (the rest only renew).
 const RECORD_WORKER_EVERY: Duration = Duration::from_secs(5);
 
@@ -110,6 +115,69 @@ impl<S: Store> Engine<S> {
         let since = Timestamp(Timestamp::now().0 - WORKER_ONLINE_WITHIN.as_micros() as i64);
         let workers = self.inner.store.list_workers(tenant, since).await?;
         Ok(workers.iter().any(|w| serves(w, agent_type)))
+    }
+
+    /// Whether a message may name this agent type without `agent.wait`: built in, or
+    /// announced by a worker process of this tenant in the last day
+    /// ([`FORGET_WORKERS_AFTER`]). `None` when it may; otherwise the known agent types
+    /// closest to the name (up to three, closest first; all of them, up to ten, when none
+    /// is close), for a "did you mean" answer.
+    pub async fn unknown_agent(
+        &self,
+        tenant: &Tenant,
+        agent_type: &str,
+    ) -> Result<Option<UnknownAgent>> {
+        if self.can_run(agent_type) {
+            return Ok(None);
+        }
+        let since = Timestamp(Timestamp::now().0 - FORGET_WORKERS_AFTER.as_micros() as i64);
+        let workers = self.inner.store.list_workers(tenant, since).await?;
+        if workers.iter().any(|w| serves(w, agent_type)) {
+            return Ok(None);
+        }
+        let mut known: Vec<String> = self
+            .inner
+            .agents
+            .names()
+            .into_iter()
+            .filter(|name| name != EXTERNAL_AGENT)
+            .collect();
+        for worker in &workers {
+            for agent in worker.agents.as_array().into_iter().flatten() {
+                if let Some(name) = agent.get("type").and_then(Value::as_str)
+                    && !known.iter().any(|k| k == name)
+                {
+                    known.push(name.to_string());
+                }
+            }
+        }
+        Ok(Some(UnknownAgent::new(agent_type, known)))
+    }
+
+    /// Marks a worker process offline at once (it stopped cleanly): it no longer counts in
+    /// `workers_online`, while its agent types stay known for a day.
+    pub async fn worker_stopped(&self, tenant: &Tenant, worker_id: &str) -> Result<bool> {
+        self.inner
+            .presence
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(tenant.as_str().to_string(), worker_id.to_string()));
+        let offline_at =
+            Timestamp(Timestamp::now().0 - WORKER_ONLINE_WITHIN.as_micros() as i64 - 1);
+        let known = self
+            .inner
+            .store
+            .worker_offline(tenant, worker_id, offline_at)
+            .await?;
+        if known {
+            tracing::info!(
+                worker = worker_id,
+                tenant = tenant.as_str(),
+                "worker stopped: offline"
+            );
+        }
+        Ok(known)
     }
 
     /// Claims up to `slots` executions of these agent types for a worker process of this
@@ -505,6 +573,54 @@ fn lost_reason(execution: &Execution) -> String {
     }
 }
 
+/// An agent type no one runs, and the names a user may have meant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnknownAgent {
+    /// The known agent types closest to the name, closest first (empty: none is close).
+    pub closest: Vec<String>,
+    /// Every known agent type (built-in ones and those announced in the last day), sorted.
+    pub known: Vec<String>,
+}
+
+impl UnknownAgent {
+    /// The known agent types close to `name`: a small edit away, or one a prefix of the other.
+    pub fn new(name: &str, mut known: Vec<String>) -> Self {
+        known.sort();
+        let lower = name.to_lowercase();
+        let mut scored: Vec<(usize, &String)> = known
+            .iter()
+            .filter_map(|k| {
+                let distance = edit_distance(&lower, &k.to_lowercase());
+                let close = distance <= (name.chars().count() / 3).max(2)
+                    || k.to_lowercase().starts_with(&lower)
+                    || lower.starts_with(&k.to_lowercase());
+                close.then_some((distance, k))
+            })
+            .collect();
+        scored.sort();
+        let closest = scored.into_iter().take(3).map(|(_, k)| k.clone()).collect();
+        UnknownAgent { closest, known }
+    }
+}
+
+/// The Levenshtein distance of two names (at most 64 characters each).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// Whether a worker announced this agent type.
 fn serves(worker: &WorkerSeen, agent_type: &str) -> bool {
     worker.agents.as_array().is_some_and(|agents| {
@@ -512,4 +628,44 @@ fn serves(worker: &WorkerSeen, agent_type: &str) -> bool {
             .iter()
             .any(|a| a.get("type").and_then(Value::as_str) == Some(agent_type))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_misspelled_agent_type_suggests_the_closest_known_names() {
+        let known = names(&["demo", "greeter", "planner", "researcher"]);
+        let unknown = UnknownAgent::new("greeterr", known.clone());
+        assert_eq!(unknown.closest, names(&["greeter"]));
+        assert_eq!(
+            UnknownAgent::new("Planer", known.clone()).closest,
+            names(&["planner"])
+        );
+        assert_eq!(
+            UnknownAgent::new("research", known.clone()).closest,
+            names(&["researcher"])
+        );
+        let far = UnknownAgent::new("accountant", known);
+        assert!(far.closest.is_empty(), "{:?}", far.closest);
+        assert_eq!(
+            far.known,
+            names(&["demo", "greeter", "planner", "researcher"])
+        );
+    }
+
+    #[test]
+    fn edit_distance_counts_insertions_deletions_and_substitutions() {
+        assert_eq!(edit_distance("greeter", "greeter"), 0);
+        assert_eq!(edit_distance("greeterr", "greeter"), 1);
+        assert_eq!(edit_distance("gretter", "greeter"), 1);
+        assert_eq!(edit_distance("grteeer", "greeter"), 2);
+        assert_eq!(edit_distance("", "demo"), 4);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 }

@@ -40,7 +40,7 @@ use crate::agent::{AgentContext, AgentRegistry};
 use crate::tools::ToolSet;
 
 pub use external::{ExternalSnapshot, ExternalStep, OpenExternal};
-pub use leases::{Heartbeat, WORKER_ONLINE_WITHIN, WorkerClaim};
+pub use leases::{Heartbeat, UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim};
 pub use publish::{MessageNote, Publisher};
 
 /// Executions of this type are driven over HTTP by an agent outside the server; workers

@@ -33,6 +33,7 @@ const WORKER_ROUTES: &[(Method, &str)] = &[
     (Method::GET, "/agents"),
     (Method::GET, "/limits"),
     (Method::POST, "/workers/claim"),
+    (Method::DELETE, "/workers/{worker_id}"),
     (Method::POST, "/executions/{id}/heartbeat"),
     (Method::POST, "/executions/{id}/deltas"),
     (Method::POST, "/executions/{id}/release"),
@@ -51,6 +52,7 @@ const WORKER_ROUTES: &[(Method, &str)] = &[
 /// Routes a `user` may not call: the workers' own, and what reaches past one user.
 const USER_FORBIDDEN: &[(Method, &str)] = &[
     (Method::POST, "/workers/claim"),
+    (Method::DELETE, "/workers/{worker_id}"),
     (Method::POST, "/executions/{id}/heartbeat"),
     (Method::POST, "/executions/{id}/deltas"),
     (Method::POST, "/executions/{id}/release"),

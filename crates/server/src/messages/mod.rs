@@ -28,6 +28,11 @@ pub struct AgentBody {
     pub agent_type: String,
     #[schema(schema_with = crate::schemas::object_or_null)]
     pub config: Option<Value>,
+    /// Messages only: queue the message even when no worker of this tenant announced
+    /// `type` in the last 24 hours (without it such a message is 422 `unknown_agent`).
+    /// Ignored where an agent is a session's default.
+    #[serde(default)]
+    pub wait: Option<bool>,
 }
 
 /// `agent.type`: a built-in agent type or a worker's.
@@ -63,6 +68,49 @@ impl AgentBody {
             config,
         })
     }
+}
+
+/// 422 `unknown_agent` for a message naming an agent type that is neither built in nor
+/// announced by a worker process of the caller's tenant in the last 24 hours, unless it
+/// says `agent.wait: true` (then it queues until a worker of it claims it). The message
+/// names the closest known types ("did you mean greeter?").
+pub(crate) async fn check_known_agent<S: stepwise_store::Store>(
+    state: &crate::AppState<S>,
+    tenant: &stepwise_store::Tenant,
+    input: &MessageInput,
+    wait: bool,
+) -> ApiResult<()> {
+    let Some(agent) = &input.agent else {
+        return Ok(());
+    };
+    if wait {
+        return Ok(());
+    }
+    let Some(unknown) = state
+        .engine
+        .unknown_agent(tenant, &agent.agent_type)
+        .await?
+    else {
+        return Ok(());
+    };
+    let hint = match unknown.closest.as_slice() {
+        [] => {
+            let mut known = unknown.known.clone();
+            known.truncate(10);
+            format!("known agent types: {}", known.join(", "))
+        }
+        [one] => format!("did you mean {one}?"),
+        many => format!("did you mean {}?", many.join(" or ")),
+    };
+    Err(ApiError::new(
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_agent",
+        format!(
+            "no worker of this tenant announced agent type '{}' in the last 24 hours and it is not built in: {hint} (send agent.wait: true to queue the message until a worker of it claims it)",
+            agent.agent_type
+        ),
+    )
+    .with_field("agent.type"))
 }
 
 /// The answer of a post: the stored message and the execution queued for it.

@@ -32,7 +32,8 @@ pub struct MessageBody {
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "messages", operation_id = "post_message",
     params(IdPath), request_body = MessageBody,
-    responses((status = 202, body = MessageAccepted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 202, body = MessageAccepted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody, description = "`unknown_agent`: no worker announced `agent.type` in the last 24 hours (send `agent.wait: true` to queue anyway); `invalid_state`: the session is deleted")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}
 
@@ -45,6 +46,7 @@ pub async fn post<S: Store>(
 ) -> ApiResult<axum::response::Response> {
     let id = path_id(&id, "id")?;
     let wait = query.duration()?;
+    let agent_wait = body.agent.as_ref().and_then(|a| a.wait).unwrap_or(false);
     let input = MessageFields {
         content: body.content,
         related_type: body.related_type,
@@ -55,6 +57,7 @@ pub async fn post<S: Store>(
     }
     .validate(&state.config)?;
     let session = load_session(&state, &caller, id).await?;
+    super::check_known_agent(&state, &caller.tenant, &input, agent_wait).await?;
     if session.status == SessionStatus::Deleted {
         return Err(ApiError::invalid_state("the session is deleted"));
     }

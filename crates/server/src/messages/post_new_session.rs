@@ -32,7 +32,8 @@ pub struct NewSessionMessageBody {
 
 #[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "post_message_new_session",
     request_body = NewSessionMessageBody,
-    responses((status = 202, body = MessageAccepted), (status = 400, body = ErrorBody)))]
+    responses((status = 202, body = MessageAccepted), (status = 400, body = ErrorBody),
+              (status = 422, body = ErrorBody, description = "`unknown_agent`: no worker announced `agent.type` in the last 24 hours (send `agent.wait: true` to queue anyway)")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}
 
@@ -43,6 +44,7 @@ pub async fn post_new_session<S: Store>(
     ApiJson(body): ApiJson<NewSessionMessageBody>,
 ) -> ApiResult<axum::response::Response> {
     let wait = query.duration()?;
+    let agent_wait = body.agent.as_ref().and_then(|a| a.wait).unwrap_or(false);
     let input = MessageFields {
         content: body.content,
         related_type: body.related_type,
@@ -55,6 +57,7 @@ pub async fn post_new_session<S: Store>(
     // Everything is checked before the session is created, so a bad message writes nothing:
     // the agent type by the engine's own rule, then the session.
     state.engine.choose_agent(&input)?;
+    super::check_known_agent(&state, &caller.tenant, &input, agent_wait).await?;
     let session_body = body.session.unwrap_or_default();
     let mut new = session_body.validate(&state.config, "session.")?;
     let agent = session_body

@@ -1,6 +1,6 @@
 //! Worker processes: users' own agents behind the queue (`docs/workers.md`). One file per
 //! endpoint: the agent types a tenant can use, claims with a long poll, heartbeats,
-//! live tokens and handing an execution back. A worker's other writes (steps, snapshots,
+//! live tokens, handing an execution back and saying a worker stopped. A worker's other writes (steps, snapshots,
 //! complete, fail, pause) are the external agents' endpoints with the `Stepwise-Lease`
 //! header (`crate::executions::LeaseHeader`).
 
@@ -9,6 +9,7 @@ pub(crate) mod claim;
 pub(crate) mod deltas;
 pub(crate) mod heartbeat;
 pub(crate) mod release;
+pub(crate) mod stop;
 
 /// Longest a claim waits for work: under the idle timeouts of common proxies (30-60 s).
 pub const MAX_WAIT_SECS: u64 = 25;

@@ -151,6 +151,15 @@ impl TestServer {
         read(response).await
     }
 
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .auth(self.client.delete(self.url(path)))
+            .send()
+            .await
+            .expect("request");
+        read(response).await
+    }
+
     pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
         read(self.auth(request).send().await.expect("request")).await
     }

@@ -507,6 +507,57 @@ export function applyEvent(type, data) {
   }
 }
 
+// A worker's run whose lease stopped moving: its worker went silent (killed, frozen, cut off). A
+// live worker renews the lease every few seconds; once it has not moved for LEASE_SILENT_MS the run
+// bar says the run waits for a worker, and when the lease runs out (then the next claim takes the
+// run over from its last saved step).
+const LEASE_POLL_MS = 2000;
+const LEASE_SILENT_MS = 8000;
+let leaseTimer = null;
+
+function leasedRuns() {
+  return topLevelExecs().filter((e) => e.status === 'running' && e.data && isWorkerAgent(e.data.agent_type));
+}
+
+/** Polls the lease of the session's running worker runs while there are any. */
+function watchLeases() {
+  if (!leasedRuns().length) {
+    if (leaseTimer) clearInterval(leaseTimer);
+    leaseTimer = null;
+  } else if (!leaseTimer) {
+    leaseTimer = setInterval(pollLeases, LEASE_POLL_MS);
+  }
+}
+
+async function pollLeases() {
+  const current = view;
+  const runs = leasedRuns();
+  if (!runs.length) return watchLeases();
+  await Promise.all(runs.map(async (exec) => {
+    try {
+      const data = await api('GET', `/v1/executions/${exec.id}`);
+      if (current.closed) return;
+      const at = data.status === 'running' ? data.lease_expires_at || null : null;
+      if (!exec.lease || exec.lease.at !== at) exec.lease = { at, since: Date.now() };
+    } catch (_) {
+      /* the events still drive the status */
+    }
+  }));
+  if (!current.closed) refreshRunState();
+}
+
+/** "waiting for a worker (lease expires in 9 s)" for a run whose worker stopped renewing. */
+function silentWorkerNote(exec) {
+  const lease = exec.lease;
+  if (!lease || !lease.at || Date.now() - lease.since < LEASE_SILENT_MS) return '';
+  const expires = parseTime(lease.at);
+  if (expires === null) return '';
+  const left = Math.ceil((expires - Date.now()) / 1000);
+  return left > 0
+    ? `waiting for a worker (lease expires in ${left} s)`
+    : 'waiting for a worker (lease expired: the next claim takes it over)';
+}
+
 function topLevelExecs() {
   return [...view.execs.values()].filter((e) => !(e.data && e.data.parent_execution_id));
 }
@@ -524,6 +575,8 @@ export function refreshRunState() {
       // The same count as the run's group: the agent steps taken so far.
       const steps = agentStepCount(rootExec(running));
       if (steps) text = `Running · ${plural(steps, 'step')}`;
+      const silent = silentWorkerNote(running);
+      if (silent) text += ` · ${silent}`;
     } else {
       const waiting = active.find((e) => e.data && isWorkerAgent(e.data.agent_type));
       if (waiting) text = `Queued · waiting for a worker of ${waiting.data.agent_type}`;
@@ -541,6 +594,7 @@ export function refreshRunState() {
     bar.dataset.state = 'idle';
   }
   $('input').placeholder = paused.length && !active.length ? 'Answer the agent…' : 'Message the agent…';
+  watchLeases();
 }
 
 /** Cancels every run of the session still going or waiting (the Cancel button, Esc). */

@@ -233,9 +233,28 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
         create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
 
     assert_eq!(
-        claimed_id(claim(&store, "w1").await, "first claim"),
-        execution.id
+        execution.lease_expires_at, None,
+        "a pending execution has no lease"
     );
+    let first = claim(&store, "w1").await.expect("first claim");
+    assert_eq!(first.execution.id, execution.id);
+    let deadline = first
+        .execution
+        .lease_expires_at
+        .expect("a claimed execution says when its lease runs out");
+    assert!(deadline > first.execution.updated_at, "{deadline:?}");
+    let read = |store: &H::Store| {
+        let store = store.clone();
+        let acme = acme.clone();
+        async move {
+            ok(
+                store.get_execution(&acme, execution.id).await,
+                "get_execution",
+            )
+            .expect("the execution")
+        }
+    };
+    assert_eq!(read(&store).await.lease_expires_at, Some(deadline));
     assert!(
         claim(&store, "w2").await.is_none(),
         "a held lease is not claimable"
@@ -248,6 +267,8 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
         "renew_leases",
     );
     assert!(lost.is_empty(), "w1 still holds its lease: {lost:?}");
+    let renewed = read(&store).await.lease_expires_at.expect("still leased");
+    assert!(renewed > deadline, "renewed {renewed:?} after {deadline:?}");
     clock.advance_secs(20);
     assert!(
         claim(&store, "w2").await.is_none(),
@@ -344,6 +365,11 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
 
     // Release: back to the queue at once, no waiting for the lease.
     ok(store.release("w1", next.id).await, "release");
+    let released = ok(store.get_execution(&acme, next.id).await, "get_execution").expect("next");
+    assert_eq!(
+        released.lease_expires_at, None,
+        "a released execution has no lease"
+    );
     let reclaimed = claim(&store, "w2")
         .await
         .expect("a released execution is claimable at once");
@@ -385,6 +411,11 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
             )
             .await,
         "complete",
+    );
+    let done = ok(store.get_execution(&acme, next.id).await, "get_execution").expect("next");
+    assert_eq!(
+        done.lease_expires_at, None,
+        "a finished execution has no lease"
     );
     let lost = ok(
         store.renew_leases("w2", vec![next.id], LEASE).await,

@@ -229,4 +229,45 @@ pub async fn workers_seen<H: Harness>(harness: &H) {
         theirs[0].agents[0]["type"], "spy",
         "another tenant's worker of the same id is its own"
     );
+
+    // A worker that stopped cleanly is set back to an earlier time: offline at once, its
+    // agent types still listed; another tenant's worker of the same id is untouched.
+    let stopped_at = Timestamp(T0.0 + 2 * 1_000_000);
+    assert!(ok(
+        store.worker_offline(&acme, "w1", stopped_at).await,
+        "worker_offline"
+    ));
+    assert!(
+        !ok(
+            store.worker_offline(&acme, "nobody", stopped_at).await,
+            "worker_offline"
+        ),
+        "an unknown worker is not the tenant's"
+    );
+    let recent = ok(
+        store
+            .list_workers(&acme, Timestamp(T0.0 + 15 * 1_000_000))
+            .await,
+        "list_workers",
+    );
+    assert!(
+        recent.is_empty(),
+        "the stopped worker is no longer recent: {recent:?}"
+    );
+    let all = ok(store.list_workers(&acme, T0).await, "list_workers");
+    let ids: Vec<&str> = all.iter().map(|w| w.worker_id.as_str()).collect();
+    assert_eq!(ids, ["w2", "w1"], "still known, by its new time");
+    let stopped = &all[1];
+    assert_eq!(stopped.last_seen_at, stopped_at);
+    assert_eq!(stopped.agents[0]["type"], "coder", "its agent types stay");
+    let theirs = ok(store.list_workers(&globex, T0).await, "list_workers");
+    assert_eq!(theirs[0].last_seen_at, Timestamp(T0.0 + 20 * 1_000_000));
+    // A later call brings it back.
+    ok(
+        store.record_worker(&acme, seen("w1", 40, "coder")).await,
+        "record_worker",
+    );
+    let all = ok(store.list_workers(&acme, T0).await, "list_workers");
+    assert_eq!(all[0].worker_id, "w1");
+    assert_eq!(all[0].last_seen_at, Timestamp(T0.0 + 40 * 1_000_000));
 }

@@ -90,6 +90,16 @@ pub trait QueueStore: Send + Sync {
         worker: WorkerSeen,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// A worker process of this tenant stopped cleanly: its last call is set to `at` (an
+    /// earlier time than its last call, so it is offline at once; its agent types stay
+    /// known until it is forgotten). Whether the tenant had that worker.
+    fn worker_offline(
+        &self,
+        tenant: &Tenant,
+        worker_id: &str,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
     /// The tenant's workers seen at or after `since`, most recent first.
     fn list_workers(
         &self,
@@ -162,6 +172,15 @@ impl<L: PassQueue> QueueStore for L {
         worker: WorkerSeen,
     ) -> impl Future<Output = Result<()>> + Send {
         self.layer_inner().record_worker(tenant, worker)
+    }
+
+    fn worker_offline(
+        &self,
+        tenant: &Tenant,
+        worker_id: &str,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        self.layer_inner().worker_offline(tenant, worker_id, at)
     }
 
     fn list_workers(
