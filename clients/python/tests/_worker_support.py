@@ -103,6 +103,9 @@ class WorkerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+        # As a user starts a worker and then sends it work: wait until it has told the server
+        # its agent types (it logs "serving" once it has tried), or has exited.
+        wait_for(lambda: "serving" in self.log() or not self.alive(), "the worker to start", PATIENCE)
 
     @property
     def pid(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from stepwise import Stepwise
+from stepwise import Stepwise, StepwiseError
 from stepwise.testing import LocalServer, local_server
 from stepwise.worker import Cancelled, Retry, Run, Worker
 
@@ -51,7 +51,7 @@ def client(wserver: LocalServer) -> Iterator[Stepwise]:
         yield c
 
 
-def send(client: Stepwise, text: str, agent: str, session_id: str | None = None) -> dict[str, Any]:
+def send(client: Stepwise, text: str, agent: str | dict[str, Any], session_id: str | None = None) -> dict[str, Any]:
     """Posts a message for `agent` (in a new session unless one is given); its execution."""
     if session_id is None:
         answer = client.send_message(text, agent=agent, session={"name": f"w-{uuid.uuid4().hex[:12]}"})
@@ -152,6 +152,48 @@ def test_an_in_process_worker_starts_and_stops(wserver, client):
     # The session's memory before the second message holds the first one's step.
     assert [s["model_output"] for s in run.memory["steps"] if s["execution_id"] == first["id"]] == ["echo"]
     assert [s["step_number"] for s in run.steps] == [1]
+
+
+def test_a_started_worker_is_known_at_once_and_offline_at_once_when_stopped(wserver, client):
+    agent_type = f"presence-{uuid.uuid4().hex[:8]}"
+
+    def online() -> int | None:
+        for agent in client.list_agents()["items"]:
+            if agent["type"] == agent_type:
+                return agent["workers_online"]
+        return None
+
+    # Never announced: a message naming it is refused, with the reason and what to do.
+    with pytest.raises(StepwiseError) as refused:
+        client.send_message("hi", agent=agent_type)
+    assert (refused.value.status, refused.value.code) == (422, "unknown_agent")
+    assert "agent.wait" in str(refused.value)
+    assert online() is None
+
+    worker = Worker(Stepwise(wserver.url), wait_s=1)
+    worker.add_agent(agent_type, lambda run: run.input_text)
+    worker.start()
+    try:
+        # start() returns once the server knows the worker: a message may name it at once.
+        assert online() == 1
+        answer = client.send_message("hi", agent=agent_type)
+        assert client.wait(answer["execution"]["id"], timeout=PATIENCE)["output"] == "hi"
+        # A misspelling names the type it resembles.
+        with pytest.raises(StepwiseError) as misspelled:
+            client.send_message("hi", agent=agent_type + "s")
+        assert misspelled.value.code == "unknown_agent"
+        assert f"did you mean {agent_type}?" in str(misspelled.value)
+    finally:
+        assert worker.stop(timeout=PATIENCE)
+    # Offline at once after a clean stop; its type stays known, so messages still queue.
+    assert online() == 0
+    queued = client.send_message("later", agent=agent_type)["execution"]
+    assert queued["status"] == "pending"
+    # agent.wait queues a type no worker announced (yet).
+    waiting = client.send_message("later", agent={"type": agent_type + "-next", "wait": True})["execution"]
+    assert waiting["status"] == "pending"
+    for execution in (queued, waiting):
+        client.cancel_execution(execution["id"])
 
 
 def test_live_tokens_reach_the_session_stream(wserver, client, start_worker):
@@ -382,7 +424,8 @@ def test_bad_claims_are_refused(wserver):
 
 def test_forged_missing_and_superseded_leases_write_nothing(wserver, client):
     agent = f"raw-{uuid.uuid4().hex[:8]}"
-    execution = send(client, "x", agent)
+    # Queued before any worker of the type has called: the message says it may wait.
+    execution = send(client, "x", {"type": agent, "wait": True})
     eid = execution["id"]
     (claim,) = claim_raw(wserver, agent, worker_id="raw-a")
     assert claim["execution"]["id"] == eid and claim["attempt"] == 1
@@ -432,7 +475,7 @@ def test_another_tenant_never_sees_or_writes_an_execution(tmp_path):
     key_a, key_b = make_key(database, "acme"), make_key(database, "globex")
     with local_server(database=database, args=["--lease-secs", str(LEASE_S)]) as server:
         with Stepwise(server.url, api_key=key_a) as a:
-            execution = send(a, "secret of acme", "shared-type")
+            execution = send(a, "secret of acme", {"type": "shared-type", "wait": True})
             eid = execution["id"]
             # Tenant B's worker for the same agent type is not given A's execution.
             assert claim_raw(server, "shared-type", worker_id="b-1", wait_s=0, api_key=key_b) == []

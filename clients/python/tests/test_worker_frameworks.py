@@ -33,7 +33,7 @@ def client(wserver: LocalServer) -> Iterator[Stepwise]:
         yield c
 
 
-def send(client: Stepwise, text: str, agent: str, session_id: str | None = None) -> dict[str, Any]:
+def send(client: Stepwise, text: str, agent: str | dict[str, Any], session_id: str | None = None) -> dict[str, Any]:
     if session_id is None:
         answer = client.send_message(text, agent=agent, session={"name": f"f-{uuid.uuid4().hex[:12]}"})
     else:
@@ -237,7 +237,7 @@ def test_langgraph_run_whose_last_checkpoint_was_lost_replays_the_writes_stored_
             return super().put(config, checkpoint, metadata, new_versions)
 
     agent_type = f"relay-{uuid.uuid4().hex[:8]}"
-    execution = send(client, "go", agent_type)
+    execution = send(client, "go", {"type": agent_type, "wait": True})
     with LosesCheckpointAfterA(base_url=wserver.url) as lossy, StepwiseSaver(base_url=wserver.url) as saver:
         run = claim_run(wserver, agent_type)
         with pytest.raises(_Crash):
@@ -270,7 +270,7 @@ def test_langgraph_run_taken_over_saves_the_step_a_lost_worker_stored_the_checkp
     from stepwise.worker._langgraph import langgraph_handler
 
     agent_type = f"relay-{uuid.uuid4().hex[:8]}"
-    execution = send(client, "go", agent_type)
+    execution = send(client, "go", {"type": agent_type, "wait": True})
     with StepwiseSaver(base_url=wserver.url) as saver:
         graph = relay_graph(saver, set())
         run = claim_run(wserver, agent_type)

@@ -582,6 +582,15 @@ export class Stepwise {
     return this.json({ method: 'POST', path: `/v1/executions/${enc(executionId)}/release`, headers: leaseHeaders(lease) });
   }
 
+  /**
+   * `DELETE /v1/workers/{worker_id}`: a worker that stops cleanly says so and is offline at once
+   * (`agents()` counts it no more; its agent types stay known for a day). 404 `not_found` for a
+   * worker id the tenant never saw.
+   */
+  stopWorker(workerId: string): Promise<void> {
+    return this.none({ method: 'DELETE', path: `/v1/workers/${enc(workerId)}` });
+  }
+
   // --- conversation items ------------------------------------------------------------------
 
   /** `GET /v1/sessions/{id}/items`: the latest `limit` items and the version. */

@@ -24,6 +24,12 @@ export type AgentBody = {
   config?: { [key: string]: unknown } | null;
   /** `demo`, `tool-calling` when a model server is configured, an agent type the embedding application registered, or a worker's agent type (`GET /v1/agents`; queued until a worker of it claims it). Not `external`. */
   type: string;
+  /**
+   * Messages only: queue the message even when no worker of this tenant announced
+   * `type` in the last 24 hours (without it such a message is 422 `unknown_agent`).
+   * Ignored where an agent is a session's default.
+   */
+  wait?: boolean | null;
 };
 
 /** One agent type. */
@@ -321,6 +327,7 @@ export type Execution = {
   id: string;
   input: unknown;
   last_snapshot_id?: string | null;
+  lease_expires_at?: null | Timestamp;
   metadata: unknown;
   output: unknown;
   parent_execution_id?: string | null;
@@ -931,6 +938,7 @@ export const OPERATIONS = {
   release_execution: { method: "POST", path: "/v1/executions/{id}/release", params: ["path:id","header:Stepwise-Lease"] },
   save_snapshot: { method: "POST", path: "/v1/executions/{id}/snapshots", params: ["path:id","header:Stepwise-Lease"] },
   send_delta: { method: "POST", path: "/v1/executions/{id}/deltas", params: ["path:id","header:Stepwise-Lease"] },
+  stop_worker: { method: "DELETE", path: "/v1/workers/{worker_id}", params: ["path:worker_id"] },
   update_session: { method: "PATCH", path: "/v1/sessions/{id}", params: ["path:id"] },
 } as const;
 

@@ -36,7 +36,7 @@ const METHODS = {
   ag_ui_connect: 'agUiConnect', list_agents: 'agents', claim_executions: 'claim', heartbeat: 'heartbeat',
   send_delta: 'sendDelta', release_execution: 'release', append_steps: 'appendSteps',
   create_token: 'createToken', create_key: 'createKey', list_keys: 'listKeys', delete_key: 'deleteKey',
-  get_limits: 'limits', post_execution_message: 'postExecutionMessage',
+  get_limits: 'limits', post_execution_message: 'postExecutionMessage', stop_worker: 'stopWorker',
 };
 
 /** Reads a session's events until `done(event)` (with the stream's own reconnects). */
@@ -237,6 +237,32 @@ test('workers: agents, a claim, heartbeat, deltas, steps and a snapshot with the
   assert.deepEqual(answers, ['Hello from TypeScript']);
   // Finished: the lease is no longer current.
   await assert.rejects(client.heartbeat(execution.id, lease), (e) => e instanceof StepwiseError && e.status === 409 && e.code === 'lease_lost');
+});
+
+test('workers: a misspelled agent type is 422 unknown_agent; agent.wait queues it; a stopped worker is offline at once', async () => {
+  const type = `ts-known-${Date.now()}-${Math.random().toString(36).slice(2, 8)}`;
+  const workerId = `ts-stopper-${Date.now()}`;
+  // Announced by a claim that takes nothing.
+  const none = await client.claim({ worker_id: workerId, agents: [{ type }], slots: 0, wait_s: 0 });
+  assert.deepEqual(none.items, []);
+  const misspelled = await client.postMessageNewSession({ content: 'hi', agent: { type: `${type}x` } }).catch((e) => e);
+  assert.ok(misspelled instanceof StepwiseError);
+  assert.equal(misspelled.status, 422);
+  assert.equal(misspelled.code, 'unknown_agent');
+  assert.match(misspelled.message, new RegExp(`did you mean ${type}\\?`));
+  const queued = await client.postMessageNewSession({ content: 'hi', agent: { type: `${type}x`, wait: true } });
+  assert.equal(queued.execution.status, 'pending');
+  const known = await client.postMessageNewSession({ content: 'hi', agent: { type } });
+  assert.equal(known.execution.agent_type, type);
+
+  const online = async () => (await client.agents()).items.find((a) => a.type === type).workers_online;
+  assert.equal(await online(), 1);
+  await client.stopWorker(workerId);
+  assert.equal(await online(), 0, 'offline at once, still listed');
+  const again = await client.stopWorker('ts-never-seen').catch((e) => e);
+  assert.equal(again.status, 404);
+  await client.cancelExecution(queued.execution.id).catch(() => {});
+  await client.cancelExecution(known.execution.id).catch(() => {});
 });
 
 test('workers: 409 lease_lost without the lease; release, fail with retry, pause and resume, a subagent', async () => {

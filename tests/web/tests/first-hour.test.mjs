@@ -2,7 +2,7 @@
 // one way (steps are the agent's steps, the final answer is not one; status lines are not
 // messages), refuses a message over the server's limit before sending it (and makes no
 // session for it), shows a refused message's reason beside the input, shows a run that waits
-// for a worker unfolded, and has an icon.
+// for a worker unfolded, says when a run's worker went silent, and has an icon.
 // The test of the server's own `unknown_agent` refusal needs a server with `GET /v1/limits`
 // (the same change brought both); against an older one it is skipped.
 import { describe, it, before, after } from 'node:test';
@@ -136,28 +136,27 @@ describe('the first hour', () => {
     }
   });
 
-  it("says what the server answers for an agent type no worker ever announced", { skip: newServer() }, async (t) => {
+  it("shows the server's refusal of a message naming an agent type no worker announced", { skip: newServer() }, async () => {
     const type = `never-seen-${randomBytes(3).toString('hex')}`;
-    const created = await api('POST', '/v1/sessions', { title: 'unknown agent', agent: { type } });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const sessionId = created.body.id;
-    const direct = await api('POST', `/v1/sessions/${sessionId}/messages`, { content: 'hello' });
-    if (direct.status === 202) {
-      // A server that still queues it (for a session's own agent): nothing for the page to say.
-      await api('POST', `/v1/executions/${direct.body.execution.id}/cancel`);
-      t.skip("this server queues a message for a session's agent type no worker announced");
-      return;
-    }
+    const direct = await api('POST', '/v1/messages', { content: 'hello', agent: { type } });
     assert.equal(direct.status, 422, JSON.stringify(direct.body));
     assert.equal(direct.body.error.code, 'unknown_agent');
+    assert.match(direct.body.error.message, /agent\.wait/);
     const { context, page } = await openPage(browser);
     try {
-      await page.goto(`${BASE}/?session=${sessionId}`);
-      await page.locator('#session-title', { hasText: 'unknown agent' }).waitFor();
+      // The page's messages name the agent themselves here (as a client that picks one per
+      // message does), so the real server's refusal reaches the page.
+      await page.route('**/v1/sessions/*/messages', (route) => {
+        const request = route.request();
+        if (request.method() !== 'POST') return route.continue();
+        const body = JSON.parse(request.postData() || '{}');
+        return route.continue({ postData: JSON.stringify({ ...body, agent: { type } }) });
+      });
+      await page.goto(`${BASE}/`);
       await send(page, 'hello');
       const problem = page.locator('#composer-error');
       await problem.waitFor();
-      assert.equal(await problem.textContent(), `Not sent: ${direct.body.error.message}`);
+      assert.match(await problem.textContent(), new RegExp(`^Not sent: no worker of this tenant announced agent type '${type}'`));
       assert.equal(await page.locator('#input').inputValue(), 'hello');
       assert.equal(await page.locator('#stream .msg-user').count(), 0);
       // Not a run's folded line: no step group at all.
@@ -193,6 +192,34 @@ describe('the first hour', () => {
       await page.locator('#stream .line-cancelled').waitFor();
       assert.deepEqual(page.errors, []);
     } finally {
+      await context.close();
+    }
+  });
+
+  it("says a run waits for a worker once its worker went silent, with when its lease expires", async (t) => {
+    // A worker claims the run and is never heard again (as one killed or frozen mid-run).
+    const type = `silent-${randomBytes(3).toString('hex')}`;
+    const workerId = `silent-${type}`;
+    await api('POST', '/v1/workers/claim', { worker_id: workerId, agents: [{ type }], slots: 0, wait_s: 0 });
+    const posted = await api('POST', '/v1/messages', { content: 'hello?', agent: { type }, session: { title: 'silent worker' } });
+    assert.equal(posted.status, 202, JSON.stringify(posted.body));
+    const claimed = await api('POST', '/v1/workers/claim', { worker_id: workerId, agents: [{ type }], slots: 1, wait_s: 5 });
+    assert.equal(claimed.body.items.length, 1, JSON.stringify(claimed.body));
+    const execution = await api('GET', `/v1/executions/${posted.body.execution.id}`);
+    if (!execution.body.lease_expires_at) {
+      t.skip('this server does not say when a lease expires (an older build)');
+      return;
+    }
+    const { context, page } = await openPage(browser);
+    try {
+      await page.goto(`${BASE}/?session=${posted.body.session_id}`);
+      await page.locator('#runbar-text', { hasText: /^Running/ }).waitFor();
+      const silent = page.locator('#runbar-text', { hasText: /waiting for a worker \((lease expires in \d+ s|lease expired)/ });
+      await silent.waitFor({ timeout: 30000 });
+      await screenshot(page, 'first-hour-silent-worker');
+      assert.deepEqual(page.errors, []);
+    } finally {
+      await api('POST', `/v1/executions/${posted.body.execution.id}/cancel`);
       await context.close();
     }
   });

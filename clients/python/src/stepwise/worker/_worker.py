@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from .._calls import seg
 from .._errors import StepwiseError
-from ._http import Api, Backoff, is_lease_lost, is_transient
+from ._http import CLAIM_PATH, Api, Backoff, is_lease_lost, is_transient
 from ._run import Cancelled, Retry, Run, _Paused
 
 __all__ = ["Worker", "AgentSpec", "WorkerError"]
@@ -511,7 +511,10 @@ class Worker:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> "Worker":
-        """Starts claiming and running in background threads; returns at once."""
+        """Starts claiming and running in background threads. Returns once the server has
+        heard of the worker (a first claim that takes nothing announces its agent types, so
+        messages may name them at once), or after that call failed: the claim loop then
+        retries as ever, and stops the worker on an error that is not transient."""
         if self._started:
             raise RuntimeError("the worker was started already (a Worker runs once)")
         if not self._agents:
@@ -521,6 +524,7 @@ class Worker:
         timeout = getattr(getattr(self.client, "timeout", None), "read", None) or 30.0
         self._api = Api(self._base_url, self._headers, timeout=float(timeout))
         self._deltas = _Deltas(self._api)
+        self._announce()
         logger.info(
             "worker %s serving %s at %s (concurrency %d)",
             self.worker_id, ", ".join(self._agents), self._base_url, self.concurrency,
@@ -532,6 +536,24 @@ class Worker:
         self._heartbeat_thread.start()
         self._claim_thread.start()
         return self
+
+    def _announce(self) -> None:
+        """Tells the server the agent types this worker runs, taking nothing."""
+        assert self._api is not None
+        try:
+            self._api.call("POST", CLAIM_PATH, self._claim_body(0, 0.0), timeout=10.0)
+        except StepwiseError as error:
+            logger.debug("could not announce the worker yet (%s); the claim loop retries", error)
+
+    def _say_stopped(self) -> None:
+        """Tells the server this worker stopped: it is offline at once."""
+        assert self._api is not None
+        try:
+            self._api.call("DELETE", f"/v1/workers/{seg(self.worker_id, 'worker_id')}", timeout=5.0)
+        except StepwiseError as error:
+            # An older server (404 not_found for the route), or one that went away: the
+            # worker then counts as offline once its last claim has run out.
+            logger.debug("could not say the worker stopped (%s)", error)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stops gracefully: no more claims, running agents are asked to stop, and the
@@ -895,6 +917,8 @@ class Worker:
             self._deltas.stop()
         self._loop.stop()
         if self._api is not None:
+            if self._fatal is None:
+                self._say_stopped()
             self._api.close()
         logger.info("worker %s stopped", self.worker_id)
         self._stopped.set()
