@@ -196,6 +196,30 @@ def test_a_started_worker_is_known_at_once_and_offline_at_once_when_stopped(wser
         client.cancel_execution(execution["id"])
 
 
+def test_an_agent_posts_info_and_notification_lines_to_its_session(wserver, client):
+    agent_type = f"informer-{uuid.uuid4().hex[:8]}"
+    worker = Worker(Stepwise(wserver.url), wait_s=1)
+
+    @worker.agent(agent_type)
+    def informer(run: Run) -> str:
+        stored = run.info("Searching the docs…")
+        assert stored is not None and stored["role"] == "info"
+        run.step(model_output="searched")
+        run.info("Your report is ready", notification=True)
+        with pytest.raises(ValueError):
+            run.info("  ")
+        return "found it"
+
+    with worker:
+        execution = send(client, "find it", agent_type)
+        assert client.wait(execution["id"], timeout=PATIENCE)["output"] == "found it"
+    lines = [(m["role"], m["content"]) for m in client.list_messages(execution["session_id"])
+             if m.get("execution_id") == execution["id"]]
+    assert ("info", "Searching the docs…") in lines
+    assert ("notification", "Your report is ready") in lines
+    assert lines.index(("info", "Searching the docs…")) < lines.index(("notification", "Your report is ready"))
+
+
 def test_live_tokens_reach_the_session_stream(wserver, client, start_worker):
     start_worker(wserver, BASIC)
     first = send(client, "warm up", "greeter")

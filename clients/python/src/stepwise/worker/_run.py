@@ -483,6 +483,19 @@ class Run:
         except ValueError:
             return text
 
+    def info(self, text: str, *, notification: bool = False) -> dict[str, Any] | None:
+        """Posts a line of the agent's to its session (``POST /v1/executions/{id}/messages``):
+        an ``info`` line, shown and streamed like the server's own status lines ("Searching
+        the docs…"), or with `notification=True` a ``notification`` for the user. Returns the
+        stored Message. While a resumed run replays its saved steps the line was posted by the
+        attempt that saved them: it is not sent again (``None``)."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("an info line needs some text")
+        if self.replaying:
+            return None
+        role = "notification" if notification else "info"
+        return self._write("POST", "/messages", {"role": role, "content": text})
+
     def delta(self, text: str) -> None:
         """Streams `text` (live tokens) to the session's watchers as ``message.delta`` events.
 
