@@ -248,6 +248,23 @@ pub fn worker_id(nullable: bool) -> Schema {
         .into()
 }
 
+/// The `{worker_id}` path parameter (`DELETE /v1/workers/{worker_id}`): a [`worker_id`].
+pub struct WorkerIdPath;
+
+impl IntoParams for WorkerIdPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            param(
+                "worker_id",
+                ParameterIn::Path,
+                "The `worker_id` its claims sent",
+                worker_id(false),
+            )
+            .build(),
+        ]
+    }
+}
+
 /// [`worker_id`] as a regular expression.
 pub const WORKER_ID_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
 

@@ -383,23 +383,7 @@ async fn hostile_claims_and_other_tenants_leases_are_refused() {
     assert_error(status, &answer, 422, "invalid_state", "a built-in type");
     assert_eq!(answer["error"]["field"], "agents[0].type");
 
-    let alice_key = generate_api_key().unwrap();
-    let bob_key = generate_api_key().unwrap();
-    for (tenant, key) in [("alice", &alice_key), ("bob", &bob_key)] {
-        let tenant = Tenant::new(tenant).unwrap();
-        server
-            .store
-            .create_api_key(
-                &tenant,
-                "u",
-                stepwise_store::AccessRole::Admin,
-                None,
-                &hash_api_key(key),
-            )
-            .await
-            .unwrap();
-    }
-    wait_for(|| async { (server.get("/v1/sessions").await.0 == 401).then_some(()) }).await;
+    let (alice_key, bob_key) = tenant_keys(&server).await;
     server.token = Some(alice_key.clone());
     let (_, execution) = message_for(&server, "greeter", "for alice").await;
     let (_, other) = message_for(&server, "greeter", "also for alice").await;

@@ -35,7 +35,7 @@ pub async fn stop<S: Store>(
 }
 
 #[utoipa::path(delete, path = "/v1/workers/{worker_id}", tag = "workers", operation_id = "stop_worker",
-    params(("worker_id" = String, Path, description = "The `worker_id` its claims sent")),
+    params(crate::schemas::WorkerIdPath),
     responses((status = 204, description = "Offline at once; its agent types stay known for a day"),
               (status = 400, body = ErrorBody), (status = 404, body = ErrorBody, description = "The tenant has no such worker")))]
 #[allow(dead_code)]
