@@ -22,7 +22,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use stepwise_core::{Event, Id};
+use stepwise_core::{Event, EventType, Id};
 use stepwise_store::{Store, Tenant};
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
@@ -79,6 +79,8 @@ impl Drop for OpenStream {
 #[derive(Debug, Default, Deserialize)]
 pub struct EventsQuery {
     pub after: Option<String>,
+    /// `step`: `step.completed` events carry the whole Step in `metadata.step`.
+    pub include: Option<String>,
 }
 
 pub async fn stream<S: Store>(
@@ -98,6 +100,16 @@ pub async fn stream<S: Store>(
         Some(value) => parse_position(value.to_str().unwrap_or("x"), "Last-Event-ID")?,
         None => from_query,
     };
+    let include_step = match query.include.as_deref() {
+        None => false,
+        Some("step") => true,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "include",
+                "include must be step (step.completed events then carry the whole Step in metadata.step)",
+            ));
+        }
+    };
     let store = state.store().clone();
     store
         .get_session(&caller.tenant, session_id)
@@ -116,6 +128,7 @@ pub async fn stream<S: Store>(
         tenant: caller.tenant,
         session_id,
         last_sent: after,
+        include_step,
         replaying: true,
         page: REPLAY_PAGE_FIRST,
         largest: 0,
@@ -159,6 +172,8 @@ struct EventCursor<S: Store> {
     tenant: Tenant,
     session_id: Id,
     last_sent: i64,
+    /// `?include=step`: `step.completed` events carry their Step.
+    include_step: bool,
     replaying: bool,
     /// Events to read in the next catch-up page.
     page: u32,
@@ -178,14 +193,44 @@ impl<S: Store> EventCursor<S> {
     /// without one; `None` ends the stream.
     async fn next_frame(&mut self) -> Option<Bytes> {
         let frame = match self.next().await? {
-            Sent::Replayed(event) => render(&event),
-            Sent::Live(event) => live_frame(&event),
+            Sent::Replayed(event) => match self.with_step(&event).await {
+                Some(with_step) => render(&with_step),
+                None => render(&event),
+            },
+            Sent::Live(event) => match self.with_step(&event).await {
+                Some(with_step) => render(&with_step),
+                None => live_frame(&event),
+            },
             Sent::KeepAlive => Bytes::from_static(KEEP_ALIVE_FRAME),
         };
         self.keep_alive
             .as_mut()
             .reset(tokio::time::Instant::now() + KEEP_ALIVE);
         Some(frame)
+    }
+
+    /// With `?include=step`, a `step.completed` event with its Step as stored in
+    /// `metadata.step` (`None` for any other event, or a step that cannot be read: the event
+    /// goes as it is).
+    async fn with_step(&self, event: &Event) -> Option<Event> {
+        if !self.include_step || event.event_type != EventType::StepCompleted {
+            return None;
+        }
+        let execution_id = event.execution_id?;
+        let number = crate::runs::step_number(event)?;
+        let step = crate::runs::stored_step(
+            &self.store,
+            &self.tenant,
+            self.session_id,
+            execution_id,
+            number,
+        )
+        .await?;
+        let mut with_step = event.clone();
+        if let Some(map) = with_step.metadata.as_object_mut() {
+            map.insert("step".into(), serde_json::to_value(&*step).ok()?);
+        }
+        Some(with_step)
     }
 
     /// The next event to send; `None` ends the stream.

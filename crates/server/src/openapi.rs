@@ -52,7 +52,8 @@ fn event_json() -> Schema {
         .into()
 }
 
-/// Where a reconnecting event stream resumes: `?after=` or `Last-Event-ID`.
+/// Where a reconnecting event stream resumes (`?after=` or `Last-Event-ID`), and what its
+/// events carry besides (`?include=step`).
 pub struct EventsParams;
 
 impl utoipa::IntoParams for EventsParams {
@@ -66,6 +67,16 @@ impl utoipa::IntoParams for EventsParams {
                 ParameterIn::Header,
                 description,
                 event_id(),
+            )
+            .build(),
+            param(
+                "include",
+                ParameterIn::Query,
+                "`step`: each `step.completed` carries the whole Step in `metadata.step`",
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some(["step"]))
+                    .build(),
             )
             .build(),
         ]

@@ -276,38 +276,57 @@ impl<S: Store> RunFollower<S> {
 
     /// Step `n` of the turn's execution, as stored (read through [`STEPS`]).
     async fn step(&self, n: u32) -> Option<Arc<Step>> {
-        let key = (self.turn.execution_id, n);
-        let entry = steps_of(&self.tenant, self.session_id);
-        if let Some(step) = entry.get(key) {
-            return Some(step);
-        }
-        // One read for every viewer of the session: the others wait here, then find it.
-        let _loading = entry.loading.lock().await;
-        if let Some(step) = entry.get(key) {
-            return Some(step);
-        }
-        let after = *entry.position.read().unwrap_or_else(|e| e.into_inner());
-        let started = std::time::Instant::now();
-        match self
-            .store
-            .list_session_steps_after(&self.tenant, self.session_id, after)
-            .await
-        {
-            Ok(read) => {
-                tracing::debug!(session = %self.session_id, rows = read.rows.len(), whole = read.whole,
-                    elapsed_us = started.elapsed().as_micros() as u64, "front-end streams read new steps");
-                entry.add(read)
-            }
-            Err(e) => {
-                tracing::warn!(session = %self.session_id, error = %e, "could not read the steps");
-                return None;
-            }
-        }
-        entry.get(key)
+        stored_step(
+            &self.store,
+            &self.tenant,
+            self.session_id,
+            self.turn.execution_id,
+            n,
+        )
+        .await
     }
 }
 
-fn step_number(event: &Event) -> Option<u32> {
+/// Step `n` of an execution of the session, as stored: from the steps of the session
+/// recently read or acknowledged ([`STEPS`]), else read once for every viewer of the session
+/// (only the rows past those already read).
+pub(crate) async fn stored_step<S: Store>(
+    store: &S,
+    tenant: &Tenant,
+    session_id: Id,
+    execution_id: Id,
+    n: u32,
+) -> Option<Arc<Step>> {
+    let key = (execution_id, n);
+    let entry = steps_of(tenant, session_id);
+    if let Some(step) = entry.get(key) {
+        return Some(step);
+    }
+    // One read for every viewer of the session: the others wait here, then find it.
+    let _loading = entry.loading.lock().await;
+    if let Some(step) = entry.get(key) {
+        return Some(step);
+    }
+    let after = *entry.position.read().unwrap_or_else(|e| e.into_inner());
+    let started = std::time::Instant::now();
+    match store
+        .list_session_steps_after(tenant, session_id, after)
+        .await
+    {
+        Ok(read) => {
+            tracing::debug!(session = %session_id, rows = read.rows.len(), whole = read.whole,
+                elapsed_us = started.elapsed().as_micros() as u64, "front-end streams read new steps");
+            entry.add(read)
+        }
+        Err(e) => {
+            tracing::warn!(session = %session_id, error = %e, "could not read the steps");
+            return None;
+        }
+    }
+    entry.get(key)
+}
+
+pub(crate) fn step_number(event: &Event) -> Option<u32> {
     event
         .metadata
         .get("step_number")

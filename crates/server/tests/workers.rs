@@ -804,3 +804,84 @@ async fn a_worker_that_stops_cleanly_is_offline_at_once_and_its_type_stays_known
     let (status, body) = server.delete("/v1/workers/bad%20id!").await;
     assert_error(status, &body, 400, "invalid_request", "malformed worker id");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_step_is_told_like_a_built_in_one_and_include_step_carries_it() {
+    let server = TestServer::start().await;
+    let (session, execution) = message_for(&server, "searcher", "find it").await;
+    let c = claim(&server, "searcher", 1, 0.0).await.remove(0);
+    let lease = text(&c, "lease");
+    let step = json!({"step_number": 1, "model_output": "Looking it up",
+        "tool_calls": [{"id": "c1", "name": "search", "arguments": {"q": "it"}}],
+        "observations": "found 3 pages"});
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/steps"),
+        Some(&lease),
+        step,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/complete"),
+        Some(&lease),
+        json!({"output": "3 pages", "final_message": "I found 3 pages"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    // The stream, read back: the same events, in the same order, as a built-in agent's step.
+    let mut events = server.events(&session, None).await;
+    let seen = events.until("execution.completed").await;
+    let step_events: Vec<(String, Value)> = seen
+        .iter()
+        .filter(|e| e.event.starts_with("step.") || e.event.starts_with("tool."))
+        .map(|e| (e.event.clone(), e.data["metadata"]["tool"].clone()))
+        .collect();
+    assert_eq!(
+        step_events,
+        [
+            ("step.started".to_string(), Value::Null),
+            ("tool.called".to_string(), json!("search")),
+            ("tool.completed".to_string(), json!("search")),
+            ("step.completed".to_string(), json!("search")),
+        ]
+    );
+    let completed = seen.iter().find(|e| e.event == "tool.completed").unwrap();
+    assert_eq!(completed.data["content"], "found 3 pages");
+    let plain = seen.iter().find(|e| e.event == "step.completed").unwrap();
+    assert!(
+        plain.data["metadata"].get("step").is_none(),
+        "{:?}",
+        plain.data
+    );
+    // Its status line, as the engine writes for its own steps.
+    let messages = server.messages(&session).await;
+    let line = messages
+        .iter()
+        .find(|m| m["content"] == "Step 1: called search")
+        .expect("the step's status line");
+    assert_eq!(line["role"], "info");
+    assert_eq!(line["metadata"]["tool"], "search");
+
+    // ?include=step: step.completed carries the whole Step.
+    let response = server
+        .client
+        .get(server.url(&format!("/v1/sessions/{session}/events?include=step")))
+        .send()
+        .await
+        .unwrap();
+    let mut events = common::SseReader::new(response);
+    let seen = events.until("execution.completed").await;
+    let with_step = seen.iter().find(|e| e.event == "step.completed").unwrap();
+    let step = &with_step.data["metadata"]["step"];
+    assert_eq!(step["step_number"], 1);
+    assert_eq!(step["model_output"], "Looking it up");
+    assert_eq!(step["tool_calls"][0]["name"], "search");
+    assert_eq!(step["observations"], "found 3 pages");
+    let (status, body) = server
+        .get(&format!("/v1/sessions/{session}/events?include=everything"))
+        .await;
+    assert_error(status, &body, 400, "invalid_request", "an unknown include");
+}

@@ -4,14 +4,14 @@
 
 use serde_json::{Value, json};
 use stepwise_core::{
-    EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, StepBody, StepKind,
+    EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, Step, StepBody, StepKind,
 };
 use stepwise_store::{
     NewExecution, NewMessage, NewSnapshot, NewStep, Result, StepAppend, Store, StoreError, Tenant,
 };
 
 use super::finish::{Driver, Outcome};
-use super::{EXTERNAL_AGENT, Engine};
+use super::{EXTERNAL_AGENT, Engine, MessageNote, cut};
 
 /// A new external execution of a session (its session and parent already checked).
 #[derive(Debug, Clone)]
@@ -124,7 +124,6 @@ impl<S: Store> Engine<S> {
             kind,
             body,
         } = step;
-        let tool = body.tool_calls.first().map(|c| c.name.clone());
         let appended = self
             .inner
             .store
@@ -140,8 +139,7 @@ impl<S: Store> Engine<S> {
             .await?
             .await?;
         if appended.created {
-            self.announce_step(tenant, execution, step_number, tool.as_deref())
-                .await;
+            self.announce_step(tenant, execution, &appended.step).await;
         }
         Ok(appended)
     }
@@ -158,7 +156,6 @@ impl<S: Store> Engine<S> {
     ) -> Result<Vec<StepAppend>> {
         let mut queued = Vec::with_capacity(steps.len());
         for step in steps {
-            let tool = step.body.tool_calls.first().map(|c| c.name.clone());
             let ack = self
                 .inner
                 .store
@@ -172,40 +169,93 @@ impl<S: Store> Engine<S> {
                     },
                 )
                 .await?;
-            queued.push((ack, tool));
+            queued.push(ack);
         }
         let mut appended = Vec::with_capacity(queued.len());
-        for (ack, tool) in queued {
+        for ack in queued {
             let done = ack.await?;
             if done.created {
-                self.announce_step(tenant, execution, done.step.step_number, tool.as_deref())
-                    .await;
+                self.announce_step(tenant, execution, &done.step).await;
             }
             appended.push(done);
         }
         Ok(appended)
     }
 
-    /// `step.completed` of a step an agent outside the server saved.
-    pub(super) async fn announce_step(
-        &self,
-        tenant: &Tenant,
-        execution: &Execution,
-        step_number: u32,
-        tool: Option<&str>,
-    ) {
-        self.inner
-            .publisher
-            .step_event(
-                tenant,
-                execution.session_id,
-                execution.id,
-                EventType::StepCompleted,
-                step_number,
-                &format!("Completed step {step_number}"),
-                tool,
+    /// What a step an agent outside the server saved tells the session, as the engine's own
+    /// runs tell it: `step.started`, `tool.called` then `tool.completed` for each of its tool
+    /// calls, `step.completed`, then its status line ("Step 2: called search"). A user's
+    /// answer (`user_input`) is only its `step.completed`: the answer is shown already.
+    pub(super) async fn announce_step(&self, tenant: &Tenant, execution: &Execution, step: &Step) {
+        let publisher = &self.inner.publisher;
+        let number = step.step_number;
+        let event = |event_type: EventType, content: String, tool: Option<String>| async move {
+            publisher
+                .step_event(
+                    tenant,
+                    execution.session_id,
+                    execution.id,
+                    event_type,
+                    number,
+                    &content,
+                    tool.as_deref(),
+                )
+                .await;
+        };
+        let first_tool = step.tool_calls.first().map(|c| c.name.clone());
+        let user_input = step.kind == StepKind::UserInput;
+        if !user_input {
+            event(
+                EventType::StepStarted,
+                format!("Started step {number}"),
+                None,
             )
             .await;
+            for call in &step.tool_calls {
+                event(
+                    EventType::ToolCalled,
+                    format!("Called {}", call.name),
+                    Some(call.name.clone()),
+                )
+                .await;
+            }
+            for call in &step.tool_calls {
+                let content = match (&step.error, &step.observations) {
+                    (Some(error), _) if step.tool_calls.len() == 1 => error.message.clone(),
+                    (None, Some(observations)) if step.tool_calls.len() == 1 => {
+                        cut(observations, TOOL_RESULT_CHARS)
+                    }
+                    _ => format!("Completed {}", call.name),
+                };
+                event(EventType::ToolCompleted, content, Some(call.name.clone())).await;
+            }
+        }
+        let content = if step.error.is_some() {
+            format!("Step {number} failed")
+        } else {
+            format!("Completed step {number}")
+        };
+        event(EventType::StepCompleted, content, first_tool.clone()).await;
+        if user_input {
+            return;
+        }
+        if let Some(session_id) = execution.session_id {
+            let (prefix, note_kind) = if execution.parent_execution_id.is_some() {
+                ("Subagent step", "subagent")
+            } else {
+                ("Step", step.kind.as_str())
+            };
+            publisher
+                .note(
+                    tenant,
+                    session_id,
+                    execution.id,
+                    Role::Info,
+                    &format!("{prefix} {number}: {}", step_summary(step)),
+                    &MessageNote::step(number, note_kind, first_tool),
+                )
+                .await;
+        }
     }
 
     /// An `info` or `notification` line an agent outside the server posts to its session
@@ -311,5 +361,29 @@ impl<S: Store> Engine<S> {
             .get_execution(tenant, done.id)
             .await?
             .unwrap_or(done))
+    }
+}
+
+/// The longest tool result a `tool.completed` event of a posted step carries, in characters.
+const TOOL_RESULT_CHARS: usize = 2_000;
+
+/// A posted step's status line, worded as the engine's own: "called search", "final
+/// answer", "planned: ...", "failed: ...", "thought".
+fn step_summary(step: &Step) -> String {
+    if let Some(error) = &step.error {
+        return format!("failed: {}", error.message);
+    }
+    match step.kind {
+        StepKind::FinalAnswer => "final answer".into(),
+        StepKind::Planning => {
+            let plan = step.model_output.as_deref().unwrap_or("");
+            format!("planned: {}", cut(plan.lines().next().unwrap_or(""), 80))
+        }
+        _ if !step.tool_calls.is_empty() => {
+            let names: Vec<&str> = step.tool_calls.iter().map(|c| c.name.as_str()).collect();
+            format!("called {}", names.join(", "))
+        }
+        StepKind::Action => "thought".into(),
+        kind => kind.as_str().replace('_', " "),
     }
 }

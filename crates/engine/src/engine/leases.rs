@@ -288,8 +288,7 @@ impl<S: Store> Engine<S> {
                 .await?
                 .await?;
             if appended.created {
-                self.announce_step(tenant, &execution, step_number, None)
-                    .await;
+                self.announce_step(tenant, &execution, &appended.step).await;
             }
             steps.push(appended.step);
         }
