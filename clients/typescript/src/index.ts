@@ -170,6 +170,8 @@ export type SessionEvent = Event & { id: number | null };
 export interface EventsOptions {
   /** Start after this event id (default: from the first event). */
   after?: number;
+  /** `'step'`: each `step.completed` event carries the whole Step in `metadata.step`. */
+  include?: 'step';
   /** Ends the iteration (and the connection) when aborted. */
   signal?: AbortSignal;
 }
@@ -396,6 +398,7 @@ export class Stepwise {
           response = await this.send({
             method: 'GET',
             path: `/v1/sessions/${enc(sessionId)}/events`,
+            ...(options.include ? { query: { include: options.include } } : {}),
             headers: { accept: 'text/event-stream', ...(last !== null ? { 'last-event-id': String(last) } : {}) },
             signal: controller.signal,
           });

@@ -899,7 +899,7 @@ export const OPERATIONS = {
   delete_key: { method: "DELETE", path: "/v1/keys/{id}", params: ["path:id"] },
   delete_session: { method: "DELETE", path: "/v1/sessions/{id}", params: ["path:id"] },
   delete_thread: { method: "DELETE", path: "/v1/threads/{thread_id}", params: ["path:thread_id"] },
-  events: { method: "GET", path: "/v1/sessions/{id}/events", params: ["path:id","query:after","header:Last-Event-ID"] },
+  events: { method: "GET", path: "/v1/sessions/{id}/events", params: ["path:id","query:after","header:Last-Event-ID","query:include"] },
   export_session: { method: "GET", path: "/v1/sessions/{id}/export", params: ["path:id"] },
   fail_execution: { method: "POST", path: "/v1/executions/{id}/fail", params: ["path:id","header:Stepwise-Lease"] },
   get_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", params: ["path:thread_id","path:checkpoint_id","query:checkpoint_ns","query:have"] },

@@ -265,6 +265,17 @@ test('workers: a misspelled agent type is 422 unknown_agent; agent.wait queues i
   await client.cancelExecution(known.execution.id).catch(() => {});
 });
 
+test("events: include 'step' puts the whole Step in each step.completed", async () => {
+  const accepted = await client.postMessageNewSession({ content: 'steps: 2' });
+  const seen = await until(accepted.session_id, (e) => e.event_type === 'execution.completed', { include: 'step' });
+  const completed = seen.filter((e) => e.event_type === 'step.completed');
+  assert.ok(completed.length >= 2, JSON.stringify(completed));
+  for (const event of completed) {
+    assert.equal(event.metadata.step.step_number, event.metadata.step_number);
+    assert.equal(event.metadata.step.execution_id, accepted.execution.id);
+  }
+});
+
 test('workers: 409 lease_lost without the lease; release, fail with retry, pause and resume, a subagent', async () => {
   const { type, session, execution } = await queued('try me');
   const claim = await claimOne(type);
