@@ -220,6 +220,29 @@ def test_an_agent_posts_info_and_notification_lines_to_its_session(wserver, clie
     assert lines.index(("info", "Searching the docs…")) < lines.index(("notification", "Your report is ready"))
 
 
+def test_an_agent_sees_the_page_a_message_came_from(wserver, client):
+    agent_type = f"support-{uuid.uuid4().hex[:8]}"
+    contexts: list[Any] = []
+    worker = Worker(Stepwise(wserver.url), wait_s=1)
+
+    @worker.agent(agent_type)
+    def support(run: Run) -> str:
+        contexts.append(run.context)
+        return "on its way"
+
+    with worker:
+        sent = client.send_message("where is my parcel?", agent=agent_type, related_type="order", related_id="42",
+                                   context_url="https://shop.example/orders/42", metadata={"plan": "pro"})
+        assert client.wait(sent["execution"]["id"], timeout=PATIENCE)["output"] == "on its way"
+        plain = client.post_message(sent["session_id"], "thanks", agent=agent_type)
+        client.wait(plain["execution"]["id"], timeout=PATIENCE)
+    assert contexts == [
+        {"related_type": "order", "related_id": "42", "context_url": "https://shop.example/orders/42",
+         "metadata": {"plan": "pro"}},
+        None,
+    ]
+
+
 def test_live_tokens_reach_the_session_stream(wserver, client, start_worker):
     start_worker(wserver, BASIC)
     first = send(client, "warm up", "greeter")

@@ -164,6 +164,7 @@ impl ToolCallingAgent {
             steps: &ctx.steps,
             tools: &tools,
             planning,
+            context: ctx.execution.input.get("context"),
         });
         if built.dropped_steps > 0 || built.dropped_prior_tasks > 0 {
             tracing::info!(

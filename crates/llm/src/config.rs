@@ -49,6 +49,11 @@ pub struct AgentSettings {
     /// A planning step every N action steps; `None` is no planning.
     pub planning_interval: Option<u32>,
     pub system_prompt: Option<String>,
+    /// Whether the page a message came from (its execution's `input.context`) goes into the
+    /// system prompt, and how: `None` leaves it out; `Some("")` is the default wording;
+    /// another text is a template with `{context_url}`, `{related_type}`, `{related_id}` and
+    /// `{metadata}` (JSON) in it. `agent.config.context_prompt`: a string, or `false` for off.
+    pub context_prompt: Option<String>,
     /// The model's context window in tokens (estimated at 4 characters a token).
     pub context_tokens: u64,
     /// A longer tool result is cut to this many characters when sent to the model.
@@ -65,6 +70,7 @@ impl Default for AgentSettings {
             max_steps: DEFAULT_MAX_STEPS,
             planning_interval: None,
             system_prompt: None,
+            context_prompt: Some(String::new()),
             context_tokens: DEFAULT_CONTEXT_TOKENS,
             max_observation_chars: 20_000,
         }
@@ -115,6 +121,13 @@ impl AgentSettings {
                     .ok_or_else(|| bad("system_prompt", "a string"))?
                     .to_string(),
             );
+        }
+        match map.get("context_prompt") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(false)) => settings.context_prompt = None,
+            Some(Value::Bool(true)) => settings.context_prompt = Some(String::new()),
+            Some(Value::String(template)) => settings.context_prompt = Some(template.clone()),
+            Some(_) => return Err(bad("context_prompt", "a string or false")),
         }
         if let Some(n) = positive("max_tokens")? {
             settings.max_tokens = Some(n);

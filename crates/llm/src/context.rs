@@ -59,6 +59,9 @@ pub struct InputParts<'a> {
     pub tools: &'a [ToolDefinition],
     /// A planning turn: ends with the planning request.
     pub planning: bool,
+    /// Where the message came from: its execution's `input.context` (`related_type`,
+    /// `related_id`, `context_url`, `metadata`), when it has one.
+    pub context: Option<&'a Value>,
 }
 
 /// Messages that stay together (an assistant tool call and its results).
@@ -88,6 +91,56 @@ fn estimate_groups(groups: &[Group]) -> u64 {
         .sum()
 }
 
+/// The system prompt's words about the page a message came from: `template` with its
+/// placeholders filled (`{context_url}`, `{related_type}`, `{related_id}`, `{metadata}`), or,
+/// for an empty template, one line per part the message has. Empty when it has none.
+pub fn context_prompt(template: &str, context: &Value) -> String {
+    let text = |key: &str| {
+        context
+            .get(key)
+            .and_then(Value::as_str)
+            .map(|s| cut_chars(s, 2000))
+            .unwrap_or_default()
+    };
+    let metadata = context
+        .get("metadata")
+        .filter(|m| m.as_object().is_some_and(|o| !o.is_empty()))
+        .map(|m| cut_chars(&m.to_string(), 4000))
+        .unwrap_or_default();
+    let (url, kind, id) = (
+        text("context_url"),
+        text("related_type"),
+        text("related_id"),
+    );
+    if !template.is_empty() {
+        return template
+            .replace("{context_url}", &url)
+            .replace("{related_type}", &kind)
+            .replace("{related_id}", &id)
+            .replace("{metadata}", &metadata);
+    }
+    let mut lines = Vec::new();
+    if !url.is_empty() {
+        lines.push(format!("- page: {url}"));
+    }
+    match (kind.is_empty(), id.is_empty()) {
+        (false, false) => lines.push(format!("- about: {kind} {id}")),
+        (false, true) => lines.push(format!("- about: {kind}")),
+        (true, false) => lines.push(format!("- about: {id}")),
+        (true, true) => {}
+    }
+    if !metadata.is_empty() {
+        lines.push(format!("- details: {metadata}"));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "The user sent this message from a page of the application:\n{}",
+        lines.join("\n")
+    )
+}
+
 pub fn build_input(parts: &InputParts<'_>) -> BuiltInput {
     let settings = parts.settings;
     let max_obs = settings.max_observation_chars;
@@ -109,6 +162,13 @@ pub fn build_input(parts: &InputParts<'_>) -> BuiltInput {
         .system_prompt
         .clone()
         .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string());
+    if let (Some(template), Some(context)) = (&settings.context_prompt, parts.context) {
+        let said = context_prompt(template, context);
+        if !said.is_empty() {
+            system.push_str("\n\n");
+            system.push_str(&said);
+        }
+    }
     let mut prior: Vec<(String, Group)> = Vec::new();
     if let Some(memory) = parts.memory {
         if memory.restored == Restored::Summary
@@ -572,6 +632,7 @@ mod tests {
             steps: &[],
             tools: &[],
             planning: false,
+            context: None,
         });
         assert!(built.dropped_prior_tasks >= 2, "{built:?}");
         let system = built.messages[0].content.as_deref().unwrap_or_default();
@@ -589,6 +650,52 @@ mod tests {
         assert_eq!(users.last(), Some(&"the current task"));
         assert!(users.contains(&"question 4"));
         assert!(!users.contains(&"question 0"));
+    }
+
+    #[test]
+    fn the_page_a_message_came_from_goes_into_the_system_prompt_unless_turned_off() {
+        let context = json!({"context_url": "https://shop.example/orders/42", "related_type": "order",
+            "related_id": "42", "metadata": {"plan": "pro"}});
+        let system = |settings: &AgentSettings, context: Option<&Value>| {
+            let built = build_input(&InputParts {
+                settings,
+                memory: None,
+                prior_tasks: None,
+                execution_id: Id::nil(),
+                task: "where is my parcel?",
+                steps: &[],
+                tools: &[],
+                planning: false,
+                context,
+            });
+            built.messages[0].content.clone().unwrap_or_default()
+        };
+        let default = AgentSettings::default();
+        let said = system(&default, Some(&context));
+        assert!(said.starts_with(DEFAULT_SYSTEM_PROMPT), "{said}");
+        assert!(
+            said.contains("- page: https://shop.example/orders/42"),
+            "{said}"
+        );
+        assert!(said.contains("- about: order 42"), "{said}");
+        assert!(said.contains(r#"- details: {"plan":"pro"}"#), "{said}");
+        assert_eq!(system(&default, None), DEFAULT_SYSTEM_PROMPT);
+        let off = default
+            .with_overrides(&json!({"context_prompt": false}))
+            .expect("false turns it off");
+        assert_eq!(system(&off, Some(&context)), DEFAULT_SYSTEM_PROMPT);
+        let own = default
+            .with_overrides(&json!({"context_prompt": "Order {related_id} at {context_url}."}))
+            .expect("a template");
+        assert!(
+            system(&own, Some(&context))
+                .ends_with("\n\nOrder 42 at https://shop.example/orders/42.")
+        );
+        assert!(
+            default
+                .with_overrides(&json!({"context_prompt": 3}))
+                .is_err()
+        );
     }
 
     #[test]
@@ -624,6 +731,7 @@ mod tests {
             steps: &steps,
             tools: &[],
             planning: false,
+            context: None,
         });
         assert!(built.dropped_steps > 0);
         assert!(built.estimated_tokens <= 900, "{}", built.estimated_tokens);

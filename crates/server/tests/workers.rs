@@ -885,3 +885,36 @@ async fn a_workers_step_is_told_like_a_built_in_one_and_include_step_carries_it(
         .await;
     assert_error(status, &body, 400, "invalid_request", "an unknown include");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_a_message_came_from_reaches_the_workers_claim() {
+    let server = TestServer::start().await;
+    let (status, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "where is my parcel?", "agent": {"type": "support", "wait": true},
+                   "related_type": "order", "related_id": "42",
+                   "context_url": "https://shop.example/orders/42", "metadata": {"plan": "pro"}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        body["execution"]["input"],
+        json!({"message": "where is my parcel?", "context": {"related_type": "order",
+            "related_id": "42", "context_url": "https://shop.example/orders/42",
+            "metadata": {"plan": "pro"}}})
+    );
+    let c = claim(&server, "support", 1, 0.0).await.remove(0);
+    assert_eq!(c["input"]["context"]["related_id"], "42");
+    assert_eq!(c["input"]["context"]["metadata"], json!({"plan": "pro"}));
+    assert_eq!(c["input_text"], "where is my parcel?");
+
+    // A message that says nothing of where it came from: the input is the message alone.
+    let (_, body) = server
+        .post(
+            "/v1/messages",
+            json!({"content": "hi", "agent": {"type": "support"}, "context_url": null}),
+        )
+        .await;
+    assert_eq!(body["execution"]["input"], json!({"message": "hi"}));
+}

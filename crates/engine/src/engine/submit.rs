@@ -173,7 +173,7 @@ impl<S: Store> Engine<S> {
                     user_id: user_id.to_string(),
                     agent_type: agent.agent_type,
                     agent_config: agent.config,
-                    input: json!({"message": input.content}),
+                    input: execution_input(&input),
                     metadata: Value::Null,
                     status: ExecutionStatus::Pending,
                 },
@@ -230,6 +230,33 @@ impl<S: Store> Engine<S> {
 
 /// The user's message as stored: its text, context fields and metadata as sent (the
 /// execution answering it is set by the caller or the store).
+/// What the execution answering a message gets: `{message}`, and `context` with the page the
+/// message came from (`related_type`, `related_id`, `context_url`, `metadata`) when it says
+/// any of them (absent parts are `null`).
+fn execution_input(input: &MessageInput) -> Value {
+    let metadata = input
+        .metadata
+        .as_object()
+        .filter(|m| !m.is_empty())
+        .map(|m| Value::Object(m.clone()));
+    if input.related_type.is_none()
+        && input.related_id.is_none()
+        && input.context_url.is_none()
+        && metadata.is_none()
+    {
+        return json!({"message": input.content});
+    }
+    json!({
+        "message": input.content,
+        "context": {
+            "related_type": input.related_type,
+            "related_id": input.related_id,
+            "context_url": input.context_url,
+            "metadata": metadata,
+        },
+    })
+}
+
 fn user_message(session_id: Id, input: &MessageInput) -> NewMessage {
     NewMessage {
         session_id,

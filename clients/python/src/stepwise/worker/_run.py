@@ -118,8 +118,11 @@ class Run:
         session_id: its session's id (``None`` for an execution without a session).
         attempt: 1 for the first run, 2+ when an earlier worker was lost or an earlier attempt
             failed with `Retry` (then `steps` holds what it saved: continue after the last one).
-        input: the execution's input as stored (``{"message": "..."}`` for a message).
+        input: the execution's input as stored (``{"message": "..."}`` for a message, with
+            ``"context"`` when the message said where it came from).
         input_text: the input's text (the user's message).
+        context: where the user's message came from, ``{"related_type", "related_id",
+            "context_url", "metadata"}`` (parts it did not say are ``None``), or ``None``.
         answer: the user's answer when this claim resumes a pause, else ``None``.
         memory: the session's agent memory before this execution,
             ``{"restored", "steps", "summary"}`` (as ``GET /v1/sessions/{id}/memory``, without
@@ -163,6 +166,8 @@ class Run:
             text = raw.get("message") if isinstance(raw, dict) and "message" in raw else raw
             text = _text_of(text)
         self.input_text: str = str(text)
+        context = self.input.get("context") if isinstance(self.input, Mapping) else None
+        self.context: dict[str, Any] | None = dict(context) if isinstance(context, Mapping) else None
         self.answer: Any = claim.get("resume_answer")
         memory = claim.get("memory")
         self.memory: dict[str, Any] = (
