@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// it off.
     #[arg(long, env = "STEPWISE_CLEANUP_INTERVAL_SECS", default_value_t = stepwise_server::cleaner::DEFAULT_INTERVAL_SECS, value_name = "SECS")]
     pub cleanup_interval_secs: u64,
+    /// Run the retention cleaner once a day at this time, UTC (`HH:MM`), instead of at start
+    /// and every interval; a failed pass is tried again after the interval.
+    #[arg(long, env = "STEPWISE_CLEANUP_AT", value_name = "HH:MM", value_parser = parse_cleanup_at)]
+    pub cleanup_at: Option<u32>,
     /// Also serve `GET /metrics` alone on this address (for a scraper on an internal
     /// network); `/metrics` stays on the main address too.
     #[arg(long, env = "STEPWISE_METRICS_LISTEN", value_name = "ADDR")]
@@ -261,6 +265,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         metrics_listen,
         cleaner: (args.cleanup_interval_secs > 0).then(|| CleanerSettings {
             interval: Duration::from_secs(args.cleanup_interval_secs),
+            daily_at: args.cleanup_at,
             policy: args.retention.policy(),
             clock: stepwise_core::system_clock(),
         }),
@@ -306,5 +311,17 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `--cleanup-at HH:MM` (UTC) as seconds after midnight.
+fn parse_cleanup_at(text: &str) -> Result<u32, String> {
+    match stepwise_server::cleaner::Schedule::daily_at(text, Duration::ZERO) {
+        Some(stepwise_server::cleaner::Schedule::DailyAt { second_of_day, .. }) => {
+            Ok(second_of_day)
+        }
+        _ => Err(format!(
+            "'{text}' is not a time of day: give HH:MM, UTC, from 00:00 to 23:59"
+        )),
     }
 }

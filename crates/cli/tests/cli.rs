@@ -714,3 +714,19 @@ fn the_files_backend_is_picked_by_its_url() {
     let keys = run(&["keys", "create", "--tenant", "acme", "--user", "ann"]);
     assert!(last_line(&keys).starts_with("sw_"));
 }
+
+#[test]
+fn serve_refuses_a_cleanup_time_that_is_not_hh_mm() {
+    let sandbox = Sandbox::new();
+    for bad in ["25:00", "3:30", "noon"] {
+        let mut command = sandbox.command();
+        command.args(["serve", "--cleanup-at", bad]);
+        let out = command.output().expect("run stepwise");
+        assert!(!out.status.success(), "{bad} was accepted");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("is not a time of day: give HH:MM, UTC"),
+            "{bad}: {stderr}"
+        );
+    }
+}

@@ -1,7 +1,7 @@
 //! The retention cleaner: one retention pass (the same `stepwise cleanup` runs), and the
 //! schedule a [`Node`](crate::Node) runs it on: once shortly after start, then on an
-//! interval, until the node stops. A store error is logged and the next interval tries
-//! again; it never takes the server down.
+//! interval — or once a day at a fixed UTC time — until the node stops. A store error is
+//! logged and tried again later; it never takes the server down.
 
 use std::future::Future;
 use std::time::Duration;
@@ -13,6 +13,61 @@ use tokio::task::JoinHandle;
 
 /// Default time between two passes: daily.
 pub const DEFAULT_INTERVAL_SECS: u64 = 86_400;
+
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// When the cleaner's passes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// At start, then every interval (a failed pass too is tried again after it).
+    Every(Duration),
+    /// Once a day at this time of day, UTC (seconds after midnight), not at start; a failed
+    /// pass is tried again after `retry` (or at the next such time, if sooner).
+    DailyAt { second_of_day: u32, retry: Duration },
+}
+
+impl Schedule {
+    /// `HH:MM` (UTC) as a daily schedule; `None` for anything else.
+    pub fn daily_at(text: &str, retry: Duration) -> Option<Schedule> {
+        let (hours, minutes) = text.trim().split_once(':')?;
+        let (hours, minutes): (u32, u32) = (hours.parse().ok()?, minutes.parse().ok()?);
+        (hours < 24 && minutes < 60 && text.trim().len() == 5).then_some(Schedule::DailyAt {
+            second_of_day: hours * 3600 + minutes * 60,
+            retry,
+        })
+    }
+
+    /// How long to wait before the first pass.
+    fn first_wait(&self, now: Timestamp) -> Duration {
+        match *self {
+            Schedule::Every(_) => Duration::ZERO,
+            Schedule::DailyAt { second_of_day, .. } => until_time_of_day(now, second_of_day),
+        }
+    }
+
+    /// How long to wait after a pass (`failed` or not).
+    fn next_wait(&self, now: Timestamp, failed: bool) -> Duration {
+        match *self {
+            Schedule::Every(interval) => interval,
+            Schedule::DailyAt {
+                second_of_day,
+                retry,
+            } => {
+                let next = until_time_of_day(now, second_of_day);
+                if failed { retry.min(next) } else { next }
+            }
+        }
+    }
+}
+
+/// The time from `now` to the next `second_of_day` (UTC); a whole day when it is now.
+fn until_time_of_day(now: Timestamp, second_of_day: u32) -> Duration {
+    let into_day = now.0.rem_euclid(DAY_MICROS);
+    let target = i64::from(second_of_day) * 1_000_000;
+    let wait = (target - into_day).rem_euclid(DAY_MICROS);
+    let wait = if wait == 0 { DAY_MICROS } else { wait };
+    Duration::from_micros(wait.unsigned_abs())
+}
 
 /// What one retention pass changed (or, dry, would change).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,11 +150,26 @@ impl Cleaner {
 pub fn spawn<S: Store>(
     store: S,
     policy: RetentionPolicy,
-    interval: Duration,
+    schedule: Schedule,
     clock: SharedClock,
     stop: watch::Receiver<bool>,
 ) -> Cleaner {
+    let (interval, daily_at) = match schedule {
+        Schedule::Every(interval) => (interval, None),
+        Schedule::DailyAt {
+            second_of_day,
+            retry,
+        } => (
+            retry,
+            Some(format!(
+                "{:02}:{:02}",
+                second_of_day / 3600,
+                second_of_day % 3600 / 60
+            )),
+        ),
+    };
     tracing::info!(
+        daily_at_utc = daily_at.as_deref().unwrap_or("-"),
         interval_secs = interval.as_secs(),
         abandon_after_days = policy.abandon_after_days,
         completed_days = policy.completed_days,
@@ -107,23 +177,35 @@ pub fn spawn<S: Store>(
         deleted_days = policy.deleted_days,
         "retention cleaner started"
     );
-    run_loop(interval, stop, move || {
+    let pass_clock = clock.clone();
+    run_loop(schedule, clock, stop, move || {
         let store = store.clone();
-        let now = clock.now();
+        let now = pass_clock.now();
         async move { retention_pass(&store, policy, now, false).await }
     })
 }
 
 /// The schedule, apart from the store so it can be tested with any pass.
-fn run_loop<P, F>(interval: Duration, mut stop: watch::Receiver<bool>, mut pass: P) -> Cleaner
+fn run_loop<P, F>(
+    schedule: Schedule,
+    clock: SharedClock,
+    mut stop: watch::Receiver<bool>,
+    mut pass: P,
+) -> Cleaner
 where
     P: FnMut() -> F + Send + 'static,
     F: Future<Output = Result<PassOutcome, StoreError>> + Send,
 {
-    // A zero interval would spin.
-    let interval = interval.max(Duration::from_millis(1));
     let (progress_tx, progress) = watch::channel(CleanerProgress::default());
     let task = tokio::spawn(async move {
+        let first = schedule.first_wait(clock.now());
+        if !first.is_zero() {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stop| *stop) => return,
+                _ = tokio::time::sleep(first) => {}
+            }
+        }
         loop {
             let outcome = tokio::select! {
                 biased;
@@ -142,9 +224,13 @@ where
                 Ok(done) => crate::record_retention_pass(done.marked_abandoned, &done.deleted),
                 Err(_) => crate::record_retention_failure(),
             }
+            // A zero wait would spin.
+            let wait = schedule
+                .next_wait(clock.now(), outcome.is_err())
+                .max(Duration::from_millis(1));
             match outcome {
                 Ok(done) if done.skipped => tracing::debug!(
-                    retry_in_secs = interval.as_secs(),
+                    retry_in_secs = wait.as_secs(),
                     "retention pass skipped: another node holds the retention lock"
                 ),
                 Ok(done) => tracing::info!(
@@ -159,14 +245,14 @@ where
                 ),
                 Err(e) => tracing::warn!(
                     error = %e,
-                    retry_in_secs = interval.as_secs(),
-                    "retention pass failed; trying again next interval"
+                    retry_in_secs = wait.as_secs(),
+                    "retention pass failed; trying again later"
                 ),
             }
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|stop| *stop) => break,
-                _ = tokio::time::sleep(interval) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     });
@@ -241,7 +327,7 @@ mod tests {
         let cleaner = spawn(
             store.clone(),
             RetentionPolicy::default(),
-            Duration::from_secs(3600),
+            Schedule::Every(Duration::from_secs(3600)),
             clock.clone(),
             stop_rx,
         );
@@ -264,21 +350,65 @@ mod tests {
         cleaner.join(DEADLINE).await;
     }
 
+    #[test]
+    fn a_daily_schedule_waits_for_its_time_of_day_utc() {
+        let at =
+            |h: i64, m: i64, s: i64| Timestamp(((19_000 * 24 + h) * 3600 + m * 60 + s) * 1_000_000);
+        let retry = Duration::from_secs(300);
+        let schedule = Schedule::daily_at("03:30", retry).unwrap();
+        assert_eq!(
+            schedule,
+            Schedule::DailyAt {
+                second_of_day: 3 * 3600 + 30 * 60,
+                retry
+            }
+        );
+        // Not at start: at the next 03:30, today or tomorrow.
+        assert_eq!(schedule.first_wait(at(1, 0, 0)), Duration::from_secs(9000));
+        assert_eq!(
+            schedule.first_wait(at(4, 0, 0)),
+            Duration::from_secs(23 * 3600 + 1800)
+        );
+        // Right after a pass at 03:30: a day later; a failed one is tried again sooner.
+        assert_eq!(
+            schedule.next_wait(at(3, 30, 1), false),
+            Duration::from_secs(86_399)
+        );
+        assert_eq!(schedule.next_wait(at(3, 30, 1), true), retry);
+        assert_eq!(
+            schedule.next_wait(at(3, 28, 0), true),
+            Duration::from_secs(120),
+            "the retry never skips the day's time"
+        );
+        assert_eq!(
+            Schedule::Every(retry).first_wait(at(1, 0, 0)),
+            Duration::ZERO
+        );
+        for bad in ["24:00", "3:30", "03:60", "0330", "", "ab:cd", "03:30:00"] {
+            assert!(Schedule::daily_at(bad, retry).is_none(), "{bad}");
+        }
+    }
+
     #[tokio::test]
     async fn a_failing_pass_is_retried_next_interval_and_stop_is_prompt() {
         let calls = Arc::new(AtomicU64::new(0));
         let (stop_tx, stop_rx) = watch::channel(false);
         let counter = calls.clone();
-        let cleaner = run_loop(TEST_INTERVAL, stop_rx, move || {
-            let call = counter.fetch_add(1, Ordering::SeqCst);
-            async move {
-                if call < 2 {
-                    Err(StoreError::Unavailable("database is locked".into()))
-                } else {
-                    Ok(PassOutcome::default())
+        let cleaner = run_loop(
+            Schedule::Every(TEST_INTERVAL),
+            stepwise_core::system_clock(),
+            stop_rx,
+            move || {
+                let call = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if call < 2 {
+                        Err(StoreError::Unavailable("database is locked".into()))
+                    } else {
+                        Ok(PassOutcome::default())
+                    }
                 }
-            }
-        });
+            },
+        );
         let mut progress = cleaner.progress.clone();
         let seen = wait_until(&mut progress, |p| p.passes >= 3).await;
         assert_eq!(seen.failures, 2);
@@ -295,13 +425,18 @@ mod tests {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
         let mut started_tx = Some(started_tx);
-        let cleaner = run_loop(TEST_INTERVAL, stop_rx, move || {
-            if let Some(tx) = started_tx.take() {
-                let _ = tx.send(());
-            }
-            // A pass that never finishes on its own.
-            std::future::pending::<Result<PassOutcome, StoreError>>()
-        });
+        let cleaner = run_loop(
+            Schedule::Every(TEST_INTERVAL),
+            stepwise_core::system_clock(),
+            stop_rx,
+            move || {
+                if let Some(tx) = started_tx.take() {
+                    let _ = tx.send(());
+                }
+                // A pass that never finishes on its own.
+                std::future::pending::<Result<PassOutcome, StoreError>>()
+            },
+        );
         tokio::time::timeout(DEADLINE, started_rx)
             .await
             .unwrap()

@@ -34,8 +34,11 @@ pub enum Listen {
 /// The retention cleaner's schedule and rules.
 #[derive(Clone)]
 pub struct CleanerSettings {
-    /// Time between two passes (the first runs at start).
+    /// Time between two passes (the first runs at start); with `daily_at`, the time before a
+    /// failed pass is tried again.
     pub interval: Duration,
+    /// Run once a day at this UTC time of day (seconds after midnight) instead, not at start.
+    pub daily_at: Option<u32>,
     pub policy: RetentionPolicy,
     /// Whose "now" each pass uses ([`stepwise_core::system_clock`] outside tests).
     pub clock: SharedClock,
@@ -162,9 +165,16 @@ impl<S: Store> Node<S> {
             engine.spawn_workers();
         }
         let (stop, stopped) = watch::channel(false);
-        let cleaner = settings
-            .cleaner
-            .map(|c| cleaner::spawn(store, c.policy, c.interval, c.clock, stopped.clone()));
+        let cleaner = settings.cleaner.map(|c| {
+            let schedule = match c.daily_at {
+                Some(second_of_day) => cleaner::Schedule::DailyAt {
+                    second_of_day,
+                    retry: c.interval,
+                },
+                None => cleaner::Schedule::Every(c.interval),
+            };
+            cleaner::spawn(store, c.policy, schedule, c.clock, stopped.clone())
+        });
         let metrics = metrics_listener.map(|listener| {
             tokio::spawn(crate::launch_metrics(
                 listener,
@@ -471,6 +481,7 @@ mod tests {
             listen: Listen::Bound(listener),
             cleaner: Some(CleanerSettings {
                 interval: Duration::from_secs(3600),
+                daily_at: None,
                 policy: RetentionPolicy::default(),
                 clock: clock.clone(),
             }),
