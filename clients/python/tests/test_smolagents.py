@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("smolagents")
 
 from smolagents import CodeAgent, ToolCallingAgent, tool  # noqa: E402
-from smolagents.memory import ActionStep, FinalAnswerStep, TaskStep  # noqa: E402
+from smolagents.memory import ActionStep, FinalAnswerStep, TaskStep, ToolCall  # noqa: E402
 from smolagents.models import (  # noqa: E402
     ChatMessage,
     ChatMessageToolCall,
@@ -615,6 +615,32 @@ def test_undecodable_steps_are_skipped_with_a_warning(client, name, caplog):
     assert fresh.memory.steps[1].code_action == agent.memory.steps[1].code_action
     warnings = [r for r in caplog.records if "cannot be decoded" in r.getMessage()]
     assert len(warnings) == 4
+
+
+def test_max_restore_steps_restores_the_last_steps_after_a_summary_of_the_rest(client, name):
+    agent = tool_agent([])
+    memory = StepwiseMemory(client, session=name).attach(agent)
+    memory._begin(agent, "count to eight", True)
+    agent.memory.steps.append(TaskStep(task="count to eight"))
+    for n in range(1, 9):
+        step = action_step(n)
+        step.tool_calls = [ToolCall(name="counter", arguments={"n": n}, id=f"c{n}")]
+        memory._on_step(step, agent=agent)
+    memory._on_step(FinalAnswerStep(output="eight"), agent=agent)
+    assert memory.flush(timeout=30)
+
+    everything = StepwiseMemory(client, session=name).load()
+    assert len(everything) == 9  # the task and the eight actions
+    short = StepwiseMemory(client, session=name, max_restore_steps=3).load()
+    summary, *kept = short
+    assert isinstance(summary, TaskStep)
+    assert "6 steps not restored" in summary.task
+    assert "'count to eight'" in summary.task and "counter ×5" in summary.task
+    assert [s.step_number for s in kept] == [6, 7, 8]
+    assert len(StepwiseMemory(client, session=name, max_restore_steps=50).load()) == 9
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError):
+            StepwiseMemory(client, session=name, max_restore_steps=bad)
 
 
 def test_a_summary_from_the_server_becomes_a_task_step(name):

@@ -523,7 +523,11 @@ def decode_step(stored: dict, task: TaskStep | None = None) -> MemoryStep | None
 
 
 def memory_steps(
-    memory: dict, *, restore_all_runs: bool = False, where: str = "the session"
+    memory: dict,
+    *,
+    restore_all_runs: bool = False,
+    where: str = "the session",
+    max_restore_steps: int | None = None,
 ) -> list[MemoryStep]:
     """The smolagents steps of a session's memory (``GET /v1/sessions/{id}/memory``, or a
     worker claim's ``memory``): what ``StepwiseMemory.restore`` puts in an agent's memory.
@@ -532,6 +536,8 @@ def memory_steps(
     cannot be decoded are skipped with a warning. Unless ``restore_all_runs``, the steps start
     at the session's last run that began with ``reset=True``. When the server restored only
     part of the session (``restored: "summary"``), its summary comes first, as a ``TaskStep``.
+    With ``max_restore_steps=N`` only the last N steps come back, after a ``TaskStep`` that
+    sums up the ones left out (their tasks and the tools they called).
     """
     steps: list[MemoryStep] = []
     tasks: dict[Any, TaskStep] = {}  # each execution's TaskStep
@@ -560,10 +566,31 @@ def memory_steps(
         if isinstance(step, TaskStep):
             tasks.setdefault(stored.get("execution_id"), step)
         steps.append(step)
+    if max_restore_steps is not None and len(steps) > max_restore_steps:
+        cut = len(steps) - max_restore_steps
+        steps = [TaskStep(task=_left_out(steps[:cut]))] + steps[cut:]
     summary = memory.get("summary")
     if memory.get("restored") == "summary" and isinstance(summary, dict) and summary.get("text"):
         steps.insert(0, TaskStep(task=summary["text"]))
     return steps
+
+
+def _left_out(steps: list[MemoryStep], limit: int = 2000) -> str:
+    """A short account of the steps a restore left out: the tasks asked and the tools called."""
+    tasks = [s.task for s in steps if isinstance(s, TaskStep) and isinstance(s.task, str)]
+    tools: dict[str, int] = {}
+    for step in steps:
+        for call in getattr(step, "tool_calls", None) or []:
+            name = getattr(call, "name", None)
+            if isinstance(name, str):
+                tools[name] = tools.get(name, 0) + 1
+    text = f"Earlier in this session ({len(steps)} steps not restored here)"
+    if tasks:
+        text += ", the user asked: " + "; ".join(repr(t[:200]) for t in tasks)
+    if tools:
+        text += ". Tools called: " + ", ".join(f"{name} ×{n}" for name, n in tools.items())
+    text += "."
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _tool_inputs(agent: Any) -> dict[str, str]:

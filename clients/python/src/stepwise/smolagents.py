@@ -97,6 +97,9 @@ class StepwiseMemory:
         restore_all_runs: ``restore`` rebuilds the steps of every run of the session. By
             default it rebuilds what the agent had in memory: the steps from the last run
             started with ``reset=True`` (smolagents' default, which empties the memory) on.
+        max_restore_steps: ``restore`` puts only the last N steps in the agent's memory, after
+            a ``TaskStep`` summing up the earlier ones (for long sessions); ``None`` restores
+            them all.
         retry_for: how long (seconds) the background sender keeps retrying a save while
             the server cannot be reached or answers 5xx/429; then the save is given up
             (logged, counted in ``errors``).
@@ -110,9 +113,15 @@ class StepwiseMemory:
         *,
         save_model_input: bool = False,
         restore_all_runs: bool = False,
+        max_restore_steps: int | None = None,
         retry_for: float = 60.0,
         **session_kwargs: Any,
     ) -> None:
+        if max_restore_steps is not None and (
+            isinstance(max_restore_steps, bool) or not isinstance(max_restore_steps, int) or max_restore_steps < 1
+        ):
+            raise ValueError(f"max_restore_steps must be a positive integer or None, got {max_restore_steps!r}")
+        self.max_restore_steps = max_restore_steps
         self.client = client
         self.retry_for = retry_for
         self.save_model_input = save_model_input
@@ -203,6 +212,7 @@ class StepwiseMemory:
             self.client.get_memory(self.session_id),
             restore_all_runs=self.restore_all_runs,
             where=f"session {self.session_id}",
+            max_restore_steps=self.max_restore_steps,
         )
 
     def switch(self, agent: Any, session: str, **session_kwargs: Any) -> StepwiseMemory:
