@@ -335,6 +335,24 @@ def test_the_same_save_again_is_stored_once(server: LocalServer) -> None:
     run(main())
 
 
+def test_a_description_is_the_title_of_the_sessions_the_provider_creates(server: LocalServer, client: Stepwise) -> None:
+    session_id = unique()
+    plain_id = unique()
+
+    async def main() -> None:
+        described = StepwiseHistoryProvider(client=AsyncStepwise(server.url), description="Trip to Lisbon")
+        await described.save_messages(session_id, [Message(role="user", contents=["plan my trip"])])
+        plain = StepwiseHistoryProvider(client=AsyncStepwise(server.url))
+        await plain.save_messages(plain_id, [Message(role="user", contents=["hello"])])
+
+    run(main())
+    assert client.find_session(stepwise_name(session_id))["title"] == "Trip to Lisbon"
+    assert client.find_session(stepwise_name(plain_id))["title"] == plain_id
+    for bad in ("", "   ", 3):
+        with pytest.raises(ValueError):
+            StepwiseHistoryProvider(client=Stepwise("http://127.0.0.1:1"), description=bad)  # type: ignore[arg-type]
+
+
 def test_a_save_whose_answer_was_lost_is_not_stored_twice_when_sent_again(server: LocalServer) -> None:
     session_id = unique()
 

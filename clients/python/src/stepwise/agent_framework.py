@@ -433,13 +433,18 @@ class _Connections:
             await own.aclose()
 
 
-async def _find_or_create(client: AsyncStepwise, key: str, *, create: bool) -> dict[str, Any] | None:
-    """The Stepwise session of an Agent Framework id: by name, else created (when `create`)."""
+async def _find_or_create(
+    client: AsyncStepwise, key: str, *, create: bool, title: str | None = None
+) -> dict[str, Any] | None:
+    """The Stepwise session of an Agent Framework id: by name, else created (when `create`),
+    titled `title` (default: the id)."""
     name = stepwise_name(key)
     found = await client.find_session(name)
     if found is None and create:
         try:
-            found = await client.create_session(name=name, title=_title(key), metadata={METADATA_KEY: key})
+            found = await client.create_session(
+                name=name, title=title or _title(key), metadata={METADATA_KEY: key}
+            )
         except StepwiseError as e:
             if e.code != "conflict":
                 raise
@@ -480,6 +485,8 @@ class StepwiseHistoryProvider(HistoryProvider):
         store_outputs: the framework's `HistoryProvider` settings.
         skip_excluded: leave out loaded messages whose ``additional_properties["_excluded"]``
             is true.
+        description: the title of the Stepwise sessions this provider creates (what
+            ``stepwise sessions list`` and the web UI's history show; default: the session id).
 
     Nothing is sent before the first call.
     """
@@ -500,6 +507,7 @@ class StepwiseHistoryProvider(HistoryProvider):
         store_context_from: set[str] | None = None,
         store_outputs: bool = True,
         skip_excluded: bool = False,
+        description: str | None = None,
     ) -> None:
         super().__init__(
             source_id,
@@ -513,6 +521,9 @@ class StepwiseHistoryProvider(HistoryProvider):
             raise ValueError(f"max_messages must be a positive integer or None, got {max_messages!r}")
         self.max_messages = max_messages
         self.skip_excluded = skip_excluded
+        if description is not None and (not isinstance(description, str) or not description.strip()):
+            raise ValueError(f"description must be a non-empty string or None, got {description!r}")
+        self.description = _title(description) if description is not None else None
         self._connections = _Connections(client, base_url, api_key)
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         # The sessions whose whole decoded history is kept, least recently used first.
@@ -590,7 +601,7 @@ class StepwiseHistoryProvider(HistoryProvider):
                     raise
             logger.warning("the Stepwise session %s recorded for %r is not found (or deleted); "
                            "looking it up by name", recorded, key)
-        found = await _find_or_create(client, key, create=create)
+        found = await _find_or_create(client, key, create=create, title=self.description)
         if found is None:
             return None
         return self._remember(key, _Conversation(str(found["id"])))
