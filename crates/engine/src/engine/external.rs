@@ -184,8 +184,10 @@ impl<S: Store> Engine<S> {
 
     /// What a step an agent outside the server saved tells the session, as the engine's own
     /// runs tell it: `step.started`, `tool.called` then `tool.completed` for each of its tool
-    /// calls, `step.completed`, then its status line ("Step 2: called search"). A user's
-    /// answer (`user_input`) is only its `step.completed`: the answer is shown already.
+    /// calls, `step.completed`, then — for a worker's agent, run from the queue as built-in
+    /// ones are — its status line ("Step 2: called search"). A recorder's (`external`)
+    /// session keeps only its conversation as messages. A user's answer (`user_input`) is
+    /// only its `step.completed`: the answer is shown already.
     pub(super) async fn announce_step(&self, tenant: &Tenant, execution: &Execution, step: &Step) {
         let publisher = &self.inner.publisher;
         let number = step.step_number;
@@ -236,7 +238,7 @@ impl<S: Store> Engine<S> {
             format!("Completed step {number}")
         };
         event(EventType::StepCompleted, content, first_tool.clone()).await;
-        if user_input {
+        if user_input || execution.agent_type == EXTERNAL_AGENT {
             return;
         }
         if let Some(session_id) = execution.session_id {
