@@ -860,7 +860,7 @@ async fn a_workers_step_is_told_like_a_built_in_one_and_include_step_carries_it(
     let messages = server.messages(&session).await;
     let line = messages
         .iter()
-        .find(|m| m["content"] == "Step 1: called search")
+        .find(|m| m["content"] == "Step 1: called search · Looking it up")
         .expect("the step's status line");
     assert_eq!(line["role"], "info");
     assert_eq!(line["metadata"]["tool"], "search");

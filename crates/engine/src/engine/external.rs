@@ -369,23 +369,35 @@ impl<S: Store> Engine<S> {
 /// The longest tool result a `tool.completed` event of a posted step carries, in characters.
 const TOOL_RESULT_CHARS: usize = 2_000;
 
-/// A posted step's status line, worded as the engine's own: "called search", "final
-/// answer", "planned: ...", "failed: ...", "thought".
+/// A posted step's status line, worded as the web UI words a stored step: "called echo ·
+/// Echoing it" (its tools, the first line of its `model_output`, its error), "final answer";
+/// "thought" for an action that says nothing.
 fn step_summary(step: &Step) -> String {
+    if step.kind == StepKind::FinalAnswer {
+        return "final answer".into();
+    }
+    let mut parts = Vec::new();
+    if !step.tool_calls.is_empty() {
+        let names: Vec<&str> = step.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        parts.push(format!("called {}", names.join(", ")));
+    }
+    if let Some(line) = step
+        .model_output
+        .as_deref()
+        .and_then(|t| t.trim().lines().next())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
+        parts.push(cut(line, 160));
+    }
     if let Some(error) = &step.error {
-        return format!("failed: {}", error.message);
+        parts.push(format!("failed: {}", error.message));
     }
-    match step.kind {
-        StepKind::FinalAnswer => "final answer".into(),
-        StepKind::Planning => {
-            let plan = step.model_output.as_deref().unwrap_or("");
-            format!("planned: {}", cut(plan.lines().next().unwrap_or(""), 80))
-        }
-        _ if !step.tool_calls.is_empty() => {
-            let names: Vec<&str> = step.tool_calls.iter().map(|c| c.name.as_str()).collect();
-            format!("called {}", names.join(", "))
-        }
-        StepKind::Action => "thought".into(),
-        kind => kind.as_str().replace('_', " "),
+    if parts.is_empty() {
+        return match step.kind {
+            StepKind::Action => "thought".into(),
+            kind => kind.as_str().replace('_', " "),
+        };
     }
+    parts.join(" · ")
 }
