@@ -665,6 +665,8 @@ export type RunAgentInput = {
 export type Session = {
   agent?: null | SessionAgent;
   created_at: Timestamp;
+  /** The session's first user message, cut to 200 characters (`null` before one). */
+  first_message?: string | null;
   id: string;
   initial_context_url?: string | null;
   last_execution_id?: string | null;

@@ -216,12 +216,21 @@ async fn list<S: Store>(
                 s.status.to_string(),
                 s.message_count.to_string(),
                 s.updated_at.to_string(),
-                table::clip(s.title.as_deref().unwrap_or("-"), 60),
+                table::clip(s.title.as_deref().unwrap_or("-"), 40),
+                table::clip(s.first_message.as_deref().unwrap_or("-"), 40),
             ]
         })
         .collect();
     table::print(
-        &["ID", "NAME", "STATUS", "MESSAGES", "UPDATED", "TITLE"],
+        &[
+            "ID",
+            "NAME",
+            "STATUS",
+            "MESSAGES",
+            "UPDATED",
+            "TITLE",
+            "FIRST MESSAGE",
+        ],
         &rows,
     );
     if next_cursor.is_some() {
@@ -251,6 +260,10 @@ async fn show<S: Store>(
         vec!["user".into(), session.user_id.clone()],
         vec!["related".into(), related(&session)],
         vec!["messages".into(), session.message_count.to_string()],
+        vec![
+            "first message".into(),
+            table::or_dash(session.first_message.as_deref()),
+        ],
         vec!["executions".into(), executions.len().to_string()],
         vec![
             "last execution".into(),

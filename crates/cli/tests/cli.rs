@@ -173,6 +173,7 @@ fn sample_document() -> SessionDocument {
         last_execution_id: Some(execution_id),
         last_snapshot_id: None,
         message_count: 2,
+        first_message: None,
         created_at: t(0),
         updated_at: t(10),
     };

@@ -195,6 +195,9 @@ pub struct Session {
     pub last_execution_id: Option<Uuid>,
     pub last_snapshot_id: Option<Uuid>,
     pub message_count: u64,
+    /// The session's first user message, cut to 200 characters (`null` before one).
+    #[serde(default)]
+    pub first_message: Option<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -392,6 +392,7 @@ fn build(parts: Parts) -> SessionDocument {
             last_execution_id: executions.last().map(|e| e.id),
             last_snapshot_id: snapshots.last().map(|s| s.id),
             message_count,
+            first_message: None,
             created_at,
             updated_at,
         },

@@ -325,6 +325,13 @@ pub fn decode_container(bytes: &[u8], expect_session: bool) -> Result<Decoded, U
         }
     }
     container.messages.sort_by_key(|x| (x.created_at, x.id));
+    if let Some(session) = container.session.as_mut() {
+        session.first_message = container
+            .messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map(|m| crate::messages::first_message_of(&m.content));
+    }
     for raw in file.executions {
         match Execution::deserialize(&raw) {
             Ok(mut execution) => {

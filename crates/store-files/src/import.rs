@@ -114,8 +114,17 @@ fn container_of(plan: ImportPlan) -> Container {
                 .insert(step.step_number, StoredStep::Decoded(step));
         }
     }
+    // What the messages say, not what the document claims.
+    let first_message = doc
+        .messages
+        .iter()
+        .find(|m| m.role == stepwise_core::Role::User)
+        .map(|m| crate::messages::first_message_of(&m.content));
     Container {
-        session: Some(doc.session),
+        session: Some(stepwise_core::Session {
+            first_message,
+            ..doc.session
+        }),
         messages: doc.messages,
         executions,
         snapshots: doc.snapshots,

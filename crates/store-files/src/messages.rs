@@ -22,6 +22,9 @@ impl stepwise_store::MessageStore for FileStore {
             container.messages.push(message.clone());
             if let Some(session) = container.session.as_mut() {
                 session.message_count += 1;
+                if session.first_message.is_none() && message.role == stepwise_core::Role::User {
+                    session.first_message = Some(first_message_of(&message.content));
+                }
                 session.updated_at = now;
             }
             state.touch(
@@ -70,4 +73,12 @@ impl stepwise_store::MessageStore for FileStore {
             .collect();
         Ok(matching)
     }
+}
+
+/// A session's `first_message`: its first user message, cut to 200 characters.
+pub(crate) fn first_message_of(content: &str) -> String {
+    content
+        .chars()
+        .take(stepwise_core::summary::MAX_REQUEST_CHARS)
+        .collect()
 }

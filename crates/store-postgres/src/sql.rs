@@ -196,7 +196,7 @@ fn enum_col<T>(row: &Row, col: &str, parse: fn(&str) -> Option<T>) -> Result<T, 
 /// The columns [`session`] reads, as a literal for `concat!`.
 macro_rules! session_cols {
     () => {
-        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, agent, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
+        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, agent, last_execution_id, last_snapshot_id, message_count, created_at, updated_at, (SELECT left(m.content, 200) FROM messages m WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.created_at, m.id LIMIT 1) AS first_message"
     };
 }
 pub(crate) use session_cols;
@@ -218,6 +218,7 @@ pub(crate) fn session(row: &Row) -> Result<Session, StoreError> {
         last_execution_id: get(row, "last_execution_id")?,
         last_snapshot_id: get(row, "last_snapshot_id")?,
         message_count: u64_col(row, "message_count")?,
+        first_message: get(row, "first_message")?,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
     })

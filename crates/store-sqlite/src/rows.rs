@@ -86,7 +86,7 @@ fn enum_col<T>(row: &Row<'_>, col: &str, parse: fn(&str) -> Option<T>) -> rusqli
 /// The columns [`session`] reads, as a literal for `concat!` in statements.
 macro_rules! session_cols {
     () => {
-        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, agent, last_execution_id, last_snapshot_id, message_count, created_at, updated_at"
+        "id, tenant_id, user_id, name, title, status, related_type, related_id, initial_context_url, metadata, agent, last_execution_id, last_snapshot_id, message_count, created_at, updated_at, (SELECT substr(m.content, 1, 200) FROM messages m WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.created_at, m.id LIMIT 1) AS first_message"
     };
 }
 pub(crate) use session_cols;
@@ -109,6 +109,7 @@ pub(crate) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
         last_execution_id: opt_id(row, "last_execution_id")?,
         last_snapshot_id: opt_id(row, "last_snapshot_id")?,
         message_count: u64_col(row, "message_count")?,
+        first_message: row.get("first_message")?,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
     })

@@ -29,6 +29,7 @@ impl NewSession {
             last_execution_id: None,
             last_snapshot_id: None,
             message_count: 0,
+            first_message: None,
             created_at: now,
             updated_at: now,
         }

@@ -41,6 +41,8 @@ describe('history', () => {
       assert.match(await row(first).textContent(), /active/);
       // No "N messages": the session's message_count counts its runs' status lines too.
       assert.doesNotMatch(await row(first).textContent(), /\d+ messages?/);
+      // The first question under the title (the session's first_message).
+      assert.equal(await row(first).locator('.history-first').textContent(), 'hello alpha');
 
       // Search filters by title over the loaded rows.
       await page.locator('#history-search').fill(`${tag} beta`);

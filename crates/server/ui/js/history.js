@@ -79,6 +79,10 @@ function fillHistoryRow(li, session) {
   li.dataset.status = session.status;
   const open = el('button', { type: 'button', class: 'history-open', onclick: () => { openSession(session.id); if (window.matchMedia('(max-width: 900px)').matches) toggleHistory(false); } },
     el('span', { class: 'history-title' }, sessionLabel(session)),
+    // The first question, where the title does not already say it.
+    session.first_message && session.first_message !== sessionLabel(session)
+      ? el('span', { class: 'history-first', title: session.first_message }, session.first_message)
+      : null,
     el('span', { class: 'history-meta' },
       el('span', { class: `badge status-${session.status}` }, session.status),
       // No message count: the session's `message_count` counts the runs' status lines too,

@@ -16,6 +16,54 @@ pub async fn messages<H: Harness>(harness: &H) {
     let execution =
         create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
 
+    // first_message: none before a user message; an agent's lines do not count; the first
+    // user message, cut to 200 characters, and later ones do not change it.
+    assert_eq!(session.first_message, None);
+    let opener = create_session(&store, &acme, Some("opener")).await.id;
+    ok(
+        store
+            .append_message(
+                &acme,
+                NewMessage::new(opener, Role::Info, "Execution queued"),
+            )
+            .await,
+        "append_message",
+    );
+    assert_eq!(
+        some(store.get_session(&acme, opener).await, "get_session").first_message,
+        None
+    );
+    let long = format!("é{}", "x".repeat(300));
+    for content in [long.as_str(), "a later question"] {
+        ok(
+            store
+                .append_message(&acme, NewMessage::new(opener, Role::User, content))
+                .await,
+            "append_message",
+        );
+    }
+    let expected: String = long.chars().take(200).collect();
+    assert_eq!(
+        some(store.get_session(&acme, opener).await, "get_session").first_message,
+        Some(expected.clone())
+    );
+    let listed = ok(
+        store
+            .list_sessions(
+                &acme,
+                stepwise_store::SessionFilter::default(),
+                stepwise_store::PageRequest::first(100),
+            )
+            .await,
+        "list_sessions",
+    );
+    let found = listed
+        .items
+        .iter()
+        .find(|s| s.id == opener)
+        .expect("listed");
+    assert_eq!(found.first_message, Some(expected));
+
     let mut before = session.clone();
     let mut appended: Vec<Message> = Vec::new();
     let script = [
