@@ -212,6 +212,12 @@ describe('the first hour', () => {
     }
     const { context, page } = await openPage(browser);
     try {
+      // The agent list arrives after the run is on the page (as on a slow network): the page
+      // still watches the run's lease.
+      await page.route('**/v1/agents', async (route) => {
+        await new Promise((resolve) => setTimeout(resolve, 3000));
+        return route.continue();
+      });
       await page.goto(`${BASE}/?session=${posted.body.session_id}`);
       await page.locator('#runbar-text', { hasText: /^Running/ }).waitFor();
       const silent = page.locator('#runbar-text', { hasText: /waiting for a worker \((lease expires in \d+ s|lease expired)/ });

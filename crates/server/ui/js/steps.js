@@ -8,7 +8,7 @@ import { clockTime, parseTime, plural } from './format.js';
 import { openInspector, refreshInspectorFor } from './inspector.js';
 import { isAgentStep, stepLineText, stepOf } from './metadata.js';
 import {
-  ACTIVE_STATUSES, FINISHED_STATUSES, appendToStream, isWorkerAgent, rootExec, scrollToBottom, showError,
+  ACTIVE_STATUSES, FINISHED_STATUSES, appendToStream, isWorkerAgent, mayBeWorkerAgent, rootExec, scrollToBottom, showError,
   streamEl, updateEmpty, view,
 } from './view.js';
 
@@ -515,8 +515,10 @@ const LEASE_POLL_MS = 2000;
 const LEASE_SILENT_MS = 8000;
 let leaseTimer = null;
 
+// Polled while the agent list may still be loading (then a built-in run is polled a while: it
+// renews its lease, so no note shows); the note itself is for a worker's run only.
 function leasedRuns() {
-  return topLevelExecs().filter((e) => e.status === 'running' && e.data && isWorkerAgent(e.data.agent_type));
+  return topLevelExecs().filter((e) => e.status === 'running' && e.data && mayBeWorkerAgent(e.data.agent_type));
 }
 
 /** Polls the lease of the session's running worker runs while there are any. */
@@ -549,6 +551,7 @@ async function pollLeases() {
 /** "waiting for a worker (lease expires in 9 s)" for a run whose worker stopped renewing. */
 function silentWorkerNote(exec) {
   const lease = exec.lease;
+  if (!exec.data || !isWorkerAgent(exec.data.agent_type)) return '';
   if (!lease || !lease.at || Date.now() - lease.since < LEASE_SILENT_MS) return '';
   const expires = parseTime(lease.at);
   if (expires === null) return '';

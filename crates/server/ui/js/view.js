@@ -161,6 +161,12 @@ export function isWorkerAgent(type) {
   return picker.loadedAt > 0;
 }
 
+/** Whether an agent type may be a worker's: a worker's, or not known yet (the list not loaded). */
+export function mayBeWorkerAgent(type) {
+  if (!type || type === 'external') return false;
+  return picker.loadedAt === 0 || isWorkerAgent(type);
+}
+
 /** The agent type the next new session is created with, or null for the server's default. */
 export function newSessionAgent() {
   return picker.next || null;
