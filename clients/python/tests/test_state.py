@@ -12,13 +12,13 @@ import threading
 import uuid
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 from pydantic import BaseModel, Field
 
 from stepwise import AsyncStepwise, Stepwise, StepwiseError
-from stepwise.state import StepwiseState, state_session_name
+from stepwise.state import METADATA_KEY, StateSaveError, StepwiseState, state_session_name
 from stepwise.testing import LocalServer, find_binary, local_server
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
@@ -395,6 +395,260 @@ def test_delete_is_a_soft_delete_and_keys_list_by_status(tmp_path: Path) -> None
             assert store.delete("never-saved") is False
 
 
+# --------------------------------------------------------------------------- saves the server refuses
+
+
+def too_large(sid: str) -> ConversationContext:
+    """A context over the server's default 4 MiB body limit: answered 413."""
+    return ConversationContext(session_id=sid, skill_purpose="too large",
+                               message_history=[{"role": "user", "content": "secret-" + "x" * (5 * 1024 * 1024)}])
+
+
+def test_a_save_the_server_refuses_is_dropped_and_reported(
+    server: LocalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid, other = unique(), unique()
+    reported: list[StateSaveError] = []
+    with fresh(server, on_error=reported.append) as store, caplog.at_level(logging.INFO, logger="stepwise.state"):
+        agent = SkillCreationAgent(store)
+        agent.handle_message("Create a skill", sid)
+        assert store.flush(timeout=60) is True and store.errors == []
+
+        store.save(sid, too_large(sid))
+        agent.handle_message("Create another skill", other)  # another key's save is not held up
+        assert store.flush(timeout=60) is False  # a save was dropped since the last flush
+        assert store.unsent == []  # dropped, not retried
+        (error,) = store.errors
+        assert (error.key, error.status, error.code) == (sid, 413, "payload_too_large")
+        assert error.at.tzinfo is not None and "4194304" in error.message
+        assert reported == [error]  # on_error once, with the same record
+        assert "refused the state" in caplog.text and "payload_too_large" in caplog.text
+        assert "secret-" not in caplog.text  # the log never carries the state
+        assert store.flush(timeout=60) is True  # reported once: nothing dropped since
+
+        # The next (normal) save of the same key goes through, and is what loads back.
+        ctx = ConversationContext(session_id=sid, skill_name="small again")
+        store.save(sid, ctx)
+        assert store.flush(timeout=60) is True
+        assert len(store.errors) == 1 and len(reported) == 1
+    with fresh(server) as restarted:
+        assert restarted.load(sid) == ctx
+        assert restarted.load(other).skill_purpose == "Create another skill"  # type: ignore[union-attr]
+
+
+def test_an_on_error_that_raises_is_logged_and_the_sender_goes_on(
+    server: LocalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid = unique()
+    calls: list[StateSaveError] = []
+
+    def on_error(error: StateSaveError) -> None:
+        calls.append(error)
+        raise RuntimeError("the alerting hook is broken")
+
+    with fresh(server, on_error=on_error) as store, caplog.at_level(logging.INFO, logger="stepwise.state"):
+        store.save(sid, too_large(sid))
+        assert store.flush(timeout=60) is False
+        assert len(calls) == 1 and "on_error callback raised" in caplog.text
+        store.save(sid, ConversationContext(session_id=sid, skill_name="kept"))
+        assert store.flush(timeout=60) is True
+        assert store.close() is True  # nothing dropped since the last flush
+    with fresh(server) as restarted:
+        assert restarted.load(sid).skill_name == "kept"  # type: ignore[union-attr]
+
+
+def test_errors_keep_the_latest_hundred(server: LocalServer) -> None:
+    from stepwise.state import MAX_ERRORS
+
+    with fresh(server) as store:
+        big = too_large("x")
+        for n in range(3):
+            store.save(f"big-{n}-{uuid.uuid4().hex[:8]}", big)
+        assert store.flush(timeout=120) is False
+        assert [e.code for e in store.errors] == ["payload_too_large"] * 3
+        store.errors.extend(store.errors * 60)  # a public list: trimmed at the next drop
+        store.save(unique(), big)
+        assert store.flush(timeout=60) is False
+        assert len(store.errors) == MAX_ERRORS and store.errors[-1].status == 413
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "relocate", "dropped"),
+    [
+        (413, "payload_too_large", False, True),
+        (400, "invalid_request", False, True),
+        (422, "invalid_request", False, True),
+        (403, "forbidden", False, True),
+        (409, "conflict", False, True),  # e.g. the session name belongs to another key
+        (408, "request_timeout", False, False),
+        (429, "rate_limited", False, False),
+        (500, "internal", False, False),
+        (503, "unavailable", False, False),
+        (None, "connection_error", False, False),
+        (409, "lease_lost", True, False),
+        (422, "invalid_state", True, False),  # the execution finished meanwhile: a new one
+        (404, "not_found", True, False),
+    ],
+)
+def test_which_refusals_are_for_good(status: Optional[int], code: str, relocate: bool, dropped: bool) -> None:
+    from stepwise.state import _Pending, _permanent
+
+    error = StepwiseError(code, "refused", status=status)
+    if relocate:
+        error._state_relocate = True  # type: ignore[attr-defined]
+    item = _Pending(ConversationContext(session_id="s"), {}, None, 1, relocations=1)
+    assert _permanent(error, item) is dropped
+    if relocate and code != "lease_lost":
+        item.relocations = 4  # found again and again, refused each time: dropped after all
+        assert _permanent(error, item) is True
+
+
+# --------------------------------------------------------------------------- the index in the session's metadata
+
+
+def index_of(ctx: ConversationContext) -> dict[str, Any]:
+    """Seed 003's denormalised columns: the FSM state and the skill's name."""
+    return {"state": ctx.state.value, "skill_name": ctx.skill_name}
+
+
+def metadata_of(client: Stepwise, sid: str) -> dict[str, Any]:
+    session = client.find_session(state_session_name(sid))
+    assert session is not None
+    return client.get_session(session["id"])["metadata"]  # type: ignore[no-any-return]
+
+
+def test_index_puts_the_dict_in_the_session_metadata_and_updates_it_when_it_changes(
+    server: LocalServer, client: Stepwise
+) -> None:
+    sid = unique()
+    with fresh(server, index=index_of) as store:
+        sent: list[Any] = []
+        update = store.client.update_session
+
+        def recording(session_id: str, **fields: Any) -> Any:
+            sent.append(fields.get("metadata"))
+            return update(session_id, **fields)
+
+        store.client.update_session = recording  # type: ignore[method-assign]
+        agent = SkillCreationAgent(store)
+        agent.handle_message("Create a skill", sid)
+        assert store.flush(timeout=60)
+        assert metadata_of(client, sid) == {METADATA_KEY: sid, "state": "gathering_purpose", "skill_name": None}
+
+        # Others' metadata keys are kept.
+        session_id = client.find_session(state_session_name(sid))["id"]  # type: ignore[index]
+        client.update_session(session_id, metadata={**metadata_of(client, sid), "team": "growth"})
+
+        sent.clear()
+        ctx = store.load(sid)
+        assert ctx is not None
+        ctx.message_history.append({"role": "user", "content": "same index"})
+        store.save(sid, ctx)  # the indexed values did not change: no metadata sent
+        assert store.flush(timeout=60)
+        assert sent == [None]
+
+        agent.handle_message("Call it formatter", sid)
+        assert store.flush(timeout=60)
+        assert metadata_of(client, sid) == {
+            METADATA_KEY: sid, "state": "gathering_details", "skill_name": "formatter", "team": "growth",
+        }
+        agent.handle_message("all done", sid)
+        assert store.flush(timeout=60)
+        assert metadata_of(client, sid)["state"] == "completed"
+        assert client.find_session(state_session_name(sid))["status"] == "completed"  # type: ignore[index]
+
+    # A restarted process with the same index sends nothing when nothing changed.
+    with fresh(server, index=index_of) as again:
+        sent_again: list[Any] = []
+        update_again = again.client.update_session
+
+        def recording_again(session_id: str, **fields: Any) -> Any:
+            sent_again.append(fields.get("metadata"))
+            return update_again(session_id, **fields)
+
+        again.client.update_session = recording_again  # type: ignore[method-assign]
+        ctx = again.load(sid)
+        assert ctx is not None
+        again.save(sid, ctx)
+        assert again.flush(timeout=60)
+        assert sent_again == [None]
+        assert again.load(sid) == ctx
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda ctx: {"state": ctx.state.value, "history": ctx.message_history},  # not a scalar
+        lambda ctx: ["not", "a", "dict"],
+        lambda ctx: {1: "not a str key"},
+        lambda ctx: {METADATA_KEY: "the store's own key"},
+        lambda ctx: {"ratio": float("nan")},
+        lambda ctx: 1 / 0,  # index= raised
+    ],
+    ids=["list-value", "not-a-dict", "int-key", "reserved-key", "nan", "raises"],
+)
+def test_a_bad_index_value_does_not_block_the_save(
+    server: LocalServer, client: Stepwise, caplog: pytest.LogCaptureFixture, bad: Callable[[Any], Any]
+) -> None:
+    sid = unique()
+    with fresh(server, index=bad) as store, caplog.at_level(logging.WARNING, logger="stepwise.state"):
+        SkillCreationAgent(store).handle_message("Create a skill", sid)
+        assert store.flush(timeout=60) is True and store.errors == []
+        assert "not indexed" in caplog.text
+    assert metadata_of(client, sid) == {METADATA_KEY: sid}  # the key kept, nothing else
+    with fresh(server) as restarted:
+        assert restarted.load(sid).skill_purpose == "Create a skill"  # type: ignore[union-attr]
+
+
+def test_an_index_over_the_metadata_limit_does_not_block_the_save(server: LocalServer, client: Stepwise) -> None:
+    sid = unique()
+    with fresh(server, index=lambda ctx: {"blob": "x" * 20_000}) as store:
+        SkillCreationAgent(store).handle_message("Create a skill", sid)
+        assert store.flush(timeout=60) is True
+    assert metadata_of(client, sid) == {METADATA_KEY: sid}
+    with fresh(server) as restarted:
+        assert restarted.load(sid) is not None
+
+
+def metadata_filter_answer(client: Stepwise) -> Optional[bool]:
+    """Whether the server filters `GET /v1/sessions?metadata.KEY=VALUE`: ``True``, ``False``
+    (it ignores the parameter), ``None`` (it refuses it with a 400)."""
+    mark = uuid.uuid4().hex
+    client.create_session(name=unique("probe"), metadata={"probe": mark})
+    client.create_session(name=unique("probe"), metadata={"probe": "other"})
+    try:
+        found = list(client.list_sessions(metadata={"probe": mark}))
+    except StepwiseError as e:
+        if e.status == 400:
+            return None
+        raise
+    return [s["metadata"]["probe"] for s in found] == [mark]
+
+
+def test_find_lists_the_keys_by_their_index(tmp_path: Path) -> None:
+    with local_server(database=f"sqlite://{tmp_path / 'find.db'}") as srv:
+        filtering = metadata_filter_answer(srv.client)
+        if filtering is None:
+            pytest.skip("this server refuses GET /v1/sessions?metadata.KEY=VALUE (400)")
+        with StepwiseState(ConversationContext, Stepwise(srv.url), index=index_of) as store:
+            agent = SkillCreationAgent(store)
+            for key in ("chat-a", "chat b", "chat-c"):
+                agent.handle_message("Create a skill", key)
+            agent.handle_message("Call it formatter", "chat b")
+            agent.handle_message("Call it formatter", "chat-c")
+            agent.handle_message("all done", "chat-c")
+            assert store.flush(timeout=60)
+            assert store.find(state="gathering_purpose") == ["chat-a"]
+            assert store.find(state="gathering_details", skill_name="formatter") == ["chat b"]
+            assert sorted(store.find(skill_name="formatter")) == ["chat b", "chat-c"]
+            assert store.find(state="completed", skill_name="other") == []
+            if filtering:  # the server's own filter: only the matching sessions come back
+                names = [s["name"] for s in srv.client.list_sessions(metadata={"state": "completed"})]
+                assert names == [state_session_name("chat-c")]
+            with pytest.raises(TypeError):
+                store.find(state=["a", "list"])  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- asyncio and clients
 
 
@@ -472,3 +726,31 @@ def test_doc_examples_run(index: int, server: LocalServer, monkeypatch: pytest.M
     out = capsys.readouterr().out
     if index == 0:
         assert out.splitlines()[-2:] == ["gathering 2", "gathering 2"]
+    if index == 1:  # on_error, errors and find: nothing refused, the session found by its index
+        assert out.splitlines() == ["True"]
+
+
+# --------------------------------------------------------------------------- a flat database
+
+
+def test_a_thousand_exchanges_keep_one_state_row(tmp_path: Path) -> None:
+    """Seed 003's chat of 1,000 exchanges: one current state per session in the database, not
+    one copy of the growing context per save."""
+    import sqlite3
+
+    db = tmp_path / "flat.db"
+    with local_server(database=f"sqlite://{db}") as running:
+        with StepwiseState(ConversationContext, Stepwise(running.url), status=status_of) as store:
+            agent = SkillCreationAgent(store)
+            key = unique()
+            for n in range(1000):
+                agent.handle_message(f"message {n} about skill_{n % 7}", key)
+            assert store.flush(timeout=120)
+            assert store.errors == []
+            reloaded = fresh(running)
+            ctx = reloaded.load(key)
+            reloaded.close()
+    assert ctx is not None and len(ctx.message_history) == 2000
+    with sqlite3.connect(db) as conn:
+        (rows,) = conn.execute("SELECT COUNT(*) FROM snapshots").fetchone()
+    assert rows == 1, f"{rows} snapshot rows after 1,000 saves of one session"

@@ -44,6 +44,7 @@ import type {
   MintedToken,
   NewSessionMessageBody,
   OpenExecutionBody,
+  OpenedExecution,
   PauseBody,
   PopItemBody,
   PoppedItem,
@@ -359,9 +360,12 @@ export class Stepwise {
   /**
    * `POST /v1/sessions/{id}/executions`: with `agent_type: 'external'`, a running execution the
    * caller drives itself; with a worker's agent type, a pending execution that type's workers
-   * claim (e.g. a worker agent's subagent, with `parent_execution_id`).
+   * claim (e.g. a worker agent's subagent, with `parent_execution_id`). An external one comes
+   * with its `lease` and `heartbeat_interval_s`: send the lease with its writes (the
+   * `Stepwise-Lease` header) and heartbeat it while writing nothing, or the server fails it
+   * when the lease runs out ("its recorder stopped"); `lease: false` opens one without.
    */
-  openExecution(sessionId: string, body: OpenExecutionBody): Promise<Execution> {
+  openExecution(sessionId: string, body: OpenExecutionBody): Promise<OpenedExecution> {
     return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/executions`, body });
   }
 

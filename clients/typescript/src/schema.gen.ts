@@ -550,8 +550,30 @@ export type OpenExecutionBody = {
   /** `external` (a running execution this caller drives), or a worker's agent type (a pending execution its workers claim, e.g. a worker agent's subagent); not a built-in agent type */
   agent_type: string;
   input?: unknown;
+  /**
+   * An external execution is held under a lease its recorder renews (every write
+   * carrying it in the `Stepwise-Lease` header, and `POST /v1/executions/{id}/heartbeat`);
+   * when none comes within the lease, the server fails it ("its recorder stopped") and
+   * the session's queue moves on. `false`: no lease, held `running` until finished
+   * (the behaviour before leases, for recorders that never renew; kept for one release).
+   */
+  lease?: boolean | null;
   metadata?: { [key: string]: unknown } | null;
   parent_execution_id?: string | null;
+};
+
+/** An opened execution: the Execution, and for a leased external one its lease. */
+export type OpenedExecution = Execution & {
+  /**
+   * How often to heartbeat while nothing else is written (a third of the lease;
+   * `null`: not leased). The lease runs out at `lease_expires_at`.
+   */
+  heartbeat_interval_s?: number | null;
+  /**
+   * The lease token: send it as the `Stepwise-Lease` header on the execution's writes
+   * and in its heartbeats (`null`: not leased).
+   */
+  lease?: string | null;
 };
 
 /** The question for the user. */
@@ -730,6 +752,11 @@ export type SnapshotInput = {
   debug_mode?: boolean | null;
   is_final?: boolean | null;
   parent_snapshot_id?: string | null;
+  /**
+   * This snapshot replaces the execution's earlier ones (deleted in the same write), so a
+   * state saved over and over keeps one row. Default `false`: every snapshot is kept.
+   */
+  replace?: boolean | null;
   state: unknown;
   step_number?: number | null;
 };

@@ -257,6 +257,7 @@ async fn new_target<S: Store>(store: &S, tenant: &Tenant, label: &str) -> anyhow
                 input: json!({ "workload": label }),
                 metadata: json!({}),
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await?;

@@ -173,6 +173,7 @@ async fn list<S: Store>(
         related_type,
         related_id,
         user_id: None,
+        metadata: Vec::new(),
     };
     let mut items: Vec<Session> = Vec::new();
     let mut cursor = None;

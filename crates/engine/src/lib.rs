@@ -24,8 +24,8 @@ pub use agent::{Agent, AgentContext, AgentError, AgentRegistry, Decision, DeltaS
 pub use demo::{DEMO_AGENT, DemoAgent};
 pub use engine::{
     AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, ExternalSnapshot, ExternalStep, Heartbeat,
-    MAX_TOOL_CALLS_PER_STEP, MessageInput, MessageNote, OpenExternal, Publisher, Submitted,
-    UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim,
+    MAX_TOOL_CALLS_PER_STEP, MessageInput, MessageNote, OpenExternal, OpenedExternal, Publisher,
+    Submitted, UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim,
 };
 pub use tools::{Tool, ToolError, ToolSet, ToolSpec};
 

@@ -259,7 +259,7 @@ impl Modify for MiddlewareResponses {
         crate::sessions::import::LegacySessionFile,
         crate::messages::post::MessageBody, crate::messages::post_new_session::NewSessionMessageBody,
         crate::messages::AgentBody, crate::messages::MessageAccepted, SseFrame,
-        crate::executions::open::OpenExecutionBody, crate::executions::append_step::StepInput,
+        crate::executions::open::OpenExecutionBody, crate::executions::open::OpenedExecution, crate::executions::append_step::StepInput,
         crate::executions::append_steps::StepBatch, crate::executions::append_steps::StepsAppended,
         crate::executions::save_snapshot::SnapshotInput, crate::executions::complete::CompleteBody,
         crate::executions::fail::FailBody, crate::executions::pause::PauseBody,

@@ -47,6 +47,7 @@ async fn executions_queued_before_start_are_claimed_together_in_one_query() {
                     input: json!({"message": "steps: 20"}),
                     metadata: Value::Null,
                     status: ExecutionStatus::Pending,
+                    lease: None,
                 },
             )
             .await

@@ -582,7 +582,53 @@ async fn each_role_reaches_its_families_and_gets_forbidden_elsewhere() {
     assert_eq!(
         server.send(heartbeat).await.0,
         403,
-        "a user never heartbeats"
+        "a user never heartbeats a worker's execution"
+    );
+    // A user's recorder renews the lease of the external execution it opened; another
+    // user of the tenant does not see it.
+    let (_, own) = call(&server, &user, "POST", "/v1/sessions", Some(json!({}))).await;
+    let (status, opened) = call(
+        &server,
+        &user,
+        "POST",
+        &format!(
+            "/v1/sessions/{}/executions",
+            own["id"].as_str().expect("id")
+        ),
+        Some(json!({"agent_type": "external"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{opened}");
+    let recorder_beat = (
+        format!(
+            "/v1/executions/{}/heartbeat",
+            opened["id"].as_str().expect("id")
+        ),
+        json!({"lease": opened["lease"]}),
+    );
+    let (status, beat) = call(
+        &server,
+        &user,
+        "POST",
+        &recorder_beat.0,
+        Some(recorder_beat.1.clone()),
+    )
+    .await;
+    assert_eq!(status, 200, "the recorder's own heartbeat: {beat}");
+    assert!(beat["lease_expires_at"].is_string(), "{beat}");
+    let dave = key(&server, "acme", "dave", AccessRole::User).await;
+    assert_eq!(
+        call(
+            &server,
+            &dave,
+            "POST",
+            &recorder_beat.0,
+            Some(recorder_beat.1)
+        )
+        .await
+        .0,
+        404,
+        "another user's recorder"
     );
     // The admin's other user's session: not the user's.
     assert_eq!(

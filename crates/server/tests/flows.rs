@@ -670,3 +670,139 @@ async fn a_subscriber_that_stops_reading_catches_up_without_a_gap() {
     }
     server.stop().await;
 }
+
+/// A recorder (an app recording its own agent) that stops renewing its lease: the server
+/// fails its execution, keeps its steps, runs the message queued behind it, and refuses the
+/// recorder's late writes; one opened with `lease: false` stays running as before leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorder_that_stops_renewing_its_lease_no_longer_blocks_its_session() {
+    let server = TestServer::start().await; // leases of 5 s
+    let (_, session) = server.post("/v1/sessions", json!({})).await;
+    let session = session["id"].as_str().unwrap_or_default().to_string();
+    let (status, opened) = server
+        .post(
+            &format!("/v1/sessions/{session}/executions"),
+            json!({"agent_type": "external", "input": {"task": "x"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{opened}");
+    let lease = opened["lease"].as_str().expect("a lease").to_string();
+    assert!(opened["lease_expires_at"].is_string(), "{opened}");
+    let interval = opened["heartbeat_interval_s"].as_f64().expect("interval");
+    assert!(interval > 0.0 && interval < 5.0, "{opened}");
+    let id = opened["id"].as_str().unwrap_or_default().to_string();
+    // A recorder from before leases, in another session: it never sends the lease.
+    let (_, third) = server.post("/v1/sessions", json!({})).await;
+    let (_, old_client) = server
+        .post(
+            &format!(
+                "/v1/sessions/{}/executions",
+                third["id"].as_str().unwrap_or_default()
+            ),
+            json!({"agent_type": "external"}),
+        )
+        .await;
+    let old_id = old_client["id"].as_str().unwrap_or_default().to_string();
+
+    let step =
+        |n: u32| json!({"step_number": n, "kind": "action", "model_output": format!("step {n}")});
+    let post_step = |n: u32, lease: Option<&str>| {
+        let request = server
+            .client
+            .post(server.url(&format!("/v1/executions/{id}/steps")))
+            .json(&step(n));
+        match lease {
+            Some(lease) => request.header("Stepwise-Lease", lease),
+            None => request,
+        }
+    };
+    assert_eq!(server.send(post_step(1, Some(&lease))).await.0, 201);
+    let beat = |lease: &str| {
+        server
+            .client
+            .post(server.url(&format!("/v1/executions/{id}/heartbeat")))
+            .json(&json!({"lease": lease}))
+    };
+    let (status, renewed) = server.send(beat(&lease)).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["cancel_requested"], json!(false));
+    let (status, forged) = server.send(beat("not-the-lease")).await;
+    assert_eq!(status, 409, "{forged}");
+
+    // An unleased recorder beside it, in another session: held running as before.
+    let (_, other) = server.post("/v1/sessions", json!({})).await;
+    let (status, unleased) = server
+        .post(
+            &format!(
+                "/v1/sessions/{}/executions",
+                other["id"].as_str().unwrap_or_default()
+            ),
+            json!({"agent_type": "external", "lease": false}),
+        )
+        .await;
+    assert_eq!(status, 201, "{unleased}");
+    assert_eq!(unleased["lease"], Value::Null);
+    assert_eq!(unleased["heartbeat_interval_s"], Value::Null);
+    assert_eq!(unleased["lease_expires_at"], Value::Null);
+
+    // A message queued behind the recorder waits while it lives...
+    let queued = server.message_to(&session, "after the recorder").await;
+    let queued = queued["execution"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(server.execution(&queued).await["status"], json!("pending"));
+
+    // ...and runs once the recorder stops renewing (it died). Meanwhile the recorder from
+    // before leases (opened first: unrenewed, its lease would run out first) keeps its
+    // execution alive by writing without the header.
+    let mut old_steps = 0;
+    let failed = wait_for(|| {
+        old_steps += 1;
+        let (server, old_id, id, n) = (&server, old_id.clone(), id.clone(), old_steps);
+        async move {
+            let (status, _) = server
+                .post(
+                    &format!("/v1/executions/{old_id}/steps"),
+                    json!({"step_number": n, "kind": "action"}),
+                )
+                .await;
+            assert_eq!(status, 201, "a write without the header renews the lease");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let execution = server.execution(&id).await;
+            (execution["status"] == json!("failed")).then_some(execution)
+        }
+    })
+    .await;
+    assert_eq!(server.execution(&old_id).await["status"], json!("running"));
+    let reason = failed["error_message"].as_str().unwrap_or_default();
+    assert!(reason.contains("recorder stopped"), "{failed}");
+    let (_, steps) = server.get(&format!("/v1/executions/{id}/steps")).await;
+    assert_eq!(
+        steps["items"].as_array().map(Vec::len),
+        Some(1),
+        "its saved step is kept"
+    );
+    server.wait_status(&queued, &["completed"]).await;
+
+    // The recorder coming back is told its lease is gone and writes nothing.
+    let (status, late) = server.send(post_step(2, Some(&lease))).await;
+    assert_eq!(status, 409, "{late}");
+    assert_eq!(late["error"]["code"], json!("lease_lost"));
+    let (status, _) = server.send(beat(&lease)).await;
+    assert_eq!(status, 409);
+    let (_, steps) = server.get(&format!("/v1/executions/{id}/steps")).await;
+    assert_eq!(steps["items"].as_array().map(Vec::len), Some(1));
+
+    // The unleased one outlived the lease: still running, still writable.
+    let unleased_id = unleased["id"].as_str().unwrap_or_default();
+    assert_eq!(
+        server.execution(unleased_id).await["status"],
+        json!("running")
+    );
+    let (status, _) = server
+        .post(&format!("/v1/executions/{unleased_id}/steps"), step(1))
+        .await;
+    assert_eq!(status, 201);
+    server.stop().await;
+}

@@ -42,6 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 input: json!("go"),
                 metadata: json!({}),
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await?;

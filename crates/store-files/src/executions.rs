@@ -188,6 +188,7 @@ impl stepwise_store::ExecutionStore for FileStore {
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
         check_depth("input", [&new.input, &new.agent_config, &new.metadata])?;
         let now = self.now();
+        let lease_owner = new.lease.as_ref().map(|l| l.owner.clone());
         let execution = new.into_execution(tenant, now)?;
         let ack = {
             let mut state = self.lock();
@@ -213,10 +214,13 @@ impl stepwise_store::ExecutionStore for FileStore {
             let Some(container) = ts.container_mut(execution.session_id) else {
                 return Err(StoreError::NotFound("session"));
             };
+            let lease = lease_owner
+                .zip(execution.lease_expires_at)
+                .map(|(owner, expires_at)| Lease { owner, expires_at });
             container.executions.push(ExecEntry {
                 execution: execution.clone(),
                 steps: Default::default(),
-                lease: None,
+                lease,
                 resume_answer: None,
             });
             if let Some(session) = container.session.as_mut() {

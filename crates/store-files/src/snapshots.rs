@@ -12,6 +12,7 @@ impl stepwise_store::SnapshotStore for FileStore {
         check_depth("state", [&new.state])?;
         let mut state = self.lock();
         let now = self.now();
+        let replace = new.replace;
         let snapshot = new.into_snapshot(now);
         if state.exec(tenant.as_str(), snapshot.execution_id).is_none() {
             return Err(StoreError::NotFound("execution"));
@@ -35,9 +36,22 @@ impl stepwise_store::SnapshotStore for FileStore {
         let Some(container) = state.container_mut(&key) else {
             return Err(StoreError::NotFound("execution"));
         };
+        let mut dropped = Vec::new();
+        if replace {
+            container.snapshots.retain(|s| {
+                let earlier = s.execution_id == snapshot.execution_id;
+                if earlier {
+                    dropped.push(s.id);
+                }
+                !earlier
+            });
+        }
         container.snapshots.push(snapshot.clone());
         if let Some(session) = container.session.as_mut() {
             session.last_snapshot_id = Some(snapshot.id);
+        }
+        for id in dropped {
+            state.snapshots.remove(&id);
         }
         state.snapshots.insert(snapshot.id, key.clone());
         state.touch(&key, false);

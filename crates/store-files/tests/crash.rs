@@ -82,6 +82,7 @@ fn crash_writer_child() {
                                 input: json!("go"),
                                 metadata: json!({}),
                                 status: ExecutionStatus::Running,
+                                lease: None,
                             },
                         )
                         .await

@@ -87,6 +87,7 @@ async fn the_folder_holds_an_index_and_one_readable_document_per_session() {
                 input: json!("2+3"),
                 metadata: json!({}),
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await
@@ -445,6 +446,7 @@ async fn background_executions_and_api_keys_live_in_metadata_json() {
                     input: json!("nightly"),
                     metadata: json!({}),
                     status: ExecutionStatus::Pending,
+                    lease: None,
                 },
             )
             .await

@@ -16,8 +16,8 @@ use stepwise_store::prelude::*;
 
 const POINT_SESSION_AT: &str =
     "UPDATE sessions SET last_execution_id = $1, updated_at = $2 WHERE id = $3 AND tenant_id = $4";
-const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)";
+const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at, lease_owner, lease_expires_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14)";
 macro_rules! execution_by_id {
     () => {
         concat!(
@@ -63,9 +63,13 @@ pub(crate) async fn load(
     row.as_ref().map(sql::execution).transpose()
 }
 
-/// Inserts `e` inside `tx`, pointing its session at it; `NotFound` for a session or
-/// parent the tenant does not have.
-async fn insert(tx: &tokio_postgres::Transaction<'_>, e: &Execution) -> Result<()> {
+/// Inserts `e` inside `tx` (held by `lease_owner` when it starts leased), pointing its
+/// session at it; `NotFound` for a session or parent the tenant does not have.
+async fn insert(
+    tx: &tokio_postgres::Transaction<'_>,
+    e: &Execution,
+    lease_owner: Option<&str>,
+) -> Result<()> {
     if let Some(session_id) = e.session_id {
         let touched = tx
             .execute_typed(
@@ -97,7 +101,9 @@ async fn insert(tx: &tokio_postgres::Transaction<'_>, e: &Execution) -> Result<(
             json_text(&e.input),
             json_text(&e.metadata),
             e.started_at.map(|t| t.0),
-            e.created_at.0
+            e.created_at.0,
+            lease_owner,
+            lease_owner.and(e.lease_expires_at).map(|t| t.0)
         ],
     )
     .await
@@ -116,10 +122,11 @@ fn created(store: &PgStore, e: &Execution) {
 impl stepwise_store::ExecutionStore for PgStore {
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
         let now = self.now();
+        let lease_owner = new.lease.as_ref().map(|l| l.owner.clone());
         let execution = new.into_execution(tenant, now)?;
         let mut client = self.client().await?;
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-        insert(&tx, &execution).await?;
+        insert(&tx, &execution, lease_owner.as_deref()).await?;
         tx.commit().await.map_err(map_pg)?;
         created(self, &execution);
         Ok(execution)
@@ -136,6 +143,7 @@ impl stepwise_store::ExecutionStore for PgStore {
         events: Vec<NewEvent>,
     ) -> Result<(Execution, Vec<Message>)> {
         check_execution_with_messages(&new, &messages, &events)?;
+        let lease_owner = new.lease.as_ref().map(|l| l.owner.clone());
         let execution = new.into_execution(tenant, self.now())?;
         // Each stamped in turn (the clock never repeats a time): they list in order.
         let messages: Vec<Message> = messages
@@ -144,7 +152,7 @@ impl stepwise_store::ExecutionStore for PgStore {
             .collect();
         let mut client = self.client().await?;
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-        insert(&tx, &execution).await?;
+        insert(&tx, &execution, lease_owner.as_deref()).await?;
         for message in &messages {
             crate::messages::insert(&tx, tenant, message).await?;
         }

@@ -130,6 +130,14 @@ impl stepwise_store::SessionStore for PgStore {
                 sql.push_str(&format!(" AND {column} = {}", p.push(value.clone())));
             }
         }
+        for (key, text) in &filter.metadata {
+            // As `metadata_value_matches`: `->>` gives a string's text, a number's or a
+            // boolean's JSON text.
+            let (key, text) = (p.push(key.clone()), p.push(text.clone()));
+            sql.push_str(&format!(
+                " AND jsonb_typeof(metadata::jsonb -> {key}) IN ('string', 'number', 'boolean') AND metadata::jsonb ->> {key} = {text}"
+            ));
+        }
         if let Some((at, id)) = after {
             sql.push_str(&format!(
                 " AND (updated_at, id) < ({}, {})",

@@ -36,6 +36,7 @@ impl stepwise_store::SnapshotStore for PgStore {
             ));
         }
         let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
+        let replace = new.replace;
         let snapshot = new.into_snapshot(self.now());
         self.inner
             .writer
@@ -45,6 +46,7 @@ impl stepwise_store::SnapshotStore for PgStore {
                     tenant: tenant.as_str().to_string(),
                     snapshot,
                     state,
+                    replace,
                 },
             )
             .await

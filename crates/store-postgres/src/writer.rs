@@ -34,6 +34,8 @@ pub(crate) struct SnapshotJob {
     pub tenant: String,
     pub snapshot: Snapshot,
     pub state: Vec<u8>,
+    /// The execution keeps this snapshot alone (see `NewSnapshot::replace`).
+    pub replace: bool,
 }
 
 pub(crate) struct EventJob {
@@ -707,8 +709,11 @@ async fn write_snapshots<'a>(
     // The last snapshot of each execution (and session) in queue order becomes its last.
     let mut last_of_exec: HashMap<Id, (Id, i64)> = HashMap::new();
     let mut last_of_session: HashMap<Id, Id> = HashMap::new();
+    // Executions whose last snapshot of the batch replaces the earlier ones: (execution, kept).
+    let mut replaced: HashMap<Id, Option<Id>> = HashMap::new();
     for (k, &i) in accepted.iter().enumerate() {
         last_of_exec.insert(execs[k], (ids[k], times[k]));
+        replaced.insert(execs[k], jobs[i].replace.then_some(ids[k]));
         if let Some(session) = sessions[k] {
             last_of_session.insert(session, jobs[i].snapshot.id);
         }
@@ -728,6 +733,17 @@ async fn write_snapshots<'a>(
         args![e_ids, e_snaps, e_times],
     )
     .await?;
+    let (r_execs, r_kept): (Vec<Id>, Vec<Id>) = replaced
+        .into_iter()
+        .filter_map(|(execution, kept)| Some((execution, kept?)))
+        .unzip();
+    if !r_execs.is_empty() {
+        tx.execute_typed(
+            "DELETE FROM snapshots s USING unnest($1::uuid[], $2::uuid[]) AS r(e, kept) WHERE s.execution_id = r.e AND s.id <> r.kept",
+            args![r_execs, r_kept],
+        )
+        .await?;
+    }
     if !last_of_session.is_empty() {
         let mut s_ids: Vec<Id> = last_of_session.keys().copied().collect();
         s_ids.sort_unstable();

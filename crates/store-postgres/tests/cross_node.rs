@@ -209,6 +209,7 @@ fn concurrent_claims_on_two_nodes_never_share_an_execution() {
                             input: json!({}),
                             metadata: json!({}),
                             status: ExecutionStatus::Pending,
+                            lease: None,
                         },
                     )
                     .await
@@ -301,6 +302,7 @@ fn a_lease_left_by_a_stopped_node_is_taken_over_by_the_other() {
                     input: json!({}),
                     metadata: json!({}),
                     status: ExecutionStatus::Pending,
+                    lease: None,
                 },
             )
             .await

@@ -130,6 +130,7 @@ fn a_node_with_a_warm_cache_sees_steps_another_node_appended() {
                     input: json!({}),
                     metadata: json!({}),
                     status: ExecutionStatus::Running,
+                    lease: None,
                 },
             )
             .await

@@ -36,6 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 input: json!(null),
                 metadata: json!(null),
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await?;

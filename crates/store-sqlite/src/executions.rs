@@ -30,8 +30,8 @@ const LIST_EXECUTIONS: &str = concat!(
     execution_cols!(),
     " FROM executions WHERE session_id = ?1 AND tenant_id = ?2 ORDER BY created_at, id"
 );
-const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)";
+const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at, lease_owner, lease_expires_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?14)";
 const SESSION_LAST_EXECUTION: &str =
     "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2 WHERE id = ?3";
 const SESSION_LAST_EXECUTION_OF_TENANT: &str =
@@ -62,7 +62,8 @@ const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = N
      WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
 const QUEUE_DEPTH: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending'";
 
-fn insert_execution(conn: &Connection, e: &Execution) -> Result<()> {
+/// Inserts `e`, held by `lease_owner` until its `lease_expires_at` when it starts leased.
+fn insert_execution(conn: &Connection, e: &Execution, lease_owner: Option<&str>) -> Result<()> {
     conn.prepare_cached(INSERT_EXECUTION)
         .and_then(|mut s| {
             s.execute(params![
@@ -77,7 +78,9 @@ fn insert_execution(conn: &Connection, e: &Execution) -> Result<()> {
                 json_text(&e.input),
                 json_text(&e.metadata),
                 e.started_at.map(|t| t.0),
-                e.created_at.0
+                e.created_at.0,
+                lease_owner,
+                lease_owner.and(e.lease_expires_at).map(|t| t.0)
             ])
         })
         .map(|_| ())
@@ -185,6 +188,7 @@ fn claim_one(
 impl stepwise_store::ExecutionStore for SqliteStore {
     async fn create_execution(&self, tenant: &Tenant, new: NewExecution) -> Result<Execution> {
         let now = self.now();
+        let lease_owner = new.lease.as_ref().map(|l| l.owner.clone());
         let execution = new.into_execution(tenant, now)?;
         self.write(move |conn, _| {
             let e = &execution;
@@ -198,7 +202,7 @@ impl stepwise_store::ExecutionStore for SqliteStore {
             {
                 return Err(StoreError::NotFound("parent execution"));
             }
-            insert_execution(conn, e)?;
+            insert_execution(conn, e, lease_owner.as_deref())?;
             if let Some(session_id) = e.session_id {
                 conn.prepare_cached(SESSION_LAST_EXECUTION)
                     .and_then(|mut s| s.execute(params![bid(e.id), now.0, bid(session_id)]))
@@ -219,6 +223,7 @@ impl stepwise_store::ExecutionStore for SqliteStore {
         events: Vec<NewEvent>,
     ) -> Result<(Execution, Vec<Message>)> {
         let session_id = check_execution_with_messages(&new, &messages, &events)?;
+        let lease_owner = new.lease.as_ref().map(|l| l.owner.clone());
         let execution = new.into_execution(tenant, self.now())?;
         // Each message stamped in turn (the clock never repeats a time): they list in order.
         let messages: Vec<Message> = messages
@@ -252,7 +257,7 @@ impl stepwise_store::ExecutionStore for SqliteStore {
                 if touched == 0 {
                     return Err(StoreError::NotFound("session"));
                 }
-                insert_execution(conn, &execution)?;
+                insert_execution(conn, &execution, lease_owner.as_deref())?;
                 insert_announced(conn, &tenant, &messages, events, now, published)?;
                 Ok((execution, messages))
             })

@@ -124,6 +124,18 @@ impl stepwise_store::SessionStore for SqliteStore {
                 args.push(Sql::Text(value.clone()));
             }
         }
+        for (key, text) in &filter.metadata {
+            // The key is a JSON path member, quoted; the value's text as `metadata_value_matches`.
+            sql.push_str(
+                " AND CASE json_type(metadata, ?1) WHEN 'text' THEN json_extract(metadata, ?1) \
+                 WHEN 'integer' THEN CAST(json_extract(metadata, ?1) AS TEXT) WHEN 'real' THEN CAST(json_extract(metadata, ?1) AS TEXT) \
+                 WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' END = ?"
+                    .replace("?1", &format!("?{}", args.len() + 1))
+                    .as_str(),
+            );
+            args.push(Sql::Text(format!("$.\"{key}\"")));
+            args.push(Sql::Text(text.clone()));
+        }
         if let Some((at, id)) = after {
             sql.push_str(" AND (updated_at, id) < (?, ?)");
             args.push(Sql::Integer(at.0));

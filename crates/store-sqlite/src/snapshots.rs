@@ -20,6 +20,9 @@ const INSERT_SNAPSHOT: &str = "INSERT INTO snapshots (id, tenant_id, execution_i
 const EXECUTION_LAST_SNAPSHOT: &str =
     "UPDATE executions SET last_snapshot_id = ?1, updated_at = ?2 WHERE id = ?3";
 const SESSION_LAST_SNAPSHOT: &str = "UPDATE sessions SET last_snapshot_id = ?1 WHERE id = ?2";
+/// A replacing snapshot: the execution's earlier snapshots go.
+const DELETE_EARLIER_SNAPSHOTS: &str =
+    "DELETE FROM snapshots WHERE execution_id = ?1 AND tenant_id = ?2 AND id <> ?3";
 const LIST_SNAPSHOTS: &str = concat!(
     "SELECT ",
     snapshot_cols!(),
@@ -36,6 +39,7 @@ impl stepwise_store::SnapshotStore for SqliteStore {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
+        let replace = new.replace;
         let snapshot = new.into_snapshot(now);
         self.inner
             .writer
@@ -79,6 +83,13 @@ impl stepwise_store::SnapshotStore for SqliteStore {
                 conn.prepare_cached(EXECUTION_LAST_SNAPSHOT)
                     .and_then(|mut st| st.execute(params![bid(s.id), now.0, bid(s.execution_id)]))
                     .map_err(map_sqlite)?;
+                if replace {
+                    conn.prepare_cached(DELETE_EARLIER_SNAPSHOTS)
+                        .and_then(|mut st| {
+                            st.execute(params![bid(s.execution_id), tenant, bid(s.id)])
+                        })
+                        .map_err(map_sqlite)?;
+                }
                 if let Some(session) = session {
                     conn.prepare_cached(SESSION_LAST_SNAPSHOT)
                         .and_then(|mut st| st.execute(params![bid(s.id), session]))

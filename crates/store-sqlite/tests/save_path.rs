@@ -44,6 +44,7 @@ async fn execution(store: &SqliteStore, tenant: &Tenant) -> (stepwise_core::Id, 
                 input: json!("hi"),
                 metadata: json!(null),
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await

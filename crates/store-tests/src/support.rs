@@ -95,6 +95,7 @@ pub fn new_execution(session_id: Option<Id>, status: ExecutionStatus) -> NewExec
         input: json!({"message": "hello"}),
         metadata: json!({}),
         status,
+        lease: None,
     }
 }
 
@@ -241,6 +242,7 @@ pub fn new_snapshot(execution_id: Id, step_number: u32, parent: Option<Id>) -> N
         is_final: false,
         debug_mode: step_number % 2 == 1,
         state: json!({"step": step_number, "memory": ["a", "b"], "vars": {"x": step_number}}),
+        replace: false,
     }
 }
 

@@ -83,7 +83,11 @@ impl NewExecution {
             metadata: self.metadata,
             error_message: None,
             attempts: 0,
-            lease_expires_at: None,
+            lease_expires_at: self
+                .lease
+                .as_ref()
+                .filter(|_| self.status == ExecutionStatus::Running)
+                .map(|l| crate::rules::lease_until(now, l.duration)),
             started_at: (self.status == ExecutionStatus::Running).then_some(now),
             completed_at: None,
             created_at: now,

@@ -62,6 +62,19 @@ pub struct SessionFilter {
     pub related_type: Option<String>,
     pub related_id: Option<String>,
     pub user_id: Option<String>,
+    /// Top-level metadata keys and the values they must hold (all of them): a string equal
+    /// to the value, or a number or boolean whose JSON text is it.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// Whether a top-level metadata value matches a filter's text (see
+/// [`SessionFilter::metadata`]).
+pub fn metadata_value_matches(value: Option<&Value>, text: &str) -> bool {
+    match value {
+        Some(Value::String(s)) => s == text,
+        Some(v @ (Value::Number(_) | Value::Bool(_))) => v.to_string() == text,
+        _ => false,
+    }
 }
 
 impl SessionFilter {
@@ -81,6 +94,10 @@ impl SessionFilter {
                 .as_ref()
                 .is_none_or(|r| session.related_id.as_ref() == Some(r))
             && self.user_id.as_ref().is_none_or(|u| &session.user_id == u)
+            && self
+                .metadata
+                .iter()
+                .all(|(key, text)| metadata_value_matches(session.metadata.get(key), text))
     }
 }
 
@@ -203,6 +220,18 @@ pub struct NewExecution {
     pub metadata: Value,
     /// `pending` for the queue; `running` for external agents and inline subagents.
     pub status: ExecutionStatus,
+    /// A running execution held under a lease from its start (an external agent's
+    /// recorder): it runs out unless renewed, and the server's workers then fail it.
+    pub lease: Option<NewLease>,
+}
+
+/// The lease a new running execution starts under.
+#[derive(Debug, Clone)]
+pub struct NewLease {
+    /// The lease token (its owner), renewed with it.
+    pub owner: String,
+    /// How long it holds without a renewal.
+    pub duration: std::time::Duration,
 }
 
 /// A change of an execution's status and the fields that go with it.
@@ -319,6 +348,9 @@ pub struct NewSnapshot {
     pub is_final: bool,
     pub debug_mode: bool,
     pub state: Value,
+    /// The execution keeps this snapshot alone: its earlier snapshots are deleted in the
+    /// same write (a state that is saved over and over stays one row).
+    pub replace: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -80,7 +80,9 @@ class AsyncStepwise(
         )
 
     async def aclose(self) -> None:
-        """Closes the connections. The client cannot be used afterwards."""
+        """Closes the connections and stops renewing leases. The client cannot be used
+        afterwards."""
+        self._leases.close()
         await self._http.aclose()
 
     async def close(self) -> None:
@@ -109,6 +111,7 @@ class AsyncStepwise(
                     call.path,
                     json=None if call.json is UNSET else call.json,
                     params=call.params,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 delay = self._retry.after_error(exc, idempotent=call.idempotent, attempt=attempt)

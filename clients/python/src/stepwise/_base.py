@@ -29,6 +29,7 @@ from ._calls import (
     query,
     seg,
 )
+from ._leases import RecorderLeases
 from ._version import __version__
 
 DEFAULT_URL = "http://127.0.0.1:7777"
@@ -89,6 +90,8 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
             self._headers["Authorization"] = f"Bearer {self.api_key}"
         if headers:
             self._headers.update(headers)
+        # The leases of the external executions this client opens (see `open_execution`).
+        self._leases = RecorderLeases(self.base_url, self._headers, self.timeout)
         self.tokens: Tokens[_D] = Tokens(self)
         self.keys: Keys[_D, _Items, _None] = Keys(self)
 
@@ -248,30 +251,31 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         name: str | None = None,
         user_id: str | None = None,
         page_size: int | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> _Items:
         """Iterates over the sessions the caller may see, most recently updated first.
 
         An admin credential sees the whole tenant (`user_id` keeps one end user's sessions),
         an end user's token or ``user`` key only that user's own. Follows ``next_cursor``
         page after page (`page_size` items per request, 1-500). `status` is one status or
-        several (default: all but ``deleted``). Lazy: nothing is requested until the
+        several (default: all but ``deleted``). `metadata` keeps the sessions whose
+        top-level metadata key ``KEY`` equals ``VALUE`` for every item (sent as
+        ``metadata.KEY=VALUE`` query parameters). Lazy: nothing is requested until the
         iteration starts.
         """
-        return self._list(
-            Call(
-                "GET",
-                "/v1/sessions",
-                params=query(
-                    status=csv(status),
-                    related_type=related_type,
-                    related_id=related_id,
-                    name=name,
-                    user_id=user_id,
-                    limit=page_size,
-                ),
-                idempotent=True,
-            )
+        params = query(
+            status=csv(status),
+            related_type=related_type,
+            related_id=related_id,
+            name=name,
+            user_id=user_id,
+            limit=page_size,
         )
+        for meta_key, meta_value in (metadata or {}).items():
+            if not isinstance(meta_key, str) or not meta_key:
+                raise ValueError(f"metadata filter keys must be non-empty strings, got {meta_key!r}")
+            params[f"metadata.{meta_key}"] = str(meta_value)
+        return self._list(Call("GET", "/v1/sessions", params=params, idempotent=True))
 
     def update_session(
         self,
@@ -479,12 +483,21 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         agent_config: Any = None,
         parent_execution_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        lease: bool = True,
     ) -> _D:
         """Opens an execution for an agent that runs outside the server (``agent_type: external``).
 
         Returns the execution, ``running``. Record its steps with `append_step` (several at
         once with `append_steps`), its state with `save_snapshot`, and end it with
         `complete_execution`, `fail_execution` or `pause_execution`. Not retried.
+
+        The server holds it under a lease (``lease``, ``heartbeat_interval_s`` in the answer):
+        this client sends the lease with the execution's writes and renews it from a
+        background thread while the process lives, so when the process dies the server fails
+        the execution ("its recorder stopped") and the session's queue moves on. A write
+        after that raises `StepwiseError` with code ``lease_lost`` (see `lease_lost`). With
+        ``lease=False`` the execution has no lease and stays ``running`` until ended, as
+        before leases.
         """
         payload: dict[str, Any] = {"agent_type": "external", "input": input}
         payload.update(
@@ -494,9 +507,21 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 metadata=dict(metadata) if metadata is not None else None,
             )
         )
-        return self._dict(
-            Call("POST", f"/v1/sessions/{seg(session_id, 'session_id')}/executions", json=payload)
-        )
+        if not lease:
+            payload["lease"] = False
+        call = Call("POST", f"/v1/sessions/{seg(session_id, 'session_id')}/executions", json=payload)
+        return self._dict(_open_flow(call, self._leases))
+
+    def lease_lost(self, execution_id: str) -> bool:
+        """Whether the server said this client's lease on an external execution is gone (409
+        ``lease_lost``: it was silent longer than the lease and the server failed the
+        execution, or the execution was cancelled). Its recorder opens a new execution for
+        what it still has to record."""
+        return self._leases.is_lost(execution_id)
+
+    def _write(self, call: Call, execution_id: str, *, ends: bool = False) -> Flow:
+        """A write to an execution with its lease, when this client holds one."""
+        return _leased_flow(call, execution_id, self._leases, ends=ends)
 
     def append_step(
         self,
@@ -525,14 +550,14 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 )
             payload["step_number"] = step_number
         numbered = payload.get("step_number") is not None
-        return self._dict(
-            Call(
-                "POST",
-                f"/v1/executions/{seg(execution_id, 'execution_id')}/steps",
-                json=payload,
-                idempotent=numbered,
-            )
+        call = Call(
+            "POST",
+            f"/v1/executions/{seg(execution_id, 'execution_id')}/steps",
+            json=payload,
+            idempotent=numbered,
+            headers=self._leases.header(execution_id),
         )
+        return self._dict(self._write(call, execution_id))
 
     @overload
     def append_steps(
@@ -598,16 +623,16 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         if not 1 <= len(payload) <= MAX_BATCH_STEPS:
             raise ValueError(f"a batch holds 1 to {MAX_BATCH_STEPS} steps, got {len(payload)}")
         numbered = payload[0].get("step_number") is not None
-        return self._run(
-            Call(
-                "POST",
-                f"/v1/executions/{seg(execution_id, 'execution_id')}/steps/batch",
-                json={"steps": payload},
-                params=None if return_items else {"items": "false"},
-                idempotent=numbered,
-                expect="json" if return_items else "none",
-            )
+        call = Call(
+            "POST",
+            f"/v1/executions/{seg(execution_id, 'execution_id')}/steps/batch",
+            json={"steps": payload},
+            params=None if return_items else {"items": "false"},
+            idempotent=numbered,
+            expect="json" if return_items else "none",
+            headers=self._leases.header(execution_id),
         )
+        return self._run(self._write(call, execution_id))
 
     def save_snapshot(
         self,
@@ -620,8 +645,12 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         agent_id: str | None = None,
         agent_name: str | None = None,
         debug_mode: bool | None = None,
+        replace: bool = False,
     ) -> _D:
-        """Saves a snapshot of an execution's state (any JSON); returns it. Not retried."""
+        """Saves a snapshot of an execution's state (any JSON); returns it. Not retried.
+
+        With ``replace=True`` the execution's earlier snapshots are deleted in the same write:
+        a state saved over and over keeps one row."""
         payload: dict[str, Any] = {"state": state}
         payload.update(
             body(
@@ -631,11 +660,16 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
                 agent_id=agent_id,
                 agent_name=agent_name,
                 debug_mode=debug_mode,
+                replace=True if replace else None,
             )
         )
-        return self._dict(
-            Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/snapshots", json=payload)
+        call = Call(
+            "POST",
+            f"/v1/executions/{seg(execution_id, 'execution_id')}/snapshots",
+            json=payload,
+            headers=self._leases.header(execution_id),
         )
+        return self._dict(self._write(call, execution_id))
 
     def complete_execution(
         self, execution_id: str, *, output: Any = None, final_message: str | None = None
@@ -647,32 +681,36 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         payload: dict[str, Any] = {"output": output}
         if final_message is not None:
             payload["final_message"] = final_message
-        return self._dict(
-            Call("POST", f"/v1/executions/{seg(execution_id, 'execution_id')}/complete", json=payload)
+        call = Call(
+            "POST",
+            f"/v1/executions/{seg(execution_id, 'execution_id')}/complete",
+            json=payload,
+            headers=self._leases.header(execution_id),
         )
+        return self._dict(self._write(call, execution_id, ends=True))
 
     def fail_execution(self, execution_id: str, error_message: str) -> _D:
         """Marks an external execution ``failed`` with a message. Returns the execution."""
-        return self._dict(
-            Call(
-                "POST",
-                f"/v1/executions/{seg(execution_id, 'execution_id')}/fail",
-                json={"error_message": error_message},
-            )
+        call = Call(
+            "POST",
+            f"/v1/executions/{seg(execution_id, 'execution_id')}/fail",
+            json={"error_message": error_message},
+            headers=self._leases.header(execution_id),
         )
+        return self._dict(self._write(call, execution_id, ends=True))
 
     def pause_execution(self, execution_id: str, question: str) -> _D:
         """Pauses an external execution with a question for the user.
 
         The user's next message on the session answers it. Returns the execution.
         """
-        return self._dict(
-            Call(
-                "POST",
-                f"/v1/executions/{seg(execution_id, 'execution_id')}/pause",
-                json={"question": question},
-            )
+        call = Call(
+            "POST",
+            f"/v1/executions/{seg(execution_id, 'execution_id')}/pause",
+            json={"question": question},
+            headers=self._leases.header(execution_id),
         )
+        return self._dict(self._write(call, execution_id, ends=True))
 
     def wait(
         self, execution_id: str, *, timeout: float | None = None, poll_interval: float = 0.05
@@ -858,6 +896,29 @@ def _session_flow(name_or_id: str, create_kwargs: dict[str, Any]) -> Flow:
         if found is None:
             raise
         return found
+
+
+def _open_flow(call: Call, leases: RecorderLeases) -> Flow:
+    """Opens an external execution and holds its lease."""
+    opened = yield call
+    leases.hold(opened)
+    return opened
+
+
+def _leased_flow(call: Call, execution_id: str, leases: RecorderLeases, *, ends: bool) -> Flow:
+    """A write to an execution: a ``lease_lost`` answer marks its lease lost; a write that
+    `ends` it (complete, fail, pause) lets the lease go."""
+    try:
+        answer = yield call
+    except StepwiseError as e:
+        if e.code == "lease_lost":
+            leases.mark_lost(execution_id)
+        elif ends and e.code in ("conflict", "invalid_state"):
+            leases.release(execution_id)  # ended already
+        raise
+    if ends:
+        leases.release(execution_id)
+    return answer
 
 
 def _wait_flow(execution_path_id: str, timeout: float | None, poll_interval: float) -> Flow:

@@ -40,6 +40,8 @@ class Call:
     idempotent: bool = False
     # "json": the parsed body; "none": nothing (204); "raw": parsed JSON or None.
     expect: str = "json"
+    # Headers of this request alone (a recorder's ``Stepwise-Lease``).
+    headers: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,9 @@ class Stepwise(
         )
 
     def close(self) -> None:
-        """Closes the connections. The client cannot be used afterwards."""
+        """Closes the connections and stops renewing leases. The client cannot be used
+        afterwards."""
+        self._leases.close()
         self._http.close()
 
     def __enter__(self) -> "Stepwise":
@@ -107,6 +109,7 @@ class Stepwise(
                     call.path,
                     json=None if call.json is UNSET else call.json,
                     params=call.params,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 delay = self._retry.after_error(exc, idempotent=call.idempotent, attempt=attempt)

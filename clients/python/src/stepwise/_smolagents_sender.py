@@ -33,6 +33,7 @@ class _Run:
     __slots__ = (
         "session_id", "task", "reset", "execution_id", "next_number", "task_saved",
         "finished", "steps_ref", "steps_base", "open_failed", "agent_ref", "task_images",
+        "agent_name",
     )
 
     def __init__(self, session_id: str, task: Any, reset: bool, agent: Any) -> None:
@@ -46,6 +47,7 @@ class _Run:
         self.open_failed = False
         self.agent_ref = weakref.ref(agent)
         self.task_images: list | None = None
+        self.agent_name: Any = None
         # To find the TaskStep `run` appends: the memory's step list before the run (a
         # reset run replaces the list) and its length.
         steps = agent.memory.steps
@@ -78,6 +80,11 @@ _OPEN, _STEP, _COMPLETE, _FAIL, _MARK, _STOP = range(6)
 
 # The answers that mean the server has an operation already (a retried complete/fail).
 _DONE_CODES = {"invalid_state", "conflict"}
+
+
+class _LeaseLost(Exception):
+    """The server failed the run's execution: its lease ran out (this process was silent
+    longer than the lease) or it was cancelled."""
 
 # Most steps converted in one go: the next ones are converted while these are on the wire.
 _BATCH_MAX = 250
@@ -268,7 +275,43 @@ class _Sender:
                 logger.error("stepwise: a step of a run without an execution was dropped")
             self.lost(len(numbered))
             return
-        self._post_steps(run.execution_id, numbered)
+        try:
+            self._post_steps(run.execution_id, numbered)
+        except _LeaseLost:
+            if self._reopen(run):
+                try:
+                    self._post_steps(run.execution_id, numbered)
+                except _LeaseLost:
+                    self.lost(len(numbered))
+                    logger.error("stepwise: the run's new execution %s lost its lease too", run.execution_id)
+            else:
+                self.lost(len(numbered))
+
+    def _reopen(self, run: _Run) -> bool:
+        """The run's execution was failed by the server (its lease ran out): what the run
+        still records goes to a new execution of the session, continuing it."""
+        old = run.execution_id
+        try:
+            execution = self._call(
+                lambda: self.client.open_execution(
+                    run.session_id,
+                    input={"task": _answer_text(run.task), "reset": False, "continues": old},
+                    agent_config={"framework": "smolagents", "agent": run.agent_name},
+                ),
+            )
+        except StepwiseError as e:
+            logger.error("stepwise: could not open a new execution after losing %s: %s", old, e)
+            run.execution_id = None
+            run.open_failed = True
+            return False
+        run.execution_id = execution["id"]
+        logger.warning(
+            "stepwise: execution %s lost its lease (this process was silent longer than the "
+            "server's lease); the run goes on recording in execution %s",
+            old,
+            run.execution_id,
+        )
+        return True
 
     def _post_steps(self, eid: str, numbered: list[tuple[int, dict]]) -> None:
         if not numbered:
@@ -280,6 +323,8 @@ class _Sender:
         try:
             self._call(lambda: self.client.append_steps(eid, bodies, return_items=False))
         except StepwiseError as e:
+            if e.code == "lease_lost":
+                raise _LeaseLost from e
             first, last = numbered[0][0], numbered[-1][0]
             if e.status == 413:  # over the server's body limit: in halves
                 half = len(numbered) // 2
@@ -308,6 +353,10 @@ class _Sender:
         for number, body in numbered:
             try:
                 saved += self._post_step(eid, number, body)
+            except _LeaseLost:
+                if saved:  # what was sent is saved; the rest goes to a new execution
+                    self.lost(len(numbered) - saved)
+                raise
             except Exception:  # as the thread's loop does for a step sent alone
                 self.lost(1)
                 logger.exception("stepwise: could not save a smolagents step")
@@ -317,6 +366,8 @@ class _Sender:
         try:
             self._call(lambda: self.client.append_step(eid, body, step_number=number))
         except StepwiseError as e:
+            if e.code == "lease_lost":
+                raise _LeaseLost from e
             self.lost(1)
             logger.error("stepwise: step %d of execution %s was not saved: %s", number, eid, e)
             return False
@@ -339,32 +390,44 @@ class _Sender:
                 logger.error("stepwise: could not open an execution for the run: %s", e)
                 return
             run.execution_id = execution["id"]
+            run.agent_name = item[2]
             return
         if run.execution_id is None:  # its execution could not be opened (logged then)
             self.lost(1)
             return
-        eid = run.execution_id
         if op == _COMPLETE:
             answer = item[2]
             text = _answer_text(answer)
             if len(text) > 100_000:
                 text = text[:99_999] + "…"
             output = {"final_answer": _enc(answer)}
-            self._finish(lambda: self.client.complete_execution(eid, output=output, final_message=text), eid)
+            self._finish(
+                run, lambda eid: self.client.complete_execution(eid, output=output, final_message=text)
+            )
             return
         if op == _FAIL:
             message = str(item[2]).strip() or "the run failed"
             if len(message) > 65_536:
                 message = message[:65_535] + "…"
-            self._finish(lambda: self.client.fail_execution(eid, message), eid)
+            self._finish(run, lambda eid: self.client.fail_execution(eid, message))
             return
 
-    def _finish(self, call: Callable[[], Any], eid: str) -> None:
-        try:
-            self._call(call, done_codes=_DONE_CODES)
-        except StepwiseError as e:
-            self.lost(1)
-            logger.error("stepwise: could not end execution %s: %s", eid, e)
+    def _finish(self, run: _Run, call: Callable[[str], Any]) -> None:
+        """Ends the run's execution (in a new one when the server failed it meanwhile)."""
+        for _ in range(2):
+            eid = run.execution_id
+            if eid is None:
+                self.lost(1)
+                return
+            try:
+                self._call(lambda: call(eid), done_codes=_DONE_CODES)
+                return
+            except StepwiseError as e:
+                if e.code == "lease_lost" and self._reopen(run):
+                    continue
+                self.lost(1)
+                logger.error("stepwise: could not end execution %s: %s", eid, e)
+                return
 
     def _call(
         self,

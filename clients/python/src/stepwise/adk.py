@@ -656,7 +656,8 @@ class StepwiseSessionService(BaseSessionService):
         opened = await self._wire().call(
             "POST",
             f"/v1/sessions/{stepwise_id}/executions",
-            body={"agent_type": "external", "input": None, "metadata": STATE_EXECUTION_MARKER},
+            # A state holder across processes, not a run: never leased.
+            body={"agent_type": "external", "input": None, "metadata": STATE_EXECUTION_MARKER, "lease": False},
             idempotent=False,
         )
         self._state_executions[stepwise_id] = str(opened["id"])

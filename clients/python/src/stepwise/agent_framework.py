@@ -908,6 +908,7 @@ class StepwiseSessionStore(SessionStore):
                         stepwise_id,
                         input={"agent_framework": STORE_EXECUTION, "key": key},
                         metadata={"agent_framework": STORE_EXECUTION},
+                        lease=False,  # a state holder across processes, not a run
                     )
                     execution_id = str(opened["id"])
                 self._executions[stepwise_id] = execution_id

@@ -26,10 +26,17 @@ How it is kept:
   execution of that session; the latest is the state. Snapshots are append-only: earlier
   states stay inspectable in the web UI and the API.
 * ``save`` puts the model in the in-memory cache and queues it; a background thread sends
-  it. Saves of one session waiting together are sent as one (the latest state). A failed
-  send is logged and retried with backoff until it succeeds or the store is closed;
+  it. Saves of one session waiting together are sent as one (the latest state). A send that
+  fails for a while (server down, network, 408, 429, 5xx) is logged and retried with backoff
+  until it succeeds or the store is closed; one the server refuses for good (any other 4xx:
+  413 too large, 400/422 invalid, 401/403, ...) is dropped and reported: a `StateSaveError`
+  in ``errors``, a log line, the ``on_error`` callback, and ``flush()`` answering ``False``.
   ``flush()`` waits for the queue, ``close()`` (and leaving ``with``, and the interpreter's
   exit) flushes.
+* ``index=`` maps a model to a small dict of JSON scalars (seed 003's ``state``,
+  ``skill_name``) kept in the Stepwise session's metadata, sent only when it changes;
+  ``find(state="generating")`` lists the keys whose metadata match
+  (``GET /v1/sessions?metadata.state=generating``).
 * ``load`` answers from the cache first (the same object that was saved or loaded), else from
   the server, and caches it. A stored state that no longer validates as the model is logged
   and answers ``None`` (it stays stored).
@@ -45,14 +52,16 @@ import asyncio
 import atexit
 import json
 import logging
+import math
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Generic, TypeVar, Union
 
 try:
     from pydantic import BaseModel, ValidationError
@@ -64,7 +73,7 @@ from ._client import Stepwise
 from ._errors import StepwiseError
 from ._names import session_name_for
 
-__all__ = ["StepwiseState", "state_session_name"]
+__all__ = ["StateSaveError", "StepwiseState", "state_session_name"]
 
 logger = logging.getLogger("stepwise.state")
 
@@ -77,6 +86,13 @@ SNAPSHOT_FORMAT = "stepwise.state/1"
 STATUSES = ("active", "completed", "archived", "closed")
 _MAX_TITLE_CHARS = 500
 _MAX_BACKOFF = 5.0
+MAX_ERRORS = 100  # the `errors` a store keeps (the latest)
+_MAX_RELOCATIONS = 3  # a save's tries to find its session/execution again before it is dropped
+_MAX_METADATA_BYTES = 16 * 1024  # the server's limit on a session's metadata (JSON)
+_MAX_ERROR_MESSAGE_CHARS = 500
+
+#: A value `index=` may put in the metadata: a JSON scalar.
+IndexValue = Union[str, int, float, bool, None]
 
 
 def state_session_name(key: str) -> str:
@@ -91,12 +107,34 @@ def _check_key(session: str) -> str:
     return session
 
 
+@dataclass(frozen=True)
+class StateSaveError:
+    """A save the server refused for good: it was dropped (not retried), the ones after it go on.
+
+    Attributes:
+        key: the session key of the save.
+        status: the HTTP status of the refusal (413, 400, 422, 401, 403, 404, 409, ...).
+        code: the API's error code (``payload_too_large``, ``invalid_request``, ...).
+        message: the server's sentence (cut to 500 characters); never the state itself.
+        at: when it was dropped (UTC).
+    """
+
+    key: str
+    status: int | None
+    code: str
+    message: str
+    at: datetime
+
+
 @dataclass
 class _Pending:
     model: BaseModel
     payload: dict[str, Any]
     status: str | None
     seq: int
+    # `index=`'s dict for this save (``None``: no indexing, or its value was refused).
+    index: dict[str, IndexValue] | None = None
+    relocations: int = 0
 
 
 @dataclass
@@ -104,6 +142,50 @@ class _Where:
     session_id: str
     execution_id: str | None = None
     status: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _permanent(exc: BaseException, item: _Pending) -> bool:
+    """Whether a failed send is refused for good (dropped) rather than worth retrying: a 4xx
+    but 408 and 429; a 404/409/422 of a session or execution gone or finished meanwhile is
+    found again (a new execution) a few times first."""
+    if not isinstance(exc, StepwiseError) or exc.status is None:
+        return False  # no answer (connection_error), or a bug of this module: retried
+    if exc.status in (408, 429) or exc.status >= 500 or exc.status < 400:
+        return False
+    if exc.code == "lease_lost":
+        return False
+    if exc.code in ("not_found", "invalid_state", "conflict") and getattr(exc, "_state_relocate", False):
+        return item.relocations > _MAX_RELOCATIONS
+    return True
+
+
+def _check_index(value: Any) -> dict[str, IndexValue]:
+    """`index=`'s answer as a dict of str keys and JSON scalars, else `ValueError`/`TypeError`."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"index must return a dict, got {type(value).__name__}")
+    out: dict[str, IndexValue] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not k:
+            raise TypeError(f"index keys must be non-empty strings, got {k!r}")
+        if k == METADATA_KEY:
+            raise ValueError(f"index key {METADATA_KEY!r} is this store's own")
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            raise TypeError(f"index value of {k!r} must be a str, int, float, bool or None, got {type(v).__name__}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"index value of {k!r} is not a finite number")
+        out[k] = v
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON (``True`` is not ``1``)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _query_value(value: Any) -> str:
+    """A metadata value as a query string value: strings as they are, others as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 class StepwiseState(Generic[M]):
@@ -117,9 +199,21 @@ class StepwiseState(Generic[M]):
         base_url, api_key: the server and key when no client is given.
         status: maps a model to the session's status (``"active"``, ``"completed"``,
             ``"archived"``, ``"closed"``) or ``None`` (leave it); applied after each save.
+        index: maps a model to a small dict of str keys and JSON scalars (``str``, ``int``,
+            ``float``, ``bool``, ``None``), e.g. ``{"state": ..., "skill_name": ...}``, kept in
+            the Stepwise session's metadata (next to this store's own key) and sent only when
+            it changed; `find` lists the keys by it. A value of another shape (or an exception)
+            is logged and that save is not indexed; the save itself is stored.
+        on_error: called with a `StateSaveError` for each save the server refused for good
+            (from the background thread; what it raises is logged, never propagated).
         cache_size: how many sessions' models the in-memory cache keeps (least recently
             used go first; 0 turns it off).
         close_timeout: how long `close()` (and the interpreter's exit) waits for unsent saves.
+
+    Attributes:
+        errors: the latest `StateSaveError` records (at most 100, oldest first): the saves
+            dropped because the server refused them for good.
+        last_error: the last failure of the background thread (retried or dropped).
     """
 
     def __init__(
@@ -130,6 +224,8 @@ class StepwiseState(Generic[M]):
         base_url: str | None = None,
         api_key: str | None = None,
         status: Callable[[M], str | None] | None = None,
+        index: Callable[[M], Mapping[str, IndexValue]] | None = None,
+        on_error: Callable[[StateSaveError], Any] | None = None,
         cache_size: int = 1024,
         close_timeout: float = 30.0,
     ) -> None:
@@ -141,8 +237,14 @@ class StepwiseState(Generic[M]):
             raise TypeError(f"client must be a stepwise.Stepwise or AsyncStepwise, got {type(client).__name__}")
         if not isinstance(cache_size, int) or cache_size < 0:
             raise ValueError(f"cache_size must be an integer >= 0, got {cache_size!r}")
+        if index is not None and not callable(index):
+            raise TypeError(f"index must be a callable (model -> dict), got {type(index).__name__}")
+        if on_error is not None and not callable(on_error):
+            raise TypeError(f"on_error must be a callable, got {type(on_error).__name__}")
         self.model = model
         self.status = status
+        self.index = index
+        self.on_error = on_error
         self.cache_size = cache_size
         self.close_timeout = close_timeout
         self._owns_client = not isinstance(client, Stepwise)
@@ -164,6 +266,10 @@ class StepwiseState(Generic[M]):
         self._closed = False
         self._failures = 0
         self.last_error: BaseException | None = None
+        self.errors: list[StateSaveError] = []
+        self._dropped = 0  # saves dropped so far
+        self._dropped_seen = 0  # ... of which a `flush` already answered False for
+        self._indexed: dict[str, dict[str, IndexValue]] = {}  # the index last sent, per key
         self._thread: threading.Thread | None = None
         self._exit_hook = _exit_hook(self)
         atexit.register(self._exit_hook)
@@ -226,14 +332,26 @@ class StepwiseState(Generic[M]):
         value = ctx.model_dump(mode="json")
         json.dumps(value, allow_nan=False)  # a state that is not JSON fails here, not later
         payload = {"format": SNAPSHOT_FORMAT, "model": self._model_name, "key": key, "value": value}
+        indexed = self._index_of(ctx) if self.index is not None else None
         with self._lock:
             if self._closed:
                 raise RuntimeError("this StepwiseState is closed")
             self._seq += 1
-            self._pending[key] = _Pending(ctx, payload, wanted, self._seq)
+            self._pending[key] = _Pending(ctx, payload, wanted, self._seq, indexed)
             self._cache_put(key, ctx)
             self._start()
             self._changed.notify_all()
+
+    def _index_of(self, ctx: M) -> dict[str, IndexValue] | None:
+        """`index(ctx)`, checked; ``None`` (logged, the save goes on) when it fails or is not a
+        dict of str keys and JSON scalars."""
+        assert self.index is not None
+        try:
+            return _check_index(self.index(ctx))
+        except Exception as exc:  # noqa: BLE001 - the save goes on without indexing
+            logger.warning("StepwiseState(%s): index= failed, this save is not indexed: %s: %s",
+                           self.model.__name__, type(exc).__name__, exc)
+            return None
 
     @contextmanager
     def saving(self, session: str, ctx: M) -> Iterator[M]:
@@ -245,8 +363,9 @@ class StepwiseState(Generic[M]):
             self.save(session, ctx)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Waits until every queued save is stored; ``False`` if some are still unsent after
-        `timeout` seconds (``None``: no limit)."""
+        """Waits until every queued save is stored or dropped; ``False`` if some are still
+        unsent after `timeout` seconds (``None``: no limit), or when a save was dropped since
+        the previous `flush` (refused by the server for good: see ``errors``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while self._pending or self._in_flight:
@@ -254,7 +373,9 @@ class StepwiseState(Generic[M]):
                 if left is not None and left <= 0:
                     return False
                 self._changed.wait(left if left is None else min(left, 1.0))
-            return True
+            clean = self._dropped == self._dropped_seen
+            self._dropped_seen = self._dropped
+            return clean
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """`flush` for asyncio code (waits in a worker thread)."""
@@ -307,6 +428,12 @@ class StepwiseState(Generic[M]):
             try:
                 self._write(key, item)
             except Exception as exc:  # noqa: BLE001 - logged and retried, never raised to the caller
+                if getattr(exc, "_state_relocate", False):
+                    item.relocations += 1
+                if _permanent(exc, item):
+                    self._drop(key, item, exc)
+                    backoff = 0.0
+                    continue
                 with self._lock:
                     self._failures += 1
                     self.last_error = exc
@@ -323,29 +450,113 @@ class StepwiseState(Generic[M]):
                 del self._in_flight[key]
                 self._changed.notify_all()
 
+    def _drop(self, key: str, item: _Pending, exc: BaseException) -> None:
+        """Drops a save the server refused for good and reports it (``errors``, the log,
+        ``on_error``); a newer save of the key waiting meanwhile goes on."""
+        assert isinstance(exc, StepwiseError)
+        error = StateSaveError(
+            key=key,
+            status=exc.status,
+            code=exc.code,
+            message=str(exc.message)[:_MAX_ERROR_MESSAGE_CHARS],
+            at=datetime.now(timezone.utc),
+        )
+        with self._lock:
+            self._failures += 1
+            self.last_error = exc
+            self._dropped += 1
+            self.errors.append(error)
+            del self.errors[:-MAX_ERRORS]
+        # The server's answer, never the state (it may be large or private).
+        logger.error("the server refused the state of %r for good (%s %s: %s); this save is dropped, "
+                     "later saves go on", key, error.status, error.code, error.message)
+        if self.on_error is not None:
+            try:
+                self.on_error(error)
+            except Exception as callback_error:  # noqa: BLE001 - never stops the sender
+                logger.error("StepwiseState on_error callback raised %s: %s",
+                             type(callback_error).__name__, callback_error,
+                             exc_info=(type(callback_error), callback_error, callback_error.__traceback__))
+        with self._lock:
+            # Only now: a `flush` that answers False has had the error reported everywhere.
+            del self._in_flight[key]
+            self._changed.notify_all()
+
     def _write(self, key: str, item: _Pending) -> None:
         where = self._where.get(key) or self._locate(key, create=True)[0]
         assert where is not None
-        if where.execution_id is None:
-            opened = self.client.open_execution(
-                where.session_id,
-                input={"stepwise_state": self._model_name, "key": key},
-                metadata={EXECUTION_MARK: self._model_name},
-            )
-            where.execution_id = str(opened["id"])
         try:
-            self.client.save_snapshot(where.execution_id, item.payload, agent_name=self._model_name)
+            if where.execution_id is None:
+                opened = self.client.open_execution(
+                    where.session_id,
+                    input={"stepwise_state": self._model_name, "key": key},
+                    metadata={EXECUTION_MARK: self._model_name},
+                    # A state holder, not a run: held open across processes, never leased.
+                    lease=False,
+                )
+                where.execution_id = str(opened["id"])
+            # The new state replaces the earlier ones: one row per session, however many saves.
+            self.client.save_snapshot(
+                where.execution_id, item.payload, agent_name=self._model_name, replace=True
+            )
         except StepwiseError as e:
-            if e.code in ("not_found", "invalid_state", "conflict"):
+            if e.code in ("not_found", "invalid_state", "conflict", "lease_lost"):
                 self._where.pop(key, None)  # gone or finished meanwhile: locate again next time
+                e._state_relocate = True  # type: ignore[attr-defined]
             raise
         # A snapshot does not count as activity for the retention cleaner: the PATCH (with the
         # status, or empty) marks the session as used now, so an active one is not abandoned.
-        updated = self.client.update_session(where.session_id, status=item.status)
-        if item.status is None and updated.get("status") == "abandoned":
-            # The cleaner marked it idle, and it is in use again.
-            updated = self.client.update_session(where.session_id, status="active")
+        # It carries the metadata too when `index=` changed it.
+        try:
+            metadata = self._metadata_for(key, item, where)
+            try:
+                updated = self.client.update_session(where.session_id, status=item.status, metadata=metadata)
+            except StepwiseError as e:
+                if metadata is None or e.status != 400 or e.field != "metadata":
+                    raise
+                # The index does not fit the server's metadata limits: the state is stored,
+                # only its index is not.
+                logger.warning("the index of %r was refused (%s); this save is not indexed", key, e.message)
+                metadata = None
+                updated = self.client.update_session(where.session_id, status=item.status)
+            if item.status is None and updated.get("status") == "abandoned":
+                # The cleaner marked it idle, and it is in use again.
+                updated = self.client.update_session(where.session_id, status="active")
+        except StepwiseError as e:
+            if e.code == "not_found":
+                self._where.pop(key, None)
+                e._state_relocate = True  # type: ignore[attr-defined]
+            raise
         where.status = str(updated.get("status"))
+        if isinstance(updated.get("metadata"), dict):
+            where.metadata = dict(updated["metadata"])
+        if metadata is not None and item.index is not None:
+            self._indexed[key] = item.index
+
+    def _metadata_for(self, key: str, item: _Pending, where: _Where) -> dict[str, Any] | None:
+        """The session's metadata with this save's index, or ``None`` when it is unchanged since
+        the last one sent (or the save has no index). The session's metadata is read again
+        first, so that keys others set meanwhile are kept; this store's key is always there,
+        the keys the previous index had and this one has not are removed."""
+        if item.index is None:
+            return None
+        previous = self._indexed.get(key)
+        if previous is not None:
+            if _same(previous, item.index):
+                return None
+        elif all(k in where.metadata and _same(where.metadata[k], v) for k, v in item.index.items()):
+            self._indexed[key] = item.index  # already on the server (sent by an earlier process)
+            return None
+        current = self.client.get_session(where.session_id).get("metadata")
+        where.metadata = dict(current) if isinstance(current, dict) else {}
+        merged = {k: v for k, v in where.metadata.items() if previous is None or k not in previous}
+        merged.update(item.index)
+        merged[METADATA_KEY] = key
+        if len(json.dumps(merged).encode()) > _MAX_METADATA_BYTES:
+            logger.warning("the index of %r makes the session's metadata larger than %d bytes; "
+                           "this save is not indexed", key, _MAX_METADATA_BYTES)
+            return None
+        return merged
 
     def _locate(self, key: str, *, create: bool) -> tuple[_Where | None, dict[str, Any] | None]:
         """Finds (or creates) the key's Stepwise session and its state execution; also
@@ -375,7 +586,8 @@ class StepwiseState(Generic[M]):
             raise StepwiseError(
                 "conflict", f"the Stepwise session named {name!r} belongs to key {owner!r}, not {key!r}", status=409
             )
-        where = _Where(str(found["id"]), status=found.get("status"))
+        metadata = metadata if isinstance(metadata, dict) else {}
+        where = _Where(str(found["id"]), status=found.get("status"), metadata=dict(metadata))
         stored = [
             e for e in self.client.list_executions(where.session_id)
             if isinstance(e.get("metadata"), dict) and e["metadata"].get(EXECUTION_MARK)
@@ -446,6 +658,23 @@ class StepwiseState(Generic[M]):
                 found.append(key)
         return found
 
+    def find(self, **metadata: IndexValue) -> list[str]:
+        """The session keys (of any model) whose session metadata has each of these values
+        (an exact match of top-level keys, as `index=` keeps them), newest first, deleted ones
+        left out: ``store.find(state="generating")`` asks
+        ``GET /v1/sessions?metadata.state=generating``. A value that is not a string is sent
+        as JSON (``true``, ``3``, ``null``). Each answer is checked here too."""
+        wanted = {k: _query_value(v) for k, v in _check_index(metadata).items()}
+        found = []
+        for session in self.client.list_sessions(metadata=wanted):
+            meta = session.get("metadata")
+            if not isinstance(meta, dict):
+                continue
+            key = meta.get(METADATA_KEY)
+            if isinstance(key, str) and all(k in meta and _query_value(meta[k]) == v for k, v in wanted.items()):
+                found.append(key)
+        return found
+
     def delete(self, session: str) -> bool:
         """Deletes the session in Stepwise (a soft delete: its status becomes ``deleted`` and
         the server removes it for good after its retention) and forgets it here. Saves of it
@@ -454,6 +683,7 @@ class StepwiseState(Generic[M]):
         with self._lock:
             self._pending.pop(key, None)
             self._cache.pop(key, None)
+            self._indexed.pop(key, None)
         where = self._where.pop(key, None) or self._locate(key, create=False)[0]
         self._where.pop(key, None)
         if where is None:

@@ -258,6 +258,7 @@ async fn setup<S: Store>(store: &S, tenant: &Tenant, n: u64) -> anyhow::Result<(
                 input: json!("please add these numbers: 2+3*4"),
                 metadata: Value::Null,
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await?;

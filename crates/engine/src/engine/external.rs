@@ -2,12 +2,15 @@
 //! steps and snapshots, and completing, failing or pausing it through the same
 //! [`super::finish`] as the built-in agents.
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 use stepwise_core::{
     EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, Step, StepBody, StepKind,
 };
 use stepwise_store::{
-    NewExecution, NewMessage, NewSnapshot, NewStep, Result, StepAppend, Store, StoreError, Tenant,
+    NewExecution, NewLease, NewMessage, NewSnapshot, NewStep, Result, StepAppend, Store,
+    StoreError, Tenant,
 };
 
 use super::finish::{Driver, Outcome};
@@ -22,6 +25,26 @@ pub struct OpenExternal {
     pub agent_config: Value,
     pub input: Value,
     pub metadata: Value,
+    /// Held under a lease its recorder renews (every write with the lease, and
+    /// heartbeats): when the recorder stops, the lease runs out and the server fails the
+    /// execution, so the session's queue moves on. `false`: held until finished, as before
+    /// leases (a recorder that never renews).
+    pub leased: bool,
+}
+
+/// An opened external execution and its lease token (`None` when opened unleased).
+#[derive(Debug, Clone)]
+pub struct OpenedExternal {
+    pub execution: Execution,
+    pub lease: Option<String>,
+}
+
+/// The `error_message` of an external execution whose recorder stopped renewing its lease.
+pub(super) fn recorder_stopped(lease: std::time::Duration) -> String {
+    format!(
+        "its recorder stopped: no write or heartbeat came within its lease ({} s); the steps it saved are kept",
+        lease.as_secs_f64()
+    )
 }
 
 /// A step an external agent posts.
@@ -36,8 +59,20 @@ pub struct ExternalStep {
 pub type ExternalSnapshot = NewSnapshot;
 
 impl<S: Store> Engine<S> {
-    /// Opens a running external execution and announces it (`execution.started`).
-    pub async fn open_external(&self, tenant: &Tenant, open: OpenExternal) -> Result<Execution> {
+    /// Opens a running external execution and announces it (`execution.started`); a
+    /// leased one comes with its lease token.
+    pub async fn open_external(
+        &self,
+        tenant: &Tenant,
+        open: OpenExternal,
+    ) -> Result<OpenedExternal> {
+        let lease = if open.leased {
+            Some(stepwise_core::apikey::generate_lease_token().map_err(|e| {
+                StoreError::Backend(format!("no randomness for a lease token: {e}"))
+            })?)
+        } else {
+            None
+        };
         let execution = self
             .inner
             .store
@@ -52,6 +87,10 @@ impl<S: Store> Engine<S> {
                     input: open.input,
                     metadata: open.metadata,
                     status: ExecutionStatus::Running,
+                    lease: lease.clone().map(|owner| NewLease {
+                        owner,
+                        duration: self.inner.config.lease,
+                    }),
                 },
             )
             .await?;
@@ -66,7 +105,21 @@ impl<S: Store> Engine<S> {
                 json!({}),
             )
             .await;
-        Ok(execution)
+        if let Some(token) = &lease {
+            let mut recorders = self.recorders();
+            if recorders.len() < super::MAX_REMEMBERED_RECORDERS {
+                recorders.insert(execution.id, token.clone());
+            }
+        }
+        Ok(OpenedExternal { execution, lease })
+    }
+
+    /// The recorder leases this node remembers (see `Inner::recorders`).
+    pub(super) fn recorders(&self) -> std::sync::MutexGuard<'_, HashMap<Id, String>> {
+        self.inner
+            .recorders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Queues a pending execution of a worker's agent type in a session (a worker agent's
@@ -92,6 +145,7 @@ impl<S: Store> Engine<S> {
                     input: open.input,
                     metadata: open.metadata,
                     status: ExecutionStatus::Pending,
+                    lease: None,
                 },
             )
             .await?;

@@ -104,6 +104,8 @@ impl<S: Store> Engine<S> {
         let store = &self.inner.store;
         let publisher = &self.inner.publisher;
         let session_id = execution.session_id.filter(|_| announce);
+        // A recorder's lease ends with its execution (finished, paused or failed here).
+        self.recorders().remove(&execution.id);
 
         match &mut driver {
             Driver::Run(run) => self.settle_steps(run).await,
@@ -389,10 +391,12 @@ mod tests {
                     agent_config: Value::Null,
                     input: json!({"task": "x"}),
                     metadata: Value::Null,
+                    leased: false,
                 },
             )
             .await
             .expect("opened")
+            .execution
     }
 
     async fn post_step(h: &Harness, execution: &Execution, number: u32) {
@@ -486,6 +490,7 @@ mod tests {
                     is_final: true,
                     debug_mode: false,
                     state: json!({"memory": [1, 2]}),
+                    replace: false,
                 },
             )
             .await

@@ -389,7 +389,8 @@ impl<S: Store> Engine<S> {
     /// An execution an agent outside the server drives, checked for this write: `NotFound`
     /// when there is none; `InvalidState` when one of the server's agents runs it;
     /// `LeaseLost` when a worker's execution comes without its current lease (renewed
-    /// here: it cannot run out during the write). An `external` execution needs no lease.
+    /// here: it cannot run out during the write). An `external` execution needs no lease
+    /// (a leased one is renewed by its write too, on the node that opened it).
     pub async fn driven_execution(
         &self,
         tenant: &Tenant,
@@ -407,7 +408,16 @@ impl<S: Store> Engine<S> {
             Some(lease) => {
                 self.renew(tenant, &execution, lease).await?;
             }
-            None if execution.agent_type == EXTERNAL_AGENT => {}
+            None if execution.agent_type == EXTERNAL_AGENT => {
+                // A recorder from before leases: its write renews the lease this node
+                // handed out, when it remembers it.
+                let remembered = self.recorders().get(&execution.id).cloned();
+                if let Some(token) = remembered
+                    && execution.status == ExecutionStatus::Running
+                {
+                    self.renew(tenant, &execution, &token).await?;
+                }
+            }
             None => {
                 return Err(StoreError::LeaseLost(format!(
                     "this execution is run by a worker of agent '{}': send the lease of its claim in the Stepwise-Lease header",

@@ -39,7 +39,7 @@ use tokio_util::task::TaskTracker;
 use crate::agent::{AgentContext, AgentRegistry};
 use crate::tools::ToolSet;
 
-pub use external::{ExternalSnapshot, ExternalStep, OpenExternal};
+pub use external::{ExternalSnapshot, ExternalStep, OpenExternal, OpenedExternal};
 pub use leases::{Heartbeat, UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim};
 pub use publish::{MessageNote, Publisher};
 
@@ -191,9 +191,17 @@ struct Inner<S: Store> {
     runs: AtomicUsize,
     thinking: AtomicUsize,
     running: Mutex<HashMap<Id, CancellationToken>>,
+    /// The lease tokens of the leased external executions this node opened, to renew them
+    /// on their recorders' writes that come without the `Stepwise-Lease` header (clients
+    /// from before recorder leases); at most [`MAX_REMEMBERED_RECORDERS`].
+    recorders: Mutex<HashMap<Id, String>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
+
+/// Most recorder leases a node remembers for writes without the header (see
+/// `Inner::recorders`); past it, such writes are accepted without renewing.
+const MAX_REMEMBERED_RECORDERS: usize = 65_536;
 
 /// The execution engine. Cheap to clone; every clone is the same engine.
 pub struct Engine<S: Store> {
@@ -235,6 +243,7 @@ impl<S: Store> Engine<S> {
                 worker_bell: Notify::new(),
                 presence: leases::Presence::default(),
                 running: Mutex::new(HashMap::new()),
+                recorders: Mutex::new(HashMap::new()),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
             }),

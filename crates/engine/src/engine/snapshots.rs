@@ -114,5 +114,6 @@ pub(super) fn new_snapshot(
         is_final,
         debug_mode: is_debug(execution),
         state,
+        replace: false,
     }
 }

@@ -176,6 +176,7 @@ impl<S: Store> Engine<S> {
                     input: execution_input(&input),
                     metadata: Value::Null,
                     status: ExecutionStatus::Pending,
+                    lease: None,
                 },
                 vec![user_message(session_id, &input), queued_line],
                 vec![queued],

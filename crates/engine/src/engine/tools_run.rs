@@ -222,6 +222,7 @@ impl<S: Store> Engine<S> {
                     input: json!({"message": task}),
                     metadata: Value::Null,
                     status: ExecutionStatus::Running,
+                    lease: None,
                 },
             )
             .await

@@ -141,7 +141,23 @@ impl<S: Store> Engine<S> {
             heartbeat_done.clone(),
         ));
 
-        let end = if execution.parent_execution_id.is_some() {
+        let end = if execution.agent_type == EXTERNAL_AGENT
+            && resume_answer.is_none()
+            && execution.attempts <= 1
+        {
+            // A recorder's lease ran out (the first take-over of an execution its recorder
+            // opened leased): the recorder stopped. Its saved steps stay; the session's
+            // queue moves on. (A resumed pause held by a server starts a take-over at
+            // attempt 2 and is held again below.)
+            tracing::warn!(execution = %id, session = ?execution.session_id, "failing an external execution: its recorder stopped renewing its lease");
+            self.fail_unstarted(
+                &tenant,
+                &execution,
+                &super::external::recorder_stopped(self.inner.config.lease),
+                None,
+            )
+            .await
+        } else if execution.parent_execution_id.is_some() {
             // A subagent whose parent's worker died: the parent runs the subagent again
             // when it resumes, so this one is closed.
             self.fail_unstarted(

@@ -63,6 +63,10 @@ const USER_FORBIDDEN: &[(Method, &str)] = &[
     (Method::POST, "/tokens"),
 ];
 
+/// The heartbeat a `user` may send: for an external execution of theirs (its recorder's
+/// lease), never for a worker's.
+const RECORDER_HEARTBEAT: (Method, &str) = (Method::POST, "/executions/{id}/heartbeat");
+
 /// Session owners seen lately, by tenant and session id (an owner never changes).
 #[derive(Default)]
 pub struct Owners {
@@ -207,6 +211,16 @@ async fn check_user<S: Store>(
     route: &str,
     params: &[(String, String)],
 ) -> ApiResult<()> {
+    if route == RECORDER_HEARTBEAT.1 && method == RECORDER_HEARTBEAT.0 {
+        // A user's recorder renews the lease of the external execution it opened; a
+        // worker's execution stays the workers' (and admins').
+        if let Some(id) = param(params, "id").and_then(stepwise_core::parse_id)
+            && let Some(execution) = state.store().get_execution(&caller.tenant, id).await?
+            && execution.agent_type == stepwise_engine::EXTERNAL_AGENT
+        {
+            return check_session_of(state, caller, execution.session_id, "execution").await;
+        }
+    }
     if listed(USER_FORBIDDEN, method, route) {
         return Err(ApiError::forbidden(format!(
             "{method} /v1{route} is not for a `user` {}: it needs an admin's{}",

@@ -286,6 +286,7 @@ async fn conversation<S: Store>(
                 input: Value::Null,
                 metadata: json!({"conversation": MARKER}),
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await?;

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use stepwise_core::{Execution, Id};
 use stepwise_engine::{EXTERNAL_AGENT, OpenExternal};
@@ -32,6 +32,26 @@ pub struct OpenExecutionBody {
     pub parent_execution_id: Option<String>,
     #[schema(schema_with = schema::object_or_null)]
     pub metadata: Option<Value>,
+    /// An external execution is held under a lease its recorder renews (every write
+    /// carrying it in the `Stepwise-Lease` header, and `POST /v1/executions/{id}/heartbeat`);
+    /// when none comes within the lease, the server fails it ("its recorder stopped") and
+    /// the session's queue moves on. `false`: no lease, held `running` until finished
+    /// (the behaviour before leases, for recorders that never renew; kept for one release).
+    #[serde(default)]
+    pub lease: Option<bool>,
+}
+
+/// An opened execution: the Execution, and for a leased external one its lease.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct OpenedExecution {
+    #[serde(flatten)]
+    pub execution: Execution,
+    /// The lease token: send it as the `Stepwise-Lease` header on the execution's writes
+    /// and in its heartbeats (`null`: not leased).
+    pub lease: Option<String>,
+    /// How often to heartbeat while nothing else is written (a third of the lease;
+    /// `null`: not leased). The lease runs out at `lease_expires_at`.
+    pub heartbeat_interval_s: Option<f64>,
 }
 
 pub async fn open<S: Store>(
@@ -73,16 +93,31 @@ pub async fn open<S: Store>(
         agent_config,
         input: body.input,
         metadata,
+        leased: body.lease != Some(false),
     };
-    let execution: Execution = if for_worker {
-        state
+    let opened = if for_worker {
+        let execution = state
             .engine
             .queue_for_worker(&caller.tenant, open, body.agent_type)
-            .await?
+            .await?;
+        OpenedExecution {
+            execution,
+            lease: None,
+            heartbeat_interval_s: None,
+        }
     } else {
-        state.engine.open_external(&caller.tenant, open).await?
+        let opened = state.engine.open_external(&caller.tenant, open).await?;
+        let heartbeat_interval_s = opened
+            .lease
+            .is_some()
+            .then(|| crate::workers::heartbeat_interval_s(state.engine.config().lease));
+        OpenedExecution {
+            execution: opened.execution,
+            lease: opened.lease,
+            heartbeat_interval_s,
+        }
     };
-    Ok((StatusCode::CREATED, Json(execution)))
+    Ok((StatusCode::CREATED, Json(opened)))
 }
 
 /// The parent execution named by the body, which must be in the session.
@@ -116,6 +151,6 @@ async fn parent_in_session<S: Store>(
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/executions", tag = "external agents", operation_id = "open_execution",
     params(IdPath), request_body = OpenExecutionBody,
-    responses((status = 201, body = Execution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 201, body = OpenedExecution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

@@ -32,6 +32,9 @@ pub struct SnapshotInput {
     #[schema(schema_with = schema::agent_text_or_null)]
     pub agent_name: Option<String>,
     pub debug_mode: Option<bool>,
+    /// This snapshot replaces the execution's earlier ones (deleted in the same write), so a
+    /// state saved over and over keeps one row. Default `false`: every snapshot is kept.
+    pub replace: Option<bool>,
 }
 
 /// The parent snapshot named by the input, which must exist in the caller's tenant.
@@ -74,6 +77,7 @@ fn snapshot(
         is_final: input.is_final.unwrap_or(false),
         debug_mode: input.debug_mode.unwrap_or(false),
         state: input.state,
+        replace: input.replace.unwrap_or(false),
     }
 }
 

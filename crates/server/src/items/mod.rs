@@ -773,6 +773,7 @@ async fn open_conversation<S: Store>(
                 input: Value::Null,
                 metadata: json!({ MARKER_KEY: MARKER_VALUE }),
                 status: ExecutionStatus::Running,
+                lease: None,
             },
         )
         .await?;

@@ -1,7 +1,7 @@
 //! `GET /v1/sessions`: the caller's sessions, newest first, filtered and paged.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use serde::Deserialize;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Session, SessionStatus};
@@ -87,12 +87,64 @@ fn parse_statuses(status: &Option<String>) -> ApiResult<Option<Vec<SessionStatus
 #[allow(dead_code)]
 pub(crate) fn doc() {}
 
+/// Most `metadata.KEY=VALUE` filters one list takes.
+pub const MAX_METADATA_FILTERS: usize = 8;
+/// Longest metadata key and value a filter names, in characters.
+const MAX_METADATA_KEY_CHARS: usize = 64;
+const MAX_METADATA_VALUE_CHARS: usize = 256;
+
+/// The `metadata.KEY=VALUE` parameters of the query: exact matches on top-level keys.
+fn parse_metadata_filters(raw: Option<&str>) -> ApiResult<Vec<(String, String)>> {
+    let mut filters = Vec::new();
+    let Some(raw) = raw else { return Ok(filters) };
+    for (name, value) in url::form_urlencoded::parse(raw.as_bytes()) {
+        let Some(key) = name.strip_prefix("metadata.") else {
+            continue;
+        };
+        let field = format!(
+            "metadata.{}",
+            crate::error::cut(key, MAX_METADATA_KEY_CHARS)
+        );
+        if key.is_empty()
+            || key.chars().count() > MAX_METADATA_KEY_CHARS
+            || !key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+        {
+            return Err(ApiError::invalid(
+                &field,
+                format!(
+                    "a metadata filter's key is 1-{MAX_METADATA_KEY_CHARS} characters of [A-Za-z0-9_-]"
+                ),
+            ));
+        }
+        if value.chars().count() > MAX_METADATA_VALUE_CHARS {
+            return Err(ApiError::invalid(
+                &field,
+                format!(
+                    "a metadata filter's value is at most {MAX_METADATA_VALUE_CHARS} characters"
+                ),
+            ));
+        }
+        filters.push((key.to_string(), value.into_owned()));
+    }
+    if filters.len() > MAX_METADATA_FILTERS {
+        return Err(ApiError::invalid(
+            "metadata",
+            format!("at most {MAX_METADATA_FILTERS} metadata.KEY=VALUE filters"),
+        ));
+    }
+    Ok(filters)
+}
+
 pub async fn list<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
+    RawQuery(raw): RawQuery,
     ApiQuery(query): ApiQuery<ListSessionsQuery>,
 ) -> ApiResult<Json<List<Session>>> {
     let statuses = parse_statuses(&query.status)?;
+    let metadata = parse_metadata_filters(raw.as_deref())?;
     check_text("related_type", &query.related_type, MAX_REF_CHARS)?;
     check_text("related_id", &query.related_id, MAX_REF_CHARS)?;
     check_text("user_id", &query.user_id, MAX_REF_CHARS)?;
@@ -111,6 +163,7 @@ pub async fn list<S: Store>(
         related_type: query.related_type,
         related_id: query.related_id,
         user_id: caller.session_owner_filter(asked),
+        metadata,
     };
     let page = PageRequest {
         limit: parse_limit(&query.limit)?,

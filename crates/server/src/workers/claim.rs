@@ -225,7 +225,7 @@ fn answer(claim: WorkerClaim, lease: Duration) -> ClaimedExecution {
         lease: claim.lease,
         lease_expires_at: claim.lease_expires_at,
         lease_s: lease.as_secs_f64(),
-        heartbeat_interval_s: (lease.as_secs_f64() / 3.0).max(0.05),
+        heartbeat_interval_s: super::heartbeat_interval_s(lease),
         input,
         input_text,
         resume_answer: claim.resume_answer,

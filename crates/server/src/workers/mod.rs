@@ -23,3 +23,9 @@ pub const MAX_WORKER_ID_CHARS: usize = 128;
 pub const MAX_DESCRIPTION_CHARS: usize = 1_000;
 /// Largest `config_schema` of an agent, serialized.
 pub const MAX_CONFIG_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// How often a lease's holder (a worker, or an external execution's recorder) renews it:
+/// a third of the lease, in seconds.
+pub(crate) fn heartbeat_interval_s(lease: std::time::Duration) -> f64 {
+    (lease.as_secs_f64() / 3.0).max(0.05)
+}

@@ -25,6 +25,7 @@ pub async fn executions<H: Harness>(harness: &H) {
         input: json!({"message": "add 2 and 3"}),
         metadata: json!({"source": "test"}),
         status: ExecutionStatus::Pending,
+        lease: None,
     };
     let first = ok(store.create_execution(&acme, new).await, "create_execution");
     assert_eq!(first.session_id, Some(session.id));

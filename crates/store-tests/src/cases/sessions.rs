@@ -520,6 +520,67 @@ pub async fn list_sessions<H: Harness>(harness: &H) {
         HashSet::from([created[1].id, created[3].id, created[5].id])
     );
 
+    // Metadata filters: exact matches on top-level keys, all of them; a number or a
+    // boolean matches its JSON text; a missing key or a nested value matches nothing.
+    let tagged = |metadata: serde_json::Value| NewSession {
+        metadata,
+        ..new_session("user-meta", None)
+    };
+    let mut meta = Vec::new();
+    for metadata in [
+        json!({"state": "greeting", "skill_name": "billing", "turns": 3, "vip": true}),
+        json!({"state": "greeting", "skill_name": "returns"}),
+        json!({"state": {"nested": "greeting"}, "skill_name": "billing"}),
+    ] {
+        meta.push(ok(
+            store.create_session(&acme, tagged(metadata)).await,
+            "create tagged",
+        ));
+    }
+    let by_metadata = |pairs: &[(&str, &str)]| SessionFilter {
+        metadata: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+        ..SessionFilter::default()
+    };
+    let greeting = list_all(&store, &acme, by_metadata(&[("state", "greeting")])).await;
+    assert_eq!(as_set(&greeting), HashSet::from([meta[0].id, meta[1].id]));
+    let billing_greeting = list_all(
+        &store,
+        &acme,
+        by_metadata(&[("state", "greeting"), ("skill_name", "billing")]),
+    )
+    .await;
+    assert_eq!(ids(&billing_greeting), vec![meta[0].id]);
+    for (pairs, what) in [
+        (&[("turns", "3")][..], "a number"),
+        (&[("vip", "true")][..], "a boolean"),
+    ] {
+        let found = list_all(&store, &acme, by_metadata(pairs)).await;
+        assert_eq!(
+            ids(&found),
+            vec![meta[0].id],
+            "{what} matches its JSON text"
+        );
+    }
+    assert!(
+        list_all(&store, &acme, by_metadata(&[("missing", "greeting")]))
+            .await
+            .is_empty()
+    );
+    assert!(
+        list_all(&store, &acme, by_metadata(&[("turns", "4")]))
+            .await
+            .is_empty()
+    );
+    for session in &meta {
+        ok(
+            store.delete_session(&acme, session.id).await,
+            "delete tagged",
+        );
+    }
+
     // Other tenants see none of it.
     let empty = ok(
         store

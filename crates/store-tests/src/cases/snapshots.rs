@@ -145,4 +145,47 @@ pub async fn snapshots<H: Harness>(harness: &H) {
         StoreError::NotFound(_),
         "a snapshot of an unknown execution"
     );
+
+    // A replacing snapshot leaves its execution one row, whatever the number of saves; the
+    // subagent's snapshot is another execution's and stays.
+    let mut kept = None;
+    for n in 0..5u32 {
+        let saved = ok(
+            save_snapshot_durable(
+                &store,
+                &acme,
+                NewSnapshot {
+                    replace: true,
+                    state: json!({"turn": n}),
+                    ..new_snapshot(execution.id, 10 + n, None)
+                },
+            )
+            .await,
+            "save a replacing snapshot",
+        );
+        kept = Some(saved);
+    }
+    let kept = kept.expect("saved");
+    let listed = ok(store.list_snapshots(&acme, execution.id).await, "list");
+    assert_eq!(
+        listed.iter().map(|s| s.id).collect::<Vec<_>>(),
+        vec![kept.id],
+        "one snapshot is left"
+    );
+    assert_eq!(
+        some(store.get_snapshot(&acme, kept.id).await, "the kept one").state,
+        json!({"turn": 4})
+    );
+    assert_eq!(
+        ok(store.get_snapshot(&acme, root.id).await, "replaced"),
+        None
+    );
+    assert_eq!(
+        some(store.get_execution(&acme, execution.id).await, "execution").last_snapshot_id,
+        Some(kept.id)
+    );
+    assert_eq!(
+        ok(store.list_snapshots(&acme, subagent.id).await, "subagent").len(),
+        1
+    );
 }
