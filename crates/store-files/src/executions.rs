@@ -226,6 +226,7 @@ impl stepwise_store::ExecutionStore for FileStore {
             if let Some(session) = container.session.as_mut() {
                 session.last_execution_id = Some(execution.id);
                 session.updated_at = now;
+                crate::state::reactivate(session, now);
             }
             let key = Key {
                 tenant: tenant.as_str().to_string(),

@@ -26,6 +26,7 @@ impl stepwise_store::MessageStore for FileStore {
                     session.first_message = Some(first_message_of(&message.content));
                 }
                 session.updated_at = now;
+                crate::state::reactivate(session, now);
             }
             state.touch(
                 &Key {

@@ -55,6 +55,7 @@ impl stepwise_store::SnapshotStore for FileStore {
         }
         state.snapshots.insert(snapshot.id, key.clone());
         state.touch(&key, false);
+        state.reactivate(&key, now);
         Ok(self.enqueue(&mut state, snapshot))
     }
 

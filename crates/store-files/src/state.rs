@@ -145,6 +145,16 @@ pub(crate) struct State {
     pub file_sizes: HashMap<PathBuf, u64>,
 }
 
+/// An abandoned session in use again is active, updated `now`; whether it was abandoned.
+pub fn reactivate(session: &mut Session, now: Timestamp) -> bool {
+    if session.status != stepwise_core::SessionStatus::Abandoned {
+        return false;
+    }
+    session.status = stepwise_core::SessionStatus::Active;
+    session.updated_at = now;
+    true
+}
+
 impl State {
     /// Marks a file for rewriting; `index` when the change shows in `index.json`.
     pub fn touch(&mut self, key: &Key, index: bool) {
@@ -191,6 +201,18 @@ impl State {
         self.tenants
             .get_mut(&key.tenant)?
             .container_mut(key.session)
+    }
+
+    /// Something happened in the session (a step, a snapshot): an abandoned one is active
+    /// again, updated now.
+    pub fn reactivate(&mut self, key: &Key, now: Timestamp) {
+        let revived = self
+            .container_mut(key)
+            .and_then(|c| c.session.as_mut())
+            .is_some_and(|session| reactivate(session, now));
+        if revived {
+            self.touch(key, true);
+        }
     }
 
     /// Every execution of every tenant, with where it lives.

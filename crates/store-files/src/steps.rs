@@ -84,6 +84,7 @@ impl stepwise_store::StepStore for FileStore {
         e.token_usage.add(&usage);
         e.updated_at = now;
         state.touch(&key, false);
+        state.reactivate(&key, now);
         Ok(self.enqueue(
             &mut state,
             StepAppend {

@@ -50,8 +50,7 @@ const INSERT_SESSION: &str = "INSERT INTO sessions (id, tenant_id, user_id, name
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)";
 const INSERT_THREAD: &str =
     "INSERT INTO threads (tenant_id, thread_id, session_id, created_at) VALUES ($1, $2, $3, $4)";
-const TOUCH_SESSION: &str =
-    "UPDATE sessions SET updated_at = GREATEST(updated_at, $1) WHERE id = $2";
+const TOUCH_SESSION: &str = "UPDATE sessions SET updated_at = GREATEST(updated_at, $1), status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = $2";
 const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (tenant_id, session_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, payload, metadata, channel_versions, run_id, created_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11) \
      ON CONFLICT (tenant_id, session_id, checkpoint_ns, checkpoint_id) DO NOTHING";

@@ -14,8 +14,7 @@ use crate::queue::ring;
 use crate::sql::{self, args, execution_cols, json_text, map_pg, pg};
 use stepwise_store::prelude::*;
 
-const POINT_SESSION_AT: &str =
-    "UPDATE sessions SET last_execution_id = $1, updated_at = $2 WHERE id = $3 AND tenant_id = $4";
+const POINT_SESSION_AT: &str = "UPDATE sessions SET last_execution_id = $1, updated_at = $2, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = $3 AND tenant_id = $4";
 const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at, lease_owner, lease_expires_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14)";
 macro_rules! execution_by_id {

@@ -11,7 +11,7 @@ use crate::sql::{self, Params, args, json_text, map_pg, message_cols};
 
 /// One statement: the session row is bumped only if it exists for this tenant, and the
 /// message is inserted only then (no row returned: no such session).
-const APPEND_MESSAGE: &str = "WITH touched AS (UPDATE sessions SET message_count = message_count + 1, updated_at = $11 WHERE id = $3 AND tenant_id = $2 RETURNING id) \
+const APPEND_MESSAGE: &str = "WITH touched AS (UPDATE sessions SET message_count = message_count + 1, updated_at = $11, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = $3 AND tenant_id = $2 RETURNING id) \
      INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
      SELECT $1, $2, touched.id, $4, $5, $6, $7, $8, $9, $10, $11 FROM touched RETURNING id";
 /// Where listing resumes after the message `after`.

@@ -459,6 +459,18 @@ async fn write_steps<'a>(
             let n: i32 = sql::get(row, "step_number")?;
             inserted.insert((sql::get(row, "execution_id")?, n.max(0) as u32));
         }
+        // A step in an abandoned session makes it active again.
+        let mut touched: Vec<Id> = sessions.iter().flatten().copied().collect();
+        touched.sort_unstable();
+        touched.dedup();
+        if !rows.is_empty() && !touched.is_empty() {
+            let now = times.iter().copied().max().unwrap_or_default();
+            tx.execute_typed(
+                "UPDATE sessions SET status = 'active', updated_at = $2 WHERE id = ANY($1) AND status = 'abandoned'",
+                args![touched, now],
+            )
+            .await?;
+        }
     }
 
     // Keys that were already stored before this batch (or whose execution is over).
@@ -752,8 +764,9 @@ async fn write_snapshots<'a>(
             .filter_map(|s| last_of_session.get(s).copied())
             .collect();
         tx.execute_typed(
-            "UPDATE sessions s SET last_snapshot_id = u.snap FROM unnest($1::uuid[], $2::uuid[]) AS u(id, snap) WHERE s.id = u.id",
-            args![s_ids, s_snaps],
+            "UPDATE sessions s SET last_snapshot_id = u.snap, updated_at = CASE WHEN s.status = 'abandoned' THEN $3 ELSE s.updated_at END, \
+             status = CASE WHEN s.status = 'abandoned' THEN 'active' ELSE s.status END FROM unnest($1::uuid[], $2::uuid[]) AS u(id, snap) WHERE s.id = u.id",
+            args![s_ids, s_snaps, times.iter().copied().max().unwrap_or_default()],
         )
         .await?;
     }

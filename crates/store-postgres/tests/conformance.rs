@@ -154,6 +154,7 @@ pg_conformance! {
     events_live
     tenant_isolation
     retention_mark_abandoned
+    retention_abandoned_comes_back
     retention_cleanup
     corruption_recovery
     restore_after_reopen

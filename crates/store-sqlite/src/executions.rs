@@ -32,10 +32,8 @@ const LIST_EXECUTIONS: &str = concat!(
 );
 const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at, lease_owner, lease_expires_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?14)";
-const SESSION_LAST_EXECUTION: &str =
-    "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2 WHERE id = ?3";
-const SESSION_LAST_EXECUTION_OF_TENANT: &str =
-    "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2 WHERE id = ?3 AND tenant_id = ?4";
+const SESSION_LAST_EXECUTION: &str = "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = ?3";
+const SESSION_LAST_EXECUTION_OF_TENANT: &str = "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = ?3 AND tenant_id = ?4";
 const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?2, output), error_message = COALESCE(?3, error_message), \
      resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
      attempts = CASE WHEN ?1 = 'paused' THEN 0 ELSE attempts END \

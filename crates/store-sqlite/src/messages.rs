@@ -9,7 +9,7 @@ use crate::SqliteStore;
 use crate::rows::{self, bid, json_text, message_cols, opt_bid};
 use crate::writer::map_sqlite;
 
-const BUMP_SESSION: &str = "UPDATE sessions SET message_count = message_count + 1, updated_at = ?1 WHERE id = ?2 AND tenant_id = ?3";
+const BUMP_SESSION: &str = "UPDATE sessions SET message_count = message_count + 1, updated_at = ?1, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = ?2 AND tenant_id = ?3";
 const INSERT_MESSAGE: &str = "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 const MESSAGE_TIME: &str =

@@ -89,7 +89,8 @@ pub(crate) fn insert_announced(
     let last: Option<i64> = conn
         .prepare_cached(
             "UPDATE sessions SET message_count = message_count + ?1, last_event_id = last_event_id + ?2, \
-             updated_at = CASE WHEN ?1 > 0 THEN ?3 ELSE updated_at END \
+             updated_at = CASE WHEN ?1 > 0 OR status = 'abandoned' THEN ?3 ELSE updated_at END, \
+             status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END \
              WHERE id = ?4 AND tenant_id = ?5 RETURNING last_event_id",
         )
         .and_then(|mut s| {

@@ -19,7 +19,8 @@ const INSERT_SNAPSHOT: &str = "INSERT INTO snapshots (id, tenant_id, execution_i
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 const EXECUTION_LAST_SNAPSHOT: &str =
     "UPDATE executions SET last_snapshot_id = ?1, updated_at = ?2 WHERE id = ?3";
-const SESSION_LAST_SNAPSHOT: &str = "UPDATE sessions SET last_snapshot_id = ?1 WHERE id = ?2";
+/// The session's newest snapshot; an abandoned session is in use again.
+const SESSION_LAST_SNAPSHOT: &str = "UPDATE sessions SET last_snapshot_id = ?1, updated_at = CASE WHEN status = 'abandoned' THEN ?3 ELSE updated_at END, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = ?2";
 /// A replacing snapshot: the execution's earlier snapshots go.
 const DELETE_EARLIER_SNAPSHOTS: &str =
     "DELETE FROM snapshots WHERE execution_id = ?1 AND tenant_id = ?2 AND id <> ?3";
@@ -92,7 +93,7 @@ impl stepwise_store::SnapshotStore for SqliteStore {
                 }
                 if let Some(session) = session {
                     conn.prepare_cached(SESSION_LAST_SNAPSHOT)
-                        .and_then(|mut st| st.execute(params![bid(s.id), session]))
+                        .and_then(|mut st| st.execute(params![bid(s.id), session, now.0]))
                         .map_err(map_sqlite)?;
                 }
                 Ok(snapshot)

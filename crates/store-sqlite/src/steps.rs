@@ -24,6 +24,9 @@ macro_rules! step_cols {
 pub(crate) const STEP_COLS: &str = step_cols!();
 const EXECUTION_OF_STEP: &str =
     "SELECT session_id, status FROM executions WHERE id = ?1 AND tenant_id = ?2";
+/// A step in an abandoned session makes it active again (a no-op for any other session).
+const REACTIVATE_SESSION: &str =
+    "UPDATE sessions SET status = 'active', updated_at = ?1 WHERE id = ?2 AND status = 'abandoned'";
 const INSERT_STEP: &str = "INSERT INTO steps (execution_id, step_number, id, tenant_id, session_id, kind, created_at, payload) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (execution_id, step_number) DO NOTHING";
 const ADVANCE_EXECUTION: &str = "UPDATE executions SET step_count = MAX(step_count, ?1), tokens_input = tokens_input + ?2, tokens_output = tokens_output + ?3, \
@@ -207,6 +210,11 @@ pub(crate) fn insert_step(
                 ])
             })
             .map_err(map_sqlite)?;
+        if let Some(session) = session_id {
+            conn.prepare_cached(REACTIVATE_SESSION)
+                .and_then(|mut s| s.execute(params![now.0, bid(session)]))
+                .map_err(map_sqlite)?;
+        }
         let step = Step::from_body(
             id,
             new.execution_id,

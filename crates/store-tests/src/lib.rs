@@ -104,6 +104,7 @@ macro_rules! __with_cases {
             events_live
             tenant_isolation
             retention_mark_abandoned
+            retention_abandoned_comes_back
             retention_cleanup
             corruption_recovery
             restore_after_reopen

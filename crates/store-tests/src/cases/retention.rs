@@ -522,3 +522,71 @@ async fn snapshot_all<S: Store>(store: &S, sessions: &[&Session]) -> Vec<(Id, Op
     }
     out
 }
+
+/// An abandoned session comes back: a message, an execution, a step or a snapshot in it
+/// makes it `active` again, updated then, so the cleaner counts its idleness from there.
+pub async fn retention_abandoned_comes_back<H: Harness>(harness: &H) {
+    let (store, clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, Some("comes-back")).await;
+    let running = create_execution(&store, &acme, Some(session.id), ExecutionStatus::Running).await;
+    let mut at = T0;
+    let abandon = |at: Timestamp| {
+        let store = store.clone();
+        let acme = acme.clone();
+        let clock = clock.clone();
+        async move {
+            clock.set(at);
+            let patch = SessionPatch {
+                status: Some(SessionStatus::Abandoned),
+                ..SessionPatch::default()
+            };
+            let marked = some(
+                store.update_session(&acme, session.id, patch).await,
+                "mark abandoned",
+            );
+            assert_eq!(marked.status, SessionStatus::Abandoned);
+        }
+    };
+    for what in ["a message", "an execution", "a step", "a snapshot"] {
+        at = Timestamp(at.0 + 86_400 * 1_000_000);
+        abandon(at).await;
+        let later = Timestamp(at.0 + 3_600 * 1_000_000);
+        clock.set(later);
+        match what {
+            "a message" => {
+                append_message(&store, &acme, session.id, Role::User, "back again").await;
+            }
+            "an execution" => {
+                create_execution(&store, &acme, Some(session.id), ExecutionStatus::Pending).await;
+            }
+            "a step" => {
+                add_step(&store, &acme, running.id, 1).await;
+            }
+            _ => {
+                add_snapshot(&store, &acme, running.id, 1, None).await;
+            }
+        }
+        let now = some(store.get_session(&acme, session.id).await, "session");
+        assert_eq!(now.status, SessionStatus::Active, "{what} makes it active");
+        // The manual clock moves on by a microsecond a reading: "then", not before.
+        assert!(
+            now.updated_at >= later && now.updated_at.0 < later.0 + 1_000_000,
+            "{what} counts as its last use: {:?} for {later:?}",
+            now.updated_at
+        );
+    }
+    // A session that is not abandoned keeps its status (a completed one stays completed).
+    let done = SessionPatch {
+        status: Some(SessionStatus::Completed),
+        ..SessionPatch::default()
+    };
+    some(
+        store.update_session(&acme, session.id, done).await,
+        "complete",
+    );
+    add_step(&store, &acme, running.id, 2).await;
+    append_message(&store, &acme, session.id, Role::User, "thanks").await;
+    let now = some(store.get_session(&acme, session.id).await, "session");
+    assert_eq!(now.status, SessionStatus::Completed);
+}
