@@ -758,3 +758,18 @@ def test_local_server_kill_restart_keeps_the_data() -> None:
         assert own.port == port
         assert own.client.find_session("kept")["id"] == session["id"]  # type: ignore[index]
         assert own.stop() == 0  # SIGTERM: a clean exit
+
+
+def test_a_tenants_own_retention_is_set_read_and_cleared() -> None:
+    with local_server() as server, Stepwise(server.url) as client:
+        before = client.get_retention()
+        assert before["completed_days"] == before["server"]["completed_days"]
+        assert before["own"]["completed_days"] is None
+        own = client.set_retention(completed_days=7, mark_abandoned_days=3)
+        assert (own["completed_days"], own["mark_abandoned_days"]) == (7, 3)
+        assert own["abandoned_days"] == before["server"]["abandoned_days"]
+        assert client.get_retention() == own
+        with pytest.raises(StepwiseError) as refused:
+            client.set_retention(deleted_days=0)
+        assert refused.value.status == 400 and refused.value.field == "deleted_days"
+        assert client.set_retention()["completed_days"] == before["server"]["completed_days"]

@@ -51,6 +51,8 @@ import type {
   PruneBody,
   PutCheckpointBody,
   PutWritesBody,
+  Retention,
+  RetentionBody,
   Role,
   RunAgentInput,
   Session,
@@ -550,6 +552,22 @@ export class Stepwise {
    */
   limits(): Promise<Limits> {
     return this.json({ method: 'GET', path: '/v1/limits' });
+  }
+
+  /**
+   * `GET /v1/retention` (an admin's): the day counts the retention cleaner applies to this
+   * tenant's sessions, the server's, and the tenant's own.
+   */
+  retention(): Promise<Retention> {
+    return this.json({ method: 'GET', path: '/v1/retention' });
+  }
+
+  /**
+   * `PUT /v1/retention` (an admin's): the tenant's own day counts (each 1-36500; `null` or left
+   * out keeps the server's; all left out: the server's policy again).
+   */
+  setRetention(body: RetentionBody): Promise<Retention> {
+    return this.json({ method: 'PUT', path: '/v1/retention', body });
   }
 
   /**

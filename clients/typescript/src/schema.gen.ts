@@ -668,6 +668,37 @@ export type ResumeEntry = {
 /** `resolved` (answered with `payload`) or `cancelled` (the paused execution is cancelled). */
 export type ResumeStatus = "resolved" | "cancelled";
 
+/** The tenant's retention: the numbers its sessions go by, the server's, and its own. */
+export type Retention = RetentionDays & {
+  /** The counts the tenant set (`null` where it keeps the server's). */
+  own: RetentionBody;
+  /** The server's policy (what a count the tenant leaves unset takes). */
+  server: RetentionDays;
+};
+
+/**
+ * A tenant's own day counts: each given (1-36500) overrides the server's; `null` or left
+ * out keeps the server's. Every one of them `null` or left out: the server's policy again.
+ */
+export type RetentionBody = {
+  abandoned_days?: number | null;
+  completed_days?: number | null;
+  deleted_days?: number | null;
+  mark_abandoned_days?: number | null;
+};
+
+/** Day counts of a retention policy. */
+export type RetentionDays = {
+  /** `abandoned` sessions are deleted this many days after their last update. */
+  abandoned_days: number;
+  /** `completed` sessions are deleted this many days after their last update. */
+  completed_days: number;
+  /** `deleted` (soft-deleted) sessions are removed this many days after their deletion. */
+  deleted_days: number;
+  /** `active` sessions idle this many days become `abandoned`. */
+  mark_abandoned_days: number;
+};
+
 export type Role = "user" | "assistant" | "info" | "notification";
 
 /**
@@ -935,6 +966,7 @@ export const OPERATIONS = {
   get_execution: { method: "GET", path: "/v1/executions/{id}", params: ["path:id"] },
   get_latest_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/latest", params: ["path:thread_id","query:checkpoint_ns","query:have"] },
   get_limits: { method: "GET", path: "/v1/limits", params: [] },
+  get_retention: { method: "GET", path: "/v1/retention", params: [] },
   get_session: { method: "GET", path: "/v1/sessions/{id}", params: ["path:id"] },
   get_snapshot: { method: "GET", path: "/v1/snapshots/{id}", params: ["path:id"] },
   get_thread: { method: "GET", path: "/v1/threads/{thread_id}", params: ["path:thread_id"] },
@@ -963,6 +995,7 @@ export const OPERATIONS = {
   prune_checkpoints: { method: "POST", path: "/v1/checkpoints/prune", params: [] },
   put_checkpoint: { method: "PUT", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", params: ["path:thread_id","path:checkpoint_id"] },
   put_checkpoint_writes: { method: "PUT", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes", params: ["path:thread_id","path:checkpoint_id"] },
+  put_retention: { method: "PUT", path: "/v1/retention", params: [] },
   readyz: { method: "GET", path: "/readyz", params: [] },
   release_execution: { method: "POST", path: "/v1/executions/{id}/release", params: ["path:id","header:Stepwise-Lease"] },
   save_snapshot: { method: "POST", path: "/v1/executions/{id}/snapshots", params: ["path:id","header:Stepwise-Lease"] },

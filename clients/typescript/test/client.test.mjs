@@ -37,6 +37,7 @@ const METHODS = {
   send_delta: 'sendDelta', release_execution: 'release', append_steps: 'appendSteps',
   create_token: 'createToken', create_key: 'createKey', list_keys: 'listKeys', delete_key: 'deleteKey',
   get_limits: 'limits', post_execution_message: 'postExecutionMessage', stop_worker: 'stopWorker',
+  get_retention: 'retention', put_retention: 'setRetention',
 };
 
 /** Reads a session's events until `done(event)` (with the stream's own reconnects). */
@@ -412,6 +413,17 @@ test('operations: health, readiness, metrics', async () => {
   const limits = await client.limits();
   assert.equal(limits.max_content_chars, 100000);
   assert.ok(limits.max_body_bytes > 0);
+  // The tenant's own retention: set, read back, and the server's again.
+  const server = await client.retention();
+  assert.equal(server.own.completed_days, null);
+  const own = await client.setRetention({ completed_days: 7 });
+  assert.equal(own.completed_days, 7);
+  assert.equal(own.abandoned_days, server.abandoned_days);
+  assert.deepEqual(await client.retention(), own);
+  const back = await client.setRetention({});
+  assert.equal(back.completed_days, server.server.completed_days);
+  const refused = await client.setRetention({ completed_days: 0 }).catch((e) => e);
+  assert.equal(refused.status, 400);
 });
 
 test('errors: one class with the API\'s code, message, field and status', async () => {

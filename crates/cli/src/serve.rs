@@ -259,6 +259,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
             }),
             jwt,
             cors_origins,
+            retention: args.retention.policy(),
         },
         connections: args.connections(),
         listen: Listen::Addr(addr),

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use stepwise_core::{SharedClock, Timestamp};
-use stepwise_store::{CleanupReport, RetentionPolicy, Store, StoreError};
+use stepwise_store::{CleanupReport, RetentionPolicy, Store, StoreError, TenantScope};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -102,10 +102,25 @@ pub async fn retention_pass<S: Store>(
             }
         }
     };
-    let marked_abandoned = store
-        .mark_abandoned(policy.abandon_cutoff(now), dry)
-        .await?;
-    let deleted = store.cleanup_old_sessions(now, policy, dry).await?;
+    // Each tenant with a retention of its own (`PUT /v1/retention`) gets a pass of its
+    // own; every other tenant goes by the server's policy.
+    let own = store.tenant_retentions().await?;
+    let mut passes: Vec<(RetentionPolicy, TenantScope)> = own
+        .iter()
+        .map(|(tenant, retention)| (retention.over(policy), TenantScope::Only(tenant.clone())))
+        .collect();
+    passes.push((
+        policy,
+        TenantScope::AllBut(own.into_iter().map(|(tenant, _)| tenant).collect()),
+    ));
+    let mut marked_abandoned = 0;
+    let mut deleted = CleanupReport::default();
+    for (policy, scope) in passes {
+        marked_abandoned += store
+            .mark_abandoned(policy.abandon_cutoff(now), dry, scope.clone())
+            .await?;
+        deleted.add(store.cleanup_old_sessions(now, policy, dry, scope).await?);
+    }
     Ok(PassOutcome {
         skipped: false,
         marked_abandoned,

@@ -83,6 +83,9 @@ pub struct ServerConfig {
     pub jwt: JwtSettings,
     /// The origins whose pages may call `/v1` (none by default).
     pub cors_origins: CorsOrigins,
+    /// The server's retention policy (`GET /v1/retention` answers it for a tenant without
+    /// one of its own); the node sets it from its cleaner's.
+    pub retention: stepwise_store::RetentionPolicy,
 }
 
 /// `stepwise serve`'s defaults for the limits (a [`ServerConfig::default`] has none, for
@@ -107,6 +110,7 @@ impl Default for ServerConfig {
                 ..JwtSettings::default()
             },
             cors_origins: CorsOrigins::default(),
+            retention: stepwise_store::RetentionPolicy::default(),
         }
     }
 }
@@ -309,6 +313,10 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         .route("/keys/{id}", delete(keys::delete::delete::<S>))
         .route("/tokens", post(keys::tokens::create::<S>))
         .route("/limits", get(ops::limits::limits::<S>))
+        .route(
+            "/retention",
+            get(ops::retention::get::<S>).put(ops::retention::put::<S>),
+        )
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         // Innermost: each role to its routes, a user to its own sessions.

@@ -160,7 +160,11 @@ impl<S: Store> Node<S> {
             settings.tools,
             settings.engine,
         );
-        let state = AppState::new(engine.clone(), settings.server);
+        let mut server = settings.server;
+        if let Some(cleaner) = &settings.cleaner {
+            server.retention = cleaner.policy;
+        }
+        let state = AppState::new(engine.clone(), server);
         if settings.run_workers {
             engine.spawn_workers();
         }

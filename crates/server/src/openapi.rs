@@ -250,7 +250,7 @@ impl Modify for MiddlewareResponses {
         crate::workers::agents::doc, crate::workers::claim::doc, crate::workers::heartbeat::doc,
         crate::workers::deltas::doc, crate::workers::release::doc, crate::workers::stop::doc,
         crate::keys::create::doc, crate::keys::list::doc, crate::keys::delete::doc,
-        crate::keys::tokens::doc, crate::ops::limits::doc
+        crate::keys::tokens::doc, crate::ops::limits::doc, crate::ops::retention::get_doc, crate::ops::retention::put_doc
     ),
     components(schemas(
         Session, SessionStatus, Message, Role, Execution, ExecutionStatus, Step, StepKind, StepBody, StepError, ToolCall,
@@ -284,7 +284,7 @@ impl Modify for MiddlewareResponses {
         crate::workers::deltas::DeltaBody,
         crate::keys::KeyInfo, crate::keys::list::KeyList, crate::keys::create::CreateKeyBody,
         crate::keys::create::CreatedKey, crate::keys::tokens::MintTokenBody, crate::keys::tokens::MintedToken,
-        crate::ops::limits::Limits
+        crate::ops::limits::Limits, crate::ops::retention::Retention, crate::ops::retention::RetentionDays, crate::ops::retention::RetentionBody
     )),
     modifiers(&BearerAuth, &MiddlewareResponses),
     security(("bearer" = []))

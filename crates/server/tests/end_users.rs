@@ -1110,3 +1110,61 @@ async fn pages_of_listed_origins_call_the_api_and_streams_take_an_access_token()
     assert_eq!(plain.status().as_u16(), 401);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_retention_is_its_admins_and_its_own() {
+    let (server, admin) = start(jwt_settings(), &[]).await;
+    let user = key(&server, "acme", "carol", AccessRole::User).await;
+    let worker = key(&server, "acme", "w1", AccessRole::Worker).await;
+    let globex = key(&server, "globex", "g", AccessRole::Admin).await;
+
+    let (status, before) = call(&server, &admin, "GET", "/v1/retention", None).await;
+    assert_eq!(status, 200, "{before}");
+    assert_eq!(
+        before["completed_days"],
+        json!(90),
+        "the server's policy: {before}"
+    );
+    assert_eq!(before["server"]["mark_abandoned_days"], json!(30));
+    assert_eq!(before["own"]["completed_days"], Value::Null);
+
+    let (status, set) = call(
+        &server,
+        &admin,
+        "PUT",
+        "/v1/retention",
+        Some(json!({"completed_days": 7, "mark_abandoned_days": 3})),
+    )
+    .await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(set["completed_days"], json!(7));
+    assert_eq!(set["mark_abandoned_days"], json!(3));
+    assert_eq!(set["abandoned_days"], json!(30), "left out: the server's");
+    let (_, read) = call(&server, &admin, "GET", "/v1/retention", None).await;
+    assert_eq!(read, set, "stored");
+    // Another tenant keeps the server's policy.
+    let (status, theirs) = call(&server, &globex, "GET", "/v1/retention", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(theirs["completed_days"], json!(90));
+
+    for bad in [
+        json!({"completed_days": 0}),
+        json!({"deleted_days": 40000}),
+        json!({"days": 3}),
+    ] {
+        let (status, answer) =
+            call(&server, &admin, "PUT", "/v1/retention", Some(bad.clone())).await;
+        assert_eq!(status, 400, "{bad} -> {answer}");
+    }
+    for (who, credential) in [("user", &user), ("worker", &worker)] {
+        for (method, body) in [("GET", None), ("PUT", Some(json!({"completed_days": 1})))] {
+            let (status, answer) = call(&server, credential, method, "/v1/retention", body).await;
+            assert_eq!(status, 403, "{who}: {method} -> {answer}");
+        }
+    }
+    // Every count left out: the server's policy again.
+    let (status, cleared) = call(&server, &admin, "PUT", "/v1/retention", Some(json!({}))).await;
+    assert_eq!(status, 200);
+    assert_eq!(cleared["completed_days"], json!(90));
+    assert_eq!(cleared["own"]["completed_days"], Value::Null);
+}

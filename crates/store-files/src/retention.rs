@@ -1,14 +1,40 @@
 //! Retention in the files backend: marking stale sessions abandoned, and deleting expired
 //! sessions with their files.
 
+use std::collections::BTreeMap;
 use stepwise_core::{ExecutionStatus, Id, SessionStatus, Timestamp};
 use stepwise_store::rules::is_stale;
-use stepwise_store::{CleanupReport, Result, RetentionPolicy};
+
+use stepwise_store::{
+    CleanupReport, Result, RetentionOverride, RetentionPolicy, StoreError, Tenant, TenantScope,
+};
 
 use crate::FileStore;
 use crate::disk::stem_of;
 use crate::state::{Container, Key};
 use stepwise_store::RetentionLock;
+
+impl FileStore {
+    /// The tenants' own retentions: `.tenant-retention` (JSON) in the store's folder, a
+    /// name the loader passes over.
+    fn retention_file(&self) -> std::path::PathBuf {
+        self.dir().join(".tenant-retention")
+    }
+}
+
+/// The tenants' own retentions in `path` (none when it does not exist).
+fn read_retentions(path: &std::path::Path) -> Result<BTreeMap<String, RetentionOverride>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            StoreError::Backend(format!("{} is not a retention file: {e}", path.display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(StoreError::Backend(format!(
+            "cannot read {}: {e}",
+            path.display()
+        ))),
+    }
+}
 
 /// What deleting this session removes, counted like the SQL backends count rows.
 fn container_report(container: &Container) -> CleanupReport {
@@ -28,13 +54,19 @@ fn container_report(container: &Container) -> CleanupReport {
 }
 
 impl stepwise_store::RetentionStore for FileStore {
-    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
+    async fn mark_abandoned(
+        &self,
+        cutoff: Timestamp,
+        dry: bool,
+        scope: TenantScope,
+    ) -> Result<u64> {
         let now = self.now();
         let ack = {
             let mut state = self.lock();
             let stale: Vec<Key> = state
                 .tenants
                 .iter()
+                .filter(|(tenant, _)| scope.covers(tenant))
                 .flat_map(|(tenant, ts)| {
                     ts.sessions.iter().filter_map(move |(id, c)| {
                         let s = c.session.as_ref()?;
@@ -80,6 +112,7 @@ impl stepwise_store::RetentionStore for FileStore {
         now: Timestamp,
         policy: RetentionPolicy,
         dry: bool,
+        scope: TenantScope,
     ) -> Result<CleanupReport> {
         let ack = {
             let mut state = self.lock();
@@ -87,6 +120,7 @@ impl stepwise_store::RetentionStore for FileStore {
             let doomed: Vec<(String, Id)> = state
                 .tenants
                 .iter()
+                .filter(|(tenant, _)| scope.covers(tenant))
                 .flat_map(|(tenant, ts)| {
                     ts.sessions.iter().filter_map(move |(id, c)| {
                         let s = c.session.as_ref()?;
@@ -134,6 +168,34 @@ impl stepwise_store::RetentionStore for FileStore {
             self.enqueue(&mut state, total)
         };
         ack.await
+    }
+
+    async fn tenant_retentions(&self) -> Result<Vec<(String, RetentionOverride)>> {
+        let _held = self.lock();
+        Ok(read_retentions(&self.retention_file())?
+            .into_iter()
+            .collect())
+    }
+
+    async fn set_tenant_retention(
+        &self,
+        tenant: &Tenant,
+        retention: Option<RetentionOverride>,
+    ) -> Result<()> {
+        // Under the store's lock: one writer of the file at a time.
+        let _held = self.lock();
+        let path = self.retention_file();
+        let mut all = read_retentions(&path)?;
+        match retention {
+            Some(retention) => all.insert(tenant.as_str().to_string(), retention),
+            None => all.remove(tenant.as_str()),
+        };
+        let text =
+            serde_json::to_vec_pretty(&all).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let temp = path.with_extension("tmp");
+        std::fs::write(&temp, text)
+            .and_then(|()| std::fs::rename(&temp, &path))
+            .map_err(|e| StoreError::Backend(format!("cannot write {}: {e}", path.display())))
     }
 
     async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {

@@ -13,7 +13,7 @@ use stepwise_core::{ExecutionStatus, Role, SessionStatus, StepBody, StepKind, Ti
 use stepwise_store::prelude::*;
 use stepwise_store::{
     NewExecution, NewMessage, NewSession, NewStep, RetentionPolicy, SessionPatch, Store,
-    StoreError, Tenant, export_session,
+    StoreError, Tenant, TenantScope, export_session,
 };
 use stepwise_store_files::{FileStore, INDEX_FILE, IndexFile, METADATA_FILE};
 
@@ -232,7 +232,7 @@ async fn renames_and_cleanup_move_and_remove_files() {
         .unwrap_or_else(|e| panic!("{e}"));
     let later = Timestamp::now().plus_secs(200 * 86_400);
     let report = store
-        .cleanup_old_sessions(later, RetentionPolicy::default(), false)
+        .cleanup_old_sessions(later, RetentionPolicy::default(), false, TenantScope::All)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(report.sessions, 1);

@@ -3,7 +3,10 @@
 //! run a pass.
 
 use stepwise_core::{Id, Timestamp};
-use stepwise_store::{CleanupReport, Result, RetentionLock, RetentionPolicy, StoreError};
+use stepwise_store::{
+    CleanupReport, Result, RetentionLock, RetentionOverride, RetentionPolicy, StoreError, Tenant,
+    TenantScope,
+};
 
 use crate::sql::{self, args, count, map_pg, pg};
 use crate::{PgStore, checkpoints};
@@ -15,12 +18,18 @@ const TRY_RETENTION_LOCK: &str = "SELECT pg_try_advisory_lock($1) AS locked";
 /// Sessions deleted per transaction, so no lock is held long.
 const BATCH_DELETE: i64 = 100;
 
+// `{}` in the statements below is where a pass's tenant scope goes (`TenantScope::scoped`).
 const COUNT_IDLE: &str =
-    "SELECT COUNT(*) AS n FROM sessions WHERE status = 'active' AND updated_at < $1";
+    "SELECT COUNT(*) AS n FROM sessions WHERE status = 'active' AND updated_at < $1{}";
 /// A paused execution of an abandoned session will never be answered.
 const CANCEL_IDLE_PAUSED: &str = "UPDATE executions SET status = 'cancelled', completed_at = $2, updated_at = $2, lease_owner = NULL, lease_expires_at = NULL \
-     WHERE status = 'paused' AND session_id IN (SELECT id FROM sessions WHERE status = 'active' AND updated_at < $1)";
-const ABANDON_IDLE: &str = "UPDATE sessions SET status = 'abandoned', updated_at = $2 WHERE status = 'active' AND updated_at < $1";
+     WHERE status = 'paused' AND session_id IN (SELECT id FROM sessions WHERE status = 'active' AND updated_at < $1{})";
+const ABANDON_IDLE: &str = "UPDATE sessions SET status = 'abandoned', updated_at = $2 WHERE status = 'active' AND updated_at < $1{}";
+const LIST_TENANT_RETENTION: &str =
+    "SELECT tenant_id, retention FROM tenant_retention ORDER BY tenant_id";
+const PUT_TENANT_RETENTION: &str = "INSERT INTO tenant_retention (tenant_id, retention, updated_at) VALUES ($1, $2, $3) \
+     ON CONFLICT (tenant_id) DO UPDATE SET retention = excluded.retention, updated_at = excluded.updated_at";
+const DELETE_TENANT_RETENTION: &str = "DELETE FROM tenant_retention WHERE tenant_id = $1";
 
 /// The sessions past their retention: $1, $2, $3 are the completed, abandoned and
 /// deleted cutoffs (a macro so the statements below are constants).
@@ -31,7 +40,7 @@ macro_rules! expired {
 }
 macro_rules! expired_ids {
     () => {
-        concat!("SELECT id FROM sessions WHERE ", expired!())
+        concat!("SELECT id FROM sessions WHERE (", expired!(), "){}")
     };
 }
 macro_rules! expired_executions {
@@ -43,8 +52,11 @@ macro_rules! expired_executions {
         )
     };
 }
-const COUNT_EXPIRED_SESSIONS: &str =
-    concat!("SELECT COUNT(*) AS n FROM sessions WHERE ", expired!());
+const COUNT_EXPIRED_SESSIONS: &str = concat!(
+    "SELECT COUNT(*) AS n FROM sessions WHERE (",
+    expired!(),
+    "){}"
+);
 const COUNT_EXPIRED_MESSAGES: &str = concat!(
     "SELECT COUNT(*) AS n FROM messages WHERE session_id IN (",
     expired_ids!(),
@@ -92,18 +104,23 @@ struct HeldLock {
 impl stepwise_store::RetentionStore for PgStore {
     /// Marks active sessions idle since before `cutoff` abandoned (cancelling their paused
     /// executions); `dry` only counts them.
-    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
+    async fn mark_abandoned(
+        &self,
+        cutoff: Timestamp,
+        dry: bool,
+        scope: TenantScope,
+    ) -> Result<u64> {
         let mut client = self.client().await?;
         if dry {
-            return count(&**client, COUNT_IDLE, args![cutoff.0]).await;
+            return count(&**client, &scope.scoped(COUNT_IDLE), args![cutoff.0]).await;
         }
         let now = self.now();
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
-        tx.execute_typed(CANCEL_IDLE_PAUSED, args![cutoff.0, now.0])
+        tx.execute_typed(&scope.scoped(CANCEL_IDLE_PAUSED), args![cutoff.0, now.0])
             .await
             .map_err(map_pg)?;
         let n = tx
-            .execute_typed(ABANDON_IDLE, args![cutoff.0, now.0])
+            .execute_typed(&scope.scoped(ABANDON_IDLE), args![cutoff.0, now.0])
             .await
             .map_err(map_pg)?;
         tx.commit().await.map_err(map_pg)?;
@@ -117,28 +134,31 @@ impl stepwise_store::RetentionStore for PgStore {
         now: Timestamp,
         policy: RetentionPolicy,
         dry: bool,
+        scope: TenantScope,
     ) -> Result<CleanupReport> {
         let [completed, abandoned, deleted] = policy.cutoffs(now).as_micros();
         let mut client = self.client().await?;
         if dry {
             let c = &**client;
             let params = args![completed, abandoned, deleted];
+            let s = |sql: &str| scope.scoped(sql);
             return Ok(CleanupReport {
-                sessions: count(c, COUNT_EXPIRED_SESSIONS, params).await?,
-                messages: count(c, COUNT_EXPIRED_MESSAGES, params).await?,
-                executions: count(c, COUNT_EXPIRED_EXECUTIONS, params).await?,
-                steps: count(c, COUNT_EXPIRED_STEPS, params).await?,
-                snapshots: count(c, COUNT_EXPIRED_SNAPSHOTS, params).await?,
-                events: count(c, COUNT_EXPIRED_EVENTS, params).await?,
+                sessions: count(c, &s(COUNT_EXPIRED_SESSIONS), params).await?,
+                messages: count(c, &s(COUNT_EXPIRED_MESSAGES), params).await?,
+                executions: count(c, &s(COUNT_EXPIRED_EXECUTIONS), params).await?,
+                steps: count(c, &s(COUNT_EXPIRED_STEPS), params).await?,
+                snapshots: count(c, &s(COUNT_EXPIRED_SNAPSHOTS), params).await?,
+                events: count(c, &s(COUNT_EXPIRED_EVENTS), params).await?,
             });
         }
+        let lock_batch = scope.scoped(LOCK_EXPIRED_BATCH);
         let mut total = CleanupReport::default();
         // Small batches, each its own transaction, so no lock is held long.
         loop {
             let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
             let rows = tx
                 .query_typed(
-                    LOCK_EXPIRED_BATCH,
+                    &lock_batch,
                     args![completed, abandoned, deleted, BATCH_DELETE],
                 )
                 .await
@@ -169,6 +189,49 @@ impl stepwise_store::RetentionStore for PgStore {
             tracing::info!(?total, "retention cleanup deleted expired sessions");
         }
         Ok(total)
+    }
+
+    async fn tenant_retentions(&self) -> Result<Vec<(String, RetentionOverride)>> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(LIST_TENANT_RETENTION, &[])
+            .await
+            .map_err(map_pg)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let text: String = sql::get(row, "retention")?;
+            if let Ok(retention) = serde_json::from_str(&text) {
+                out.push((sql::get(row, "tenant_id")?, retention));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn set_tenant_retention(
+        &self,
+        tenant: &Tenant,
+        retention: Option<RetentionOverride>,
+    ) -> Result<()> {
+        let client = self.client().await?;
+        match retention {
+            Some(retention) => {
+                let text = serde_json::to_string(&retention)
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                client
+                    .execute_typed(
+                        PUT_TENANT_RETENTION,
+                        args![tenant.as_str().to_string(), text, self.now().0],
+                    )
+                    .await
+            }
+            None => {
+                client
+                    .execute_typed(DELETE_TENANT_RETENTION, args![tenant.as_str().to_string()])
+                    .await
+            }
+        }
+        .map_err(map_pg)?;
+        Ok(())
     }
 
     /// The retention lock if no other node holds it.

@@ -155,6 +155,7 @@ pg_conformance! {
     tenant_isolation
     retention_mark_abandoned
     retention_abandoned_comes_back
+    retention_per_tenant
     retention_cleanup
     corruption_recovery
     restore_after_reopen

@@ -3,7 +3,9 @@
 
 use rusqlite::{Connection, params};
 use stepwise_core::{Id, Timestamp};
-use stepwise_store::{CleanupReport, Result, RetentionPolicy};
+use stepwise_store::{
+    CleanupReport, Result, RetentionOverride, RetentionPolicy, StoreError, Tenant, TenantScope,
+};
 
 use crate::rows::{Bid, bid};
 use crate::writer::map_sqlite;
@@ -27,50 +29,66 @@ macro_rules! expired_where {
 /// Sessions deleted per transaction, so the writer never holds the lock long.
 const BATCH_DELETE: i64 = 100;
 
-const COUNT_STALE: &str = concat!("SELECT COUNT(*) FROM sessions WHERE ", stale_where!());
+/// `{}` is where the pass's tenant scope goes (see [`scoped`]).
+const COUNT_STALE: &str = concat!("SELECT COUNT(*) FROM sessions WHERE ", stale_where!(), "{}");
 const CANCEL_STALE_PAUSED: &str = concat!(
     "UPDATE executions SET status = 'cancelled', completed_at = ?2, updated_at = ?2, lease_owner = NULL, lease_expires_at = NULL \
      WHERE status = 'paused' AND session_id IN (SELECT id FROM sessions WHERE ",
     stale_where!(),
-    ")"
+    "{})"
 );
 const ABANDON_STALE: &str = concat!(
     "UPDATE sessions SET status = 'abandoned', updated_at = ?2 WHERE ",
-    stale_where!()
+    stale_where!(),
+    "{}"
 );
 
 const EXPIRED_BATCH: &str = concat!(
-    "SELECT id FROM sessions WHERE ",
+    "SELECT id FROM sessions WHERE (",
     expired_where!(),
-    " LIMIT ?4"
+    "){} LIMIT ?4"
 );
-const COUNT_EXPIRED_SESSIONS: &str =
-    concat!("SELECT COUNT(*) FROM sessions WHERE ", expired_where!());
-const COUNT_EXPIRED_MESSAGES: &str = concat!(
-    "SELECT COUNT(*) FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE ",
+const COUNT_EXPIRED_SESSIONS: &str = concat!(
+    "SELECT COUNT(*) FROM sessions WHERE (",
     expired_where!(),
-    ")"
+    "){}"
+);
+const COUNT_EXPIRED_MESSAGES: &str = concat!(
+    "SELECT COUNT(*) FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE (",
+    expired_where!(),
+    "){})"
 );
 const COUNT_EXPIRED_EXECUTIONS: &str = concat!(
-    "SELECT COUNT(*) FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    "SELECT COUNT(*) FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE (",
     expired_where!(),
-    ")"
+    "){})"
 );
 const COUNT_EXPIRED_STEPS: &str = concat!(
-    "SELECT COUNT(*) FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    "SELECT COUNT(*) FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE (",
     expired_where!(),
-    "))"
+    "){}))"
 );
 const COUNT_EXPIRED_SNAPSHOTS: &str = concat!(
-    "SELECT COUNT(*) FROM snapshots WHERE execution_id IN (SELECT id FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    "SELECT COUNT(*) FROM snapshots WHERE execution_id IN (SELECT id FROM executions WHERE session_id IN (SELECT id FROM sessions WHERE (",
     expired_where!(),
-    "))"
+    "){}))"
 );
 const COUNT_EXPIRED_EVENTS: &str = concat!(
-    "SELECT COUNT(*) FROM events WHERE session_id IN (SELECT id FROM sessions WHERE ",
+    "SELECT COUNT(*) FROM events WHERE session_id IN (SELECT id FROM sessions WHERE (",
     expired_where!(),
-    ")"
+    "){})"
 );
+
+const LIST_TENANT_RETENTION: &str =
+    "SELECT tenant_id, retention FROM tenant_retention ORDER BY tenant_id";
+const PUT_TENANT_RETENTION: &str = "INSERT INTO tenant_retention (tenant_id, retention, updated_at) VALUES (?1, ?2, ?3) \
+     ON CONFLICT (tenant_id) DO UPDATE SET retention = excluded.retention, updated_at = excluded.updated_at";
+const DELETE_TENANT_RETENTION: &str = "DELETE FROM tenant_retention WHERE tenant_id = ?1";
+
+/// `sql` (one `{}`) kept to the scope's tenants.
+fn scoped(sql: &str, scope: &TenantScope) -> String {
+    scope.scoped(sql)
+}
 
 const DELETE_STEPS: &str =
     "DELETE FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id = ?1)";
@@ -104,18 +122,28 @@ pub(crate) fn delete_session_rows(
 }
 
 impl stepwise_store::RetentionStore for SqliteStore {
-    async fn mark_abandoned(&self, cutoff: Timestamp, dry: bool) -> Result<u64> {
+    async fn mark_abandoned(
+        &self,
+        cutoff: Timestamp,
+        dry: bool,
+        scope: TenantScope,
+    ) -> Result<u64> {
         if dry {
+            let sql = scoped(COUNT_STALE, &scope);
             return self
-                .read(move |conn, _| count(conn, COUNT_STALE, params![cutoff.0]))
+                .read(move |conn, _| count(conn, &sql, params![cutoff.0]))
                 .await;
         }
         let now = self.now();
+        let (cancel, abandon) = (
+            scoped(CANCEL_STALE_PAUSED, &scope),
+            scoped(ABANDON_STALE, &scope),
+        );
         self.write(move |conn, _| {
-            conn.prepare_cached(CANCEL_STALE_PAUSED)
+            conn.prepare_cached(&cancel)
                 .and_then(|mut s| s.execute(params![cutoff.0, now.0]))
                 .map_err(map_sqlite)?;
-            conn.prepare_cached(ABANDON_STALE)
+            conn.prepare_cached(&abandon)
                 .and_then(|mut s| s.execute(params![cutoff.0, now.0]))
                 .map(|n| n as u64)
                 .map_err(map_sqlite)
@@ -128,30 +156,34 @@ impl stepwise_store::RetentionStore for SqliteStore {
         now: Timestamp,
         policy: RetentionPolicy,
         dry: bool,
+        scope: TenantScope,
     ) -> Result<CleanupReport> {
         let cutoffs = policy.cutoffs(now).as_micros();
         if dry {
             return self
                 .read(move |conn, _| {
+                    let n = |sql: &str| count(conn, &scoped(sql, &scope), cutoffs);
                     Ok(CleanupReport {
-                        sessions: count(conn, COUNT_EXPIRED_SESSIONS, cutoffs)?,
-                        messages: count(conn, COUNT_EXPIRED_MESSAGES, cutoffs)?,
-                        executions: count(conn, COUNT_EXPIRED_EXECUTIONS, cutoffs)?,
-                        steps: count(conn, COUNT_EXPIRED_STEPS, cutoffs)?,
-                        snapshots: count(conn, COUNT_EXPIRED_SNAPSHOTS, cutoffs)?,
-                        events: count(conn, COUNT_EXPIRED_EVENTS, cutoffs)?,
+                        sessions: n(COUNT_EXPIRED_SESSIONS)?,
+                        messages: n(COUNT_EXPIRED_MESSAGES)?,
+                        executions: n(COUNT_EXPIRED_EXECUTIONS)?,
+                        steps: n(COUNT_EXPIRED_STEPS)?,
+                        snapshots: n(COUNT_EXPIRED_SNAPSHOTS)?,
+                        events: n(COUNT_EXPIRED_EVENTS)?,
                     })
                 })
                 .await;
         }
+        let expired_batch = scoped(EXPIRED_BATCH, &scope);
         let [completed, abandoned, deleted] = cutoffs;
         let mut total = CleanupReport::default();
         // Small batches, each its own transaction, so the writer never holds the lock long.
         loop {
+            let sql = expired_batch.clone();
             let batch = self
                 .write(move |conn, _| {
                     let ids: Vec<Bid> = conn
-                        .prepare_cached(EXPIRED_BATCH)
+                        .prepare_cached(&sql)
                         .and_then(|mut s| {
                             s.query_map(
                                 params![completed, abandoned, deleted, BATCH_DELETE],
@@ -176,6 +208,46 @@ impl stepwise_store::RetentionStore for SqliteStore {
             tracing::info!(?total, "retention cleanup deleted expired sessions");
         }
         Ok(total)
+    }
+
+    async fn tenant_retentions(&self) -> Result<Vec<(String, RetentionOverride)>> {
+        self.read(|conn, _| {
+            let rows: Vec<(String, String)> = conn
+                .prepare_cached(LIST_TENANT_RETENTION)
+                .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+                .map_err(map_sqlite)?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|(tenant, text)| Some((tenant, serde_json::from_str(&text).ok()?)))
+                .collect())
+        })
+        .await
+    }
+
+    async fn set_tenant_retention(
+        &self,
+        tenant: &Tenant,
+        retention: Option<RetentionOverride>,
+    ) -> Result<()> {
+        let tenant = tenant.as_str().to_string();
+        let now = self.now();
+        let text = retention
+            .map(|r| serde_json::to_string(&r))
+            .transpose()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.write(move |conn, _| {
+            match text {
+                Some(text) => conn
+                    .prepare_cached(PUT_TENANT_RETENTION)
+                    .and_then(|mut s| s.execute(params![tenant, text, now.0])),
+                None => conn
+                    .prepare_cached(DELETE_TENANT_RETENTION)
+                    .and_then(|mut s| s.execute(params![tenant])),
+            }
+            .map(|_| ())
+            .map_err(map_sqlite)
+        })
+        .await
     }
 
     async fn try_retention_lock(&self) -> Result<Option<RetentionLock>> {

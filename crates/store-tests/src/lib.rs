@@ -105,6 +105,7 @@ macro_rules! __with_cases {
             tenant_isolation
             retention_mark_abandoned
             retention_abandoned_comes_back
+            retention_per_tenant
             retention_cleanup
             corruption_recovery
             restore_after_reopen

@@ -72,7 +72,14 @@ pub struct SessionFilter {
 pub fn metadata_value_matches(value: Option<&Value>, text: &str) -> bool {
     match value {
         Some(Value::String(s)) => s == text,
-        Some(v @ (Value::Number(_) | Value::Bool(_))) => v.to_string() == text,
+        Some(Value::Number(n)) => n.to_string() == text,
+        Some(Value::Bool(b)) => {
+            if *b {
+                text == "true"
+            } else {
+                text == "false"
+            }
+        }
         _ => false,
     }
 }
@@ -361,6 +368,75 @@ pub struct NewEvent {
     pub event_type: stepwise_core::EventType,
     pub content: String,
     pub metadata: Value,
+}
+
+/// A tenant's own retention (`PUT /v1/retention`): each day count it gives overrides the
+/// server's for that tenant's sessions; one it leaves out keeps the server's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RetentionOverride {
+    pub completed_days: Option<u32>,
+    pub abandoned_days: Option<u32>,
+    pub deleted_days: Option<u32>,
+    pub mark_abandoned_days: Option<u32>,
+}
+
+impl RetentionOverride {
+    /// The server's policy with this tenant's day counts in place.
+    pub fn over(&self, base: RetentionPolicy) -> RetentionPolicy {
+        RetentionPolicy {
+            abandon_after_days: self.mark_abandoned_days.unwrap_or(base.abandon_after_days),
+            completed_days: self.completed_days.unwrap_or(base.completed_days),
+            abandoned_days: self.abandoned_days.unwrap_or(base.abandoned_days),
+            deleted_days: self.deleted_days.unwrap_or(base.deleted_days),
+        }
+    }
+}
+
+/// The tenants a retention pass covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TenantScope {
+    #[default]
+    All,
+    /// This tenant alone (one with a retention of its own).
+    Only(String),
+    /// Every tenant but these (those with a retention of their own).
+    AllBut(Vec<String>),
+}
+
+impl TenantScope {
+    /// The SQL condition (` AND tenant_id ...`, empty for every tenant) that keeps a
+    /// statement on `sessions` to the scope's tenants. Tenant ids are checked names; each is
+    /// quoted as an SQL literal all the same (SQLite and PostgreSQL quote alike).
+    pub fn sql_condition(&self) -> String {
+        let quote = |t: &str| format!("'{}'", t.replace('\'', "''"));
+        match self {
+            TenantScope::All => String::new(),
+            TenantScope::Only(tenant) => format!(" AND tenant_id = {}", quote(tenant)),
+            TenantScope::AllBut(others) if others.is_empty() => String::new(),
+            TenantScope::AllBut(others) => format!(
+                " AND tenant_id NOT IN ({})",
+                others
+                    .iter()
+                    .map(|t| quote(t))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// `sql` with its one `{}` replaced by [`Self::sql_condition`].
+    pub fn scoped(&self, sql: &str) -> String {
+        sql.replacen("{}", &self.sql_condition(), 1)
+    }
+
+    /// Whether the pass covers this tenant's sessions.
+    pub fn covers(&self, tenant: &str) -> bool {
+        match self {
+            TenantScope::All => true,
+            TenantScope::Only(only) => only == tenant,
+            TenantScope::AllBut(others) => !others.iter().any(|o| o == tenant),
+        }
+    }
 }
 
 /// Seed 003's retention rules; every number configurable.

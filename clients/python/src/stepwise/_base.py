@@ -724,6 +724,35 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
             raise ValueError("poll_interval must be > 0")
         return self._dict(_wait_flow(seg(execution_id, "execution_id"), timeout, poll_interval))
 
+    # --- retention --------------------------------------------------------------------
+
+    def get_retention(self) -> _D:
+        """The tenant's retention (an admin's call): ``{completed_days, abandoned_days,
+        deleted_days, mark_abandoned_days}`` the cleaner applies to its sessions, with
+        ``server`` (the server's policy) and ``own`` (what the tenant set, ``None`` where it
+        keeps the server's)."""
+        return self._dict(Call("GET", "/v1/retention", idempotent=True))
+
+    def set_retention(
+        self,
+        *,
+        completed_days: int | None = None,
+        abandoned_days: int | None = None,
+        deleted_days: int | None = None,
+        mark_abandoned_days: int | None = None,
+    ) -> _D:
+        """Sets the tenant's own retention (an admin's call): each count given (1-36500 days)
+        overrides the server's for this tenant's sessions; one left ``None`` keeps the
+        server's; all ``None``: the server's policy again. Returns what `get_retention`
+        returns. Retried (a PUT)."""
+        payload = {
+            "completed_days": completed_days,
+            "abandoned_days": abandoned_days,
+            "deleted_days": deleted_days,
+            "mark_abandoned_days": mark_abandoned_days,
+        }
+        return self._dict(Call("PUT", "/v1/retention", json=payload, idempotent=True))
+
     # --- events -----------------------------------------------------------------------
 
     def events(self, session_id: str, *, after: int | str | None = None) -> _Events:

@@ -19,9 +19,9 @@ use stepwise_store::{
     AccessRole, Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim,
     ClaimFilter, CleanupReport, Loaded, MessageQuery, MessagesAfter, NewCheckpoint, NewEvent,
     NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, PruneStrategy,
-    PutWrites, Result, RetentionLock, RetentionPolicy, SessionCache, SessionFilter, SessionPatch,
-    SigningKey, StatusCounts, StepAppend, StepMirror, StepsAfter, StoreStats, Tenant, ThreadInfo,
-    Transition, WorkerSeen,
+    PutWrites, Result, RetentionLock, RetentionOverride, RetentionPolicy, SessionCache,
+    SessionFilter, SessionPatch, SigningKey, StatusCounts, StepAppend, StepMirror, StepsAfter,
+    StoreStats, Tenant, TenantScope, ThreadInfo, Transition, WorkerSeen,
 };
 use tokio::sync::broadcast;
 
@@ -181,8 +181,10 @@ dispatch! {
 
 dispatch! {
     RetentionStore;
-    fn mark_abandoned(cutoff: Timestamp, dry: bool) -> Result<u64>;
-    fn cleanup_old_sessions(now: Timestamp, policy: RetentionPolicy, dry: bool) -> Result<CleanupReport>;
+    fn mark_abandoned(cutoff: Timestamp, dry: bool, scope: TenantScope) -> Result<u64>;
+    fn cleanup_old_sessions(now: Timestamp, policy: RetentionPolicy, dry: bool, scope: TenantScope) -> Result<CleanupReport>;
+    fn tenant_retentions() -> Result<Vec<(String, RetentionOverride)>>;
+    fn set_tenant_retention(tenant: &Tenant, retention: Option<RetentionOverride>) -> Result<()>;
     fn try_retention_lock() -> Result<Option<RetentionLock>>;
 }
 

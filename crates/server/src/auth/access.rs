@@ -61,6 +61,8 @@ const USER_FORBIDDEN: &[(Method, &str)] = &[
     (Method::GET, "/keys"),
     (Method::DELETE, "/keys/{id}"),
     (Method::POST, "/tokens"),
+    (Method::GET, "/retention"),
+    (Method::PUT, "/retention"),
 ];
 
 /// The heartbeat a `user` may send: for an external execution of theirs (its recorder's

@@ -6,6 +6,7 @@ pub(crate) mod limits;
 pub(crate) mod metrics;
 pub(crate) mod openapi;
 pub(crate) mod readyz;
+pub(crate) mod retention;
 
 pub use metrics::{
     StatusCache, record_retention_failure, record_retention_pass, record_retention_skipped,

@@ -37,7 +37,10 @@ pub use queue::{
     queue_deep, queue_leases, queue_model, queue_pause_is_not_an_attempt, queue_resume,
 };
 pub use reopen::restore_after_reopen;
-pub use retention::{retention_abandoned_comes_back, retention_cleanup, retention_mark_abandoned};
+pub use retention::{
+    retention_abandoned_comes_back, retention_cleanup, retention_mark_abandoned,
+    retention_per_tenant,
+};
 pub use sessions::{list_sessions, list_sessions_pagination, session_names, sessions};
 pub use snapshots::snapshots;
 pub use steps::{concurrent_step_writers, fire_and_forget, steps};

@@ -3,8 +3,8 @@ use std::sync::Arc;
 use serde_json::json;
 use stepwise_core::{ExecutionStatus, Id, ManualClock, Role, Session, SessionStatus, Timestamp};
 use stepwise_store::{
-    CleanupReport, MessageQuery, RetentionPolicy, SessionPatch, Store, Tenant, Transition,
-    export_session,
+    CleanupReport, MessageQuery, RetentionOverride, RetentionPolicy, SessionPatch, Store, Tenant,
+    TenantScope, Transition, export_session,
 };
 
 use crate::Harness;
@@ -138,7 +138,7 @@ pub async fn retention_mark_abandoned<H: Harness>(harness: &H) {
     let before = snapshot_all(&store, &everyone).await;
 
     let would = ok(
-        store.mark_abandoned(cutoff, true).await,
+        store.mark_abandoned(cutoff, true, TenantScope::All).await,
         "mark_abandoned dry",
     );
     assert_eq!(
@@ -156,7 +156,10 @@ pub async fn retention_mark_abandoned<H: Harness>(harness: &H) {
         "a dry run cancels nothing"
     );
 
-    let marked = ok(store.mark_abandoned(cutoff, false).await, "mark_abandoned");
+    let marked = ok(
+        store.mark_abandoned(cutoff, false, TenantScope::All).await,
+        "mark_abandoned",
+    );
     assert_eq!(marked, 2);
     for (session, expected) in [
         (&fresh, SessionStatus::Active),
@@ -204,7 +207,7 @@ pub async fn retention_mark_abandoned<H: Harness>(harness: &H) {
     );
     assert_eq!(
         ok(
-            store.mark_abandoned(cutoff, false).await,
+            store.mark_abandoned(cutoff, false, TenantScope::All).await,
             "mark_abandoned again"
         ),
         0,
@@ -365,7 +368,9 @@ pub async fn retention_cleanup<H: Harness>(harness: &H) {
     let policy = RetentionPolicy::default();
 
     let dry = ok(
-        store.cleanup_old_sessions(NOW, policy, true).await,
+        store
+            .cleanup_old_sessions(NOW, policy, true, TenantScope::All)
+            .await,
         "cleanup dry run",
     );
     assert_eq!(dry, expected, "a dry run reports what it would delete");
@@ -377,7 +382,9 @@ pub async fn retention_cleanup<H: Harness>(harness: &H) {
     assert_eq!(snapshot_all(&store, &all).await.len(), all.len());
 
     let report = ok(
-        store.cleanup_old_sessions(NOW, policy, false).await,
+        store
+            .cleanup_old_sessions(NOW, policy, false, TenantScope::All)
+            .await,
         "cleanup",
     );
     assert_eq!(report, expected, "the report counts every deleted row");
@@ -468,7 +475,9 @@ pub async fn retention_cleanup<H: Harness>(harness: &H) {
     }
 
     let again = ok(
-        store.cleanup_old_sessions(NOW, policy, false).await,
+        store
+            .cleanup_old_sessions(NOW, policy, false, TenantScope::All)
+            .await,
         "cleanup again",
     );
     assert_eq!(
@@ -483,7 +492,9 @@ pub async fn retention_cleanup<H: Harness>(harness: &H) {
         ..policy
     };
     let report = ok(
-        store.cleanup_old_sessions(NOW, strict, false).await,
+        store
+            .cleanup_old_sessions(NOW, strict, false, TenantScope::All)
+            .await,
         "strict cleanup",
     );
     assert_eq!(report.sessions, 1, "the policy's numbers are honoured");
@@ -589,4 +600,88 @@ pub async fn retention_abandoned_comes_back<H: Harness>(harness: &H) {
     append_message(&store, &acme, session.id, Role::User, "thanks").await;
     let now = some(store.get_session(&acme, session.id).await, "session");
     assert_eq!(now.status, SessionStatus::Completed);
+}
+
+/// A tenant's own retention: stored, read back, cleared; a pass scoped to a tenant touches
+/// its sessions alone, and one for every tenant but some leaves theirs.
+pub async fn retention_per_tenant<H: Harness>(harness: &H) {
+    let (store, clock) = manual_store(harness).await;
+    let (acme, globex) = (tenant("acme"), tenant("globex"));
+    assert!(ok(store.tenant_retentions().await, "none yet").is_empty());
+    let short = RetentionOverride {
+        completed_days: Some(1),
+        mark_abandoned_days: Some(2),
+        ..RetentionOverride::default()
+    };
+    ok(store.set_tenant_retention(&acme, Some(short)).await, "set");
+    assert_eq!(
+        ok(store.tenant_retentions().await, "listed"),
+        vec![("acme".to_string(), short)]
+    );
+    let base = RetentionPolicy::default();
+    assert_eq!(short.over(base).completed_days, 1);
+    assert_eq!(short.over(base).abandoned_days, base.abandoned_days);
+
+    let acme_done =
+        aged_session(&store, &clock, &acme, "a-done", 5, SessionStatus::Completed).await;
+    let globex_done = aged_session(
+        &store,
+        &clock,
+        &globex,
+        "g-done",
+        5,
+        SessionStatus::Completed,
+    )
+    .await;
+    let acme_idle = aged_session(&store, &clock, &acme, "a-idle", 3, SessionStatus::Active).await;
+    let globex_idle =
+        aged_session(&store, &clock, &globex, "g-idle", 3, SessionStatus::Active).await;
+    clock.set(NOW);
+
+    let own = TenantScope::Only("acme".into());
+    let others = TenantScope::AllBut(vec!["acme".into()]);
+    let policy = short.over(base);
+    let marked = ok(
+        store
+            .mark_abandoned(policy.abandon_cutoff(NOW), false, own.clone())
+            .await,
+        "mark acme's",
+    );
+    assert_eq!(marked, 1);
+    let report = ok(
+        store.cleanup_old_sessions(NOW, policy, false, own).await,
+        "clean acme's",
+    );
+    assert_eq!(report.sessions, 1);
+    assert_eq!(
+        ok(store.get_session(&acme, acme_done.id).await, "gone"),
+        None
+    );
+    assert_eq!(
+        some(store.get_session(&acme, acme_idle.id).await, "idle").status,
+        SessionStatus::Abandoned
+    );
+    // The server's policy (90 days, 30 idle) for everyone else: globex keeps both.
+    assert_eq!(
+        ok(
+            store
+                .mark_abandoned(base.abandon_cutoff(NOW), false, others.clone())
+                .await,
+            "mark the others'"
+        ),
+        0
+    );
+    let report = ok(
+        store.cleanup_old_sessions(NOW, base, false, others).await,
+        "clean the others'",
+    );
+    assert_eq!(report.sessions, 0);
+    assert!(ok(store.get_session(&globex, globex_done.id).await, "kept").is_some());
+    assert_eq!(
+        some(store.get_session(&globex, globex_idle.id).await, "kept").status,
+        SessionStatus::Active
+    );
+
+    ok(store.set_tenant_retention(&acme, None).await, "clear");
+    assert!(ok(store.tenant_retentions().await, "cleared").is_empty());
 }

@@ -290,7 +290,12 @@ pub async fn checkpoint_threads<H: Harness>(harness: &H) {
     let now = clock.now();
     ok(
         store
-            .cleanup_old_sessions(now, RetentionPolicy::default(), false)
+            .cleanup_old_sessions(
+                now,
+                RetentionPolicy::default(),
+                false,
+                stepwise_store::TenantScope::All,
+            )
             .await,
         "cleanup",
     );
