@@ -1168,3 +1168,76 @@ async fn a_tenants_retention_is_its_admins_and_its_own() {
     assert_eq!(cleared["completed_days"], json!(90));
     assert_eq!(cleared["own"]["completed_days"], Value::Null);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_filters_list_a_users_own_matching_sessions() {
+    let (server, admin) = start(jwt_settings(), &[]).await;
+    let alice = mint(&server, &admin, "alice").await;
+    let bob = mint(&server, &admin, "bob").await;
+    let mut made = Vec::new();
+    for (who, metadata) in [
+        (
+            &alice,
+            json!({"state": "generating", "skill_name": "billing"}),
+        ),
+        (&alice, json!({"state": "idle", "skill_name": "billing"})),
+        (
+            &bob,
+            json!({"state": "generating", "skill_name": "billing"}),
+        ),
+    ] {
+        let (status, created) = call(
+            &server,
+            who,
+            "POST",
+            "/v1/sessions",
+            Some(json!({ "metadata": metadata })),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+        made.push(created["id"].as_str().expect("id").to_string());
+    }
+    let listed = |who: &str, query: &str| {
+        let (server, who, query) = (&server, who.to_string(), query.to_string());
+        async move {
+            let (status, page) =
+                call(server, &who, "GET", &format!("/v1/sessions?{query}"), None).await;
+            assert_eq!(status, 200, "{query}: {page}");
+            page["items"]
+                .as_array()
+                .expect("items")
+                .iter()
+                .map(|s| s["id"].as_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    // Alice sees her own match; Bob his own; the admin both.
+    assert_eq!(
+        listed(&alice, "metadata.state=generating").await,
+        vec![made[0].clone()]
+    );
+    assert_eq!(
+        listed(&bob, "metadata.state=generating").await,
+        vec![made[2].clone()]
+    );
+    let mut both = listed(
+        &admin,
+        "metadata.state=generating&metadata.skill_name=billing",
+    )
+    .await;
+    both.sort();
+    let mut expected = vec![made[0].clone(), made[2].clone()];
+    expected.sort();
+    assert_eq!(both, expected);
+    assert_eq!(listed(&alice, "metadata.skill_name=billing").await.len(), 2);
+    assert!(listed(&alice, "metadata.state=done").await.is_empty());
+    for bad in [
+        "metadata.=x",
+        "metadata.a%20b=x",
+        &format!("metadata.k={}", "v".repeat(300)),
+    ] {
+        let (status, answer) =
+            call(&server, &alice, "GET", &format!("/v1/sessions?{bad}"), None).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+    }
+}
