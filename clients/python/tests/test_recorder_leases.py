@@ -13,7 +13,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -24,6 +24,7 @@ from smolagents.memory import ActionStep, TaskStep  # noqa: E402
 from stepwise import Stepwise, StepwiseError  # noqa: E402
 from stepwise.smolagents import StepwiseMemory  # noqa: E402
 from stepwise.testing import LocalServer, local_server  # noqa: E402
+from test_smolagents import code_agent, wait_for  # noqa: E402
 
 TESTS = str(Path(__file__).parent)
 LEASE_S = 2
@@ -39,17 +40,6 @@ def leased() -> Iterator[LocalServer]:
 def client(leased: LocalServer) -> Iterator[Stepwise]:
     with Stepwise(leased.url) as c:
         yield c
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout} s")
-        time.sleep(0.05)
 
 
 def executions(client: Stepwise, session_id: str) -> list[dict]:
@@ -139,8 +129,6 @@ def test_a_message_queued_behind_a_killed_recorder_runs(leased, client):
     assert "recorder stopped" in recorded["error_message"]
     # The steps the recorder saved are kept, and a new agent restores them.
     assert [s["step_number"] for s in client.list_steps(recorded["id"])][:3] == [1, 2, 3]
-    from test_smolagents import code_agent
-
     agent = code_agent([])
     StepwiseMemory(client, session=name).attach(agent)
     actions = [s for s in agent.memory.steps if isinstance(s, ActionStep)]

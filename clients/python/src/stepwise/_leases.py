@@ -44,7 +44,9 @@ class RecorderLeases:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._held: dict[str, tuple[str, float]] = {}  # execution id -> (lease, interval)
-        self._lost: dict[str, None] = {}
+        # Lost leases, still sent with the execution's writes so the server answers each
+        # with 409 ``lease_lost`` (not a plain refusal of a write to a failed execution).
+        self._lost: dict[str, str] = {}
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -72,10 +74,12 @@ class RecorderLeases:
         self._wake.set()
 
     def header(self, execution_id: str) -> dict[str, str] | None:
-        """The ``Stepwise-Lease`` header for a write to this execution, when a lease is held."""
+        """The ``Stepwise-Lease`` header for a write to this execution, when a lease is held
+        (or was, and is lost: the server then answers ``lease_lost``)."""
         with self._lock:
             held = self._held.get(execution_id)
-        return {LEASE_HEADER: held[0]} if held is not None else None
+            lease = held[0] if held is not None else self._lost.get(execution_id)
+        return {LEASE_HEADER: lease} if lease is not None else None
 
     def release(self, execution_id: str) -> None:
         """The execution ends (complete, fail, pause): its lease is no longer renewed."""
@@ -85,9 +89,10 @@ class RecorderLeases:
     def mark_lost(self, execution_id: str) -> None:
         """The server said the execution's lease is gone (409 ``lease_lost``)."""
         with self._lock:
-            if self._held.pop(execution_id, None) is None and execution_id in self._lost:
-                return
-            self._lost[execution_id] = None
+            held = self._held.pop(execution_id, None)
+            if held is None:
+                return  # lost already (or never held here)
+            self._lost[execution_id] = held[0]
             while len(self._lost) > _MAX_LOST:
                 self._lost.pop(next(iter(self._lost)))
         logger.warning(
