@@ -1147,8 +1147,20 @@ async fn a_tenants_retention_is_its_admins_and_its_own() {
     assert_eq!(status, 200);
     assert_eq!(theirs["completed_days"], json!(90));
 
+    // JSON Schema's integers include 7.0.
+    let (status, whole) = call(
+        &server,
+        &admin,
+        "PUT",
+        "/v1/retention",
+        Some(json!({"completed_days": 7.0, "mark_abandoned_days": 3})),
+    )
+    .await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole, set);
     for bad in [
         json!({"completed_days": 0}),
+        json!({"completed_days": 7.5}),
         json!({"deleted_days": 40000}),
         json!({"days": 3}),
     ] {

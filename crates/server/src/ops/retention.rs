@@ -57,14 +57,29 @@ pub struct Retention {
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionBody {
-    #[schema(minimum = 1, maximum = 36500)]
-    pub completed_days: Option<u32>,
-    #[schema(minimum = 1, maximum = 36500)]
-    pub abandoned_days: Option<u32>,
-    #[schema(minimum = 1, maximum = 36500)]
-    pub deleted_days: Option<u32>,
-    #[schema(minimum = 1, maximum = 36500)]
-    pub mark_abandoned_days: Option<u32>,
+    // Read as numbers: JSON Schema's integers include `7.0`.
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 36500)]
+    pub completed_days: Option<f64>,
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 36500)]
+    pub abandoned_days: Option<f64>,
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 36500)]
+    pub deleted_days: Option<f64>,
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 36500)]
+    pub mark_abandoned_days: Option<f64>,
+}
+
+/// A day count of the body: a whole number from 1 to [`MAX_RETENTION_DAYS`].
+fn days(field: &str, value: Option<f64>) -> ApiResult<Option<u32>> {
+    match value {
+        None => Ok(None),
+        Some(d) if d.fract() == 0.0 && (1.0..=f64::from(MAX_RETENTION_DAYS)).contains(&d) => {
+            Ok(Some(d as u32))
+        }
+        Some(_) => Err(ApiError::invalid(
+            field,
+            format!("{field} is a whole number of days from 1 to {MAX_RETENTION_DAYS}"),
+        )),
+    }
 }
 
 #[utoipa::path(get, path = "/v1/retention", tag = "operations", operation_id = "get_retention",
@@ -97,24 +112,11 @@ pub async fn put<S: Store>(
     caller: Caller,
     ApiJson(body): ApiJson<RetentionBody>,
 ) -> ApiResult<Json<Retention>> {
-    for (field, days) in [
-        ("completed_days", body.completed_days),
-        ("abandoned_days", body.abandoned_days),
-        ("deleted_days", body.deleted_days),
-        ("mark_abandoned_days", body.mark_abandoned_days),
-    ] {
-        if days.is_some_and(|d| !(1..=MAX_RETENTION_DAYS).contains(&d)) {
-            return Err(ApiError::invalid(
-                field,
-                format!("{field} is a number of days from 1 to {MAX_RETENTION_DAYS}"),
-            ));
-        }
-    }
     let own = RetentionOverride {
-        completed_days: body.completed_days,
-        abandoned_days: body.abandoned_days,
-        deleted_days: body.deleted_days,
-        mark_abandoned_days: body.mark_abandoned_days,
+        completed_days: days("completed_days", body.completed_days)?,
+        abandoned_days: days("abandoned_days", body.abandoned_days)?,
+        deleted_days: days("deleted_days", body.deleted_days)?,
+        mark_abandoned_days: days("mark_abandoned_days", body.mark_abandoned_days)?,
     };
     let stored = (own != RetentionOverride::default()).then_some(own);
     state
