@@ -29,7 +29,7 @@ macro_rules! expired_where {
 /// Sessions deleted per transaction, so the writer never holds the lock long.
 const BATCH_DELETE: i64 = 100;
 
-/// `{}` is where the pass's tenant scope goes (see [`scoped`]).
+/// `{}` is where the pass's tenant scope goes (see `TenantScope::scoped`).
 const COUNT_STALE: &str = concat!("SELECT COUNT(*) FROM sessions WHERE ", stale_where!(), "{}");
 const CANCEL_STALE_PAUSED: &str = concat!(
     "UPDATE executions SET status = 'cancelled', completed_at = ?2, updated_at = ?2, lease_owner = NULL, lease_expires_at = NULL \
@@ -85,11 +85,6 @@ const PUT_TENANT_RETENTION: &str = "INSERT INTO tenant_retention (tenant_id, ret
      ON CONFLICT (tenant_id) DO UPDATE SET retention = excluded.retention, updated_at = excluded.updated_at";
 const DELETE_TENANT_RETENTION: &str = "DELETE FROM tenant_retention WHERE tenant_id = ?1";
 
-/// `sql` (one `{}`) kept to the scope's tenants.
-fn scoped(sql: &str, scope: &TenantScope) -> String {
-    scope.scoped(sql)
-}
-
 const DELETE_STEPS: &str =
     "DELETE FROM steps WHERE execution_id IN (SELECT id FROM executions WHERE session_id = ?1)";
 const DELETE_SNAPSHOTS: &str =
@@ -129,15 +124,15 @@ impl stepwise_store::RetentionStore for SqliteStore {
         scope: TenantScope,
     ) -> Result<u64> {
         if dry {
-            let sql = scoped(COUNT_STALE, &scope);
+            let sql = scope.scoped(COUNT_STALE);
             return self
                 .read(move |conn, _| count(conn, &sql, params![cutoff.0]))
                 .await;
         }
         let now = self.now();
         let (cancel, abandon) = (
-            scoped(CANCEL_STALE_PAUSED, &scope),
-            scoped(ABANDON_STALE, &scope),
+            scope.scoped(CANCEL_STALE_PAUSED),
+            scope.scoped(ABANDON_STALE),
         );
         self.write(move |conn, _| {
             conn.prepare_cached(&cancel)
@@ -162,7 +157,7 @@ impl stepwise_store::RetentionStore for SqliteStore {
         if dry {
             return self
                 .read(move |conn, _| {
-                    let n = |sql: &str| count(conn, &scoped(sql, &scope), cutoffs);
+                    let n = |sql: &str| count(conn, &scope.scoped(sql), cutoffs);
                     Ok(CleanupReport {
                         sessions: n(COUNT_EXPIRED_SESSIONS)?,
                         messages: n(COUNT_EXPIRED_MESSAGES)?,
@@ -174,7 +169,7 @@ impl stepwise_store::RetentionStore for SqliteStore {
                 })
                 .await;
         }
-        let expired_batch = scoped(EXPIRED_BATCH, &scope);
+        let expired_batch = scope.scoped(EXPIRED_BATCH);
         let [completed, abandoned, deleted] = cutoffs;
         let mut total = CleanupReport::default();
         // Small batches, each its own transaction, so the writer never holds the lock long.

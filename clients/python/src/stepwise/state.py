@@ -519,9 +519,7 @@ class StepwiseState(Generic[M]):
                 logger.warning("the index of %r was refused (%s); this save is not indexed", key, e.message)
                 metadata = None
                 updated = self.client.update_session(where.session_id, status=item.status)
-            if item.status is None and updated.get("status") == "abandoned":
-                # The cleaner marked it idle, and it is in use again.
-                updated = self.client.update_session(where.session_id, status="active")
+            # An abandoned session is active again: the server did it on the snapshot.
         except StepwiseError as e:
             if e.code == "not_found":
                 self._where.pop(key, None)
