@@ -33,8 +33,8 @@ const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '�
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ChatArgs {
-    /// A running Stepwise server (`http://HOST:PORT`). Without it, the chat runs the engine
-    /// in-process on the local database.
+    /// A running Stepwise server (`http://HOST:PORT`, or `unix:PATH` for its Unix socket).
+    /// Without it, the chat runs the engine in-process on the local database.
     #[arg(long, env = "STEPWISE_SERVER", value_name = "URL")]
     pub server: Option<String>,
     /// Start in this session (by name or id); created when no session has this name.

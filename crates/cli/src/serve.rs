@@ -16,14 +16,18 @@ pub const EXIT_NO_KEYS: i32 = 2;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Address to listen on. A non-loopback address needs an API key (`stepwise keys create`).
+    /// Address to listen on: HOST:PORT, or unix:PATH for a Unix socket (mode 0600; a dead
+    /// server's socket file is replaced). Give it several times to listen on several (in
+    /// STEPWISE_LISTEN, separated by commas). A non-loopback address needs an API key
+    /// (`stepwise keys create`).
     #[arg(
         long,
         env = "STEPWISE_LISTEN",
         default_value = "127.0.0.1:7777",
-        value_name = "ADDR"
+        value_name = "ADDR",
+        value_delimiter = ','
     )]
-    pub listen: String,
+    pub listen: Vec<String>,
     /// Serve without API keys on a non-loopback address (anyone who can reach it is tenant `local`).
     #[arg(long, env = "STEPWISE_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
@@ -193,9 +197,38 @@ fn resolve(listen: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("the listen address '{listen}' resolves to nothing"))
 }
 
+/// A `--listen` value: `unix:PATH`, or a TCP address.
+fn listen_on(listen: &str) -> anyhow::Result<Listen> {
+    match listen.strip_prefix("unix:") {
+        Some("") => anyhow::bail!("--listen unix: needs a path (unix:/path/to/stepwise.sock)"),
+        Some(path) => Ok(Listen::Unix(path.into())),
+        None => resolve(listen).map(Listen::Addr),
+    }
+}
+
 pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
-    let addr = resolve(&args.listen)?;
-    let loopback = addr.ip().is_loopback();
+    let mut listens = args
+        .listen
+        .iter()
+        .map(|l| listen_on(l.trim()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if listens.is_empty() {
+        anyhow::bail!("--listen needs an address (HOST:PORT or unix:PATH)");
+    }
+    // A Unix socket is private to the server's user (mode 0600): as local as loopback.
+    let public: Vec<SocketAddr> = listens
+        .iter()
+        .filter_map(|l| match l {
+            Listen::Addr(addr) if !addr.ip().is_loopback() => Some(*addr),
+            _ => None,
+        })
+        .collect();
+    let loopback = public.is_empty();
+    let addr = public
+        .iter()
+        .map(SocketAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
     let jwt = args.end_users.jwt();
     jwt.check().map_err(anyhow::Error::msg)?;
     let cors_origins = stepwise_server::CorsOrigins::new(&args.end_users.cors_origins)
@@ -262,7 +295,8 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
             retention: args.retention.policy(),
         },
         connections: args.connections(),
-        listen: Listen::Addr(addr),
+        listen: listens.remove(0),
+        also_listen: listens,
         metrics_listen,
         cleaner: (args.cleanup_interval_secs > 0).then(|| CleanerSettings {
             interval: Duration::from_secs(args.cleanup_interval_secs),
@@ -273,7 +307,9 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         ..NodeSettings::new(agents.registry)
     };
     let node = Node::start(settings, store).await?;
-    println!("Stepwise listening on http://{}", node.local_addr());
+    for address in node.addresses() {
+        println!("Stepwise listening on {address}");
+    }
     println!("Default agent: {}", agents.default_agent);
     if let Some(metrics_local) = node.metrics_addr() {
         println!("Metrics on http://{metrics_local}/metrics");
@@ -293,7 +329,32 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Resolves when the process that started this server is gone (it was re-parented), for a
+/// server embedded by a library (`Stepwise.local()` sets `STEPWISE_EXIT_WITH_PARENT=1`), so
+/// a killed parent leaves no server behind. Never resolves otherwise.
+async fn parent_gone() {
+    #[cfg(unix)]
+    if std::env::var("STEPWISE_EXIT_WITH_PARENT").is_ok_and(|v| v == "1") {
+        let parent = std::os::unix::process::parent_id();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if std::os::unix::process::parent_id() != parent {
+                tracing::info!("the process that started this server is gone: stopping");
+                return;
+            }
+        }
+    }
+    std::future::pending::<()>().await
+}
+
 async fn shutdown_signal() {
+    tokio::select! {
+        _ = parent_gone() => {}
+        _ = termination() => {}
+    }
+}
+
+async fn termination() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -183,15 +183,15 @@ struct Serve {
 
 impl Serve {
     fn start(sandbox: &Sandbox) -> Serve {
+        Serve::listening(sandbox, &["127.0.0.1:0"])
+    }
+
+    /// `serve --listen L` for each of `listens`; `url` is the first one printed.
+    fn listening(sandbox: &Sandbox, listens: &[&str]) -> Serve {
         let mut child = sandbox
             .command()
-            .args([
-                "--database",
-                &sandbox.db(),
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-            ])
+            .args(["--database", &sandbox.db(), "serve"])
+            .args(listens.iter().flat_map(|l| ["--listen", l]))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -217,6 +217,33 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+#[test]
+fn the_chat_reaches_a_server_over_its_unix_socket() {
+    let sandbox = Sandbox::new();
+    let socket = sandbox.path().join("stepwise.sock");
+    let unix = format!("unix:{}", socket.display());
+    let serve = Serve::listening(&sandbox, &[&unix, "127.0.0.1:0"]);
+    assert_eq!(serve.url, unix);
+    let out = sandbox.piped(
+        &["chat", "--server", &unix, "--session", "over-a-socket"],
+        "2+3\n/quit\n",
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+    assert!(lines(&stdout).contains(&"5"), "{stdout}");
+    drop(serve);
+    let exported = sandbox.export("over-a-socket");
+    assert!(exported.to_string().contains("2+3"), "{exported}");
+    // A server that stopped no longer answers there: the chat says where it looked.
+    let out = sandbox.piped(&["chat", "--server", &unix], "hello\n");
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains(&unix), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -101,10 +101,29 @@ impl Drop for Server {
 
 /// A one-shot HTTP/1.1 request (Connection: close), answering the status and JSON body.
 fn request(addr: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
+    let stream = TcpStream::connect(addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
+    exchange(stream, addr, method, path, body)
+}
+
+/// [`request`] over a server's Unix socket.
+fn request_unix(socket: &Path, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    exchange(stream, "localhost", method, path, body)
+}
+
+fn exchange(
+    mut stream: impl Read + Write,
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
@@ -273,6 +292,120 @@ fn sigterm_exits_zero_and_loses_nothing() {
         .map(|m| m["content"].clone())
         .collect();
     assert_eq!(answers, vec![json!("Done: 40 steps"), json!("Echo: hello")]);
+}
+
+/// `serve` with these `--listen`s; the addresses it printed, in order.
+fn serve_listening(db: &Path, listens: &[&str]) -> (Child, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stepwise"))
+        .arg("serve")
+        .args(listens.iter().flat_map(|l| ["--listen", l]))
+        .arg("--database")
+        .arg(format!("sqlite://{}", db.display()))
+        .env("STEPWISE_LOG", "warn")
+        .env_remove("STEPWISE_LISTEN")
+        .env_remove("STEPWISE_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start stepwise serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut addresses = Vec::new();
+    while addresses.len() < listens.len() {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(address) = line.strip_prefix("Stepwise listening on ") {
+                    addresses.push(address.trim().to_string());
+                }
+            }
+            _ => break,
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (child, addresses)
+}
+
+#[test]
+fn a_unix_socket_and_a_tcp_port_serve_one_node_and_a_dead_servers_socket_is_replaced() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("stepwise.sock");
+    let unix = format!("unix:{}", socket.display());
+    let db = dir.path().join("stepwise.db");
+    let (mut first, addresses) = serve_listening(&db, &[&unix, "127.0.0.1:0"]);
+    assert_eq!(addresses.len(), 2, "{addresses:?}");
+    assert_eq!(addresses[0], unix);
+    let tcp = addresses[1]
+        .strip_prefix("http://")
+        .expect("a TCP address")
+        .to_string();
+    let mode = std::fs::metadata(&socket)
+        .expect("socket")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "only the server's user may connect");
+
+    // A session made over the socket is the same node's over TCP.
+    let (status, created) = request_unix(
+        &socket,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"name": "over-a-socket"})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_string();
+    let (status, got) = request(&tcp, "GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["name"], "over-a-socket");
+    let (status, error) = request_unix(
+        &socket,
+        "GET",
+        "/v1/sessions/00000000-0000-0000-0000-000000000000",
+        None,
+    );
+    assert_eq!(status, 404);
+    assert_eq!(error["error"]["code"], "not_found");
+
+    // A second server on the live socket (another database) is refused and says why.
+    let other = dir.path().join("other.db");
+    let refused = Command::new(env!("CARGO_BIN_EXE_stepwise"))
+        .args(["serve", "--listen", &unix])
+        .arg("--database")
+        .arg(format!("sqlite://{}", other.display()))
+        .env("STEPWISE_LOG", "warn")
+        .env_remove("STEPWISE_LISTEN")
+        .output()
+        .expect("run a second serve");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("another server is listening"), "{stderr}");
+    let (status, _) = request_unix(&socket, "GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(status, 200, "the first server still answers on its socket");
+
+    // Killed, the server leaves its socket file; the next one replaces it.
+    first.kill().expect("kill -9");
+    first.wait().expect("wait");
+    assert!(
+        std::fs::symlink_metadata(&socket)
+            .expect("the dead server's socket file")
+            .file_type()
+            .is_socket()
+    );
+    let (mut second, addresses) = serve_listening(&db, &[&unix]);
+    assert_eq!(addresses, vec![unix.clone()]);
+    let (status, got) = request_unix(&socket, "GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(status, 200, "{got}");
+
+    // A clean stop removes the socket file.
+    let status = Command::new("kill")
+        .args(["-TERM", &second.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = wait_for(|| second.try_wait().expect("wait"));
+    assert!(exit.success());
+    assert!(!socket.exists(), "a stopped server removes its socket");
 }
 
 #[test]

@@ -36,12 +36,12 @@ use axum::response::IntoResponse;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
 
 use crate::error::ApiError;
+use crate::listeners::{Listener, Peer, Stream};
 
 /// `stepwise serve`'s defaults.
 pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 10;
@@ -183,10 +183,11 @@ impl Drop for Registered {
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves; then stops accepting, lets
-/// requests in flight finish and returns when every connection has closed.
+/// Serves `router` on `listeners` until `shutdown` resolves; then stops accepting, lets
+/// requests in flight finish and returns when every connection has closed. The connection
+/// cap counts the connections of every listener together.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     router: Router,
     config: ConnectionConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -201,7 +202,7 @@ pub async fn serve(
     loop {
         let accepted = tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
+            accepted = crate::listeners::accept(&listeners) => accepted,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -258,7 +259,7 @@ pub async fn serve(
             stop_rx.clone(),
         ));
     }
-    drop(listener);
+    drop(listeners);
     drop(stop_rx);
     let _ = stop_tx.send(true);
     // Every connection task holds a receiver: this returns when the last one ends.
@@ -279,7 +280,7 @@ fn is_connection_error(e: &io::Error) -> bool {
 const SHED_BODY: &str = r#"{"error":{"code":"too_many_connections","message":"the server has as many open connections as it accepts; try again","field":null}}"#;
 
 /// Answers 503 without reading the request (best effort: one non-blocking write) and closes.
-fn shed(stream: TcpStream) {
+fn shed(stream: Stream) {
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{SHED_BODY}",
         SHED_BODY.len()
@@ -411,8 +412,8 @@ impl Drop for InFlight {
 }
 
 async fn connection(
-    stream: TcpStream,
-    peer: std::net::SocketAddr,
+    stream: Stream,
+    peer: Peer,
     router: Router,
     config: Arc<ConnectionConfig>,
     shared: Arc<Shared>,
@@ -516,7 +517,7 @@ async fn connection(
 /// The socket, watched: reads mark the start of a request; hyper's empty automatic error
 /// answers are replaced by the JSON error shape.
 struct Watched {
-    io: TcpStream,
+    io: Stream,
     shared: Arc<Shared>,
     /// A replacement answer still being written, and how much of it is written.
     pending: Option<(Vec<u8>, usize)>,

@@ -18,6 +18,7 @@ mod http_metrics;
 mod items;
 mod keys;
 pub mod limits;
+mod listeners;
 mod messages;
 mod metered;
 mod node;
@@ -54,6 +55,9 @@ pub use connections::{
     DEFAULT_IDLE_TIMEOUT_SECS, FD_RESERVE, connection_counts, default_max_connections,
 };
 pub use error::{ApiError, ApiResult};
+#[cfg(unix)]
+pub use listeners::UnixSocket;
+pub use listeners::{BoundAddr, Listener, UnixBindError};
 pub use metered::Metered;
 pub use node::{CleanerSettings, Listen, Node, NodeError, NodeSettings, Stopped};
 pub use openapi::openapi_json;
@@ -373,7 +377,7 @@ pub async fn launch_metrics<S: Store>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     connections::serve(
-        listener,
+        vec![listener.into()],
         metrics_app(state),
         ConnectionConfig::default(),
         shutdown,
@@ -401,18 +405,25 @@ pub async fn launch<S: Store>(
     state: AppState<S>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    launch_with(listener, state, ConnectionConfig::default(), shutdown).await
+    launch_with(
+        vec![listener.into()],
+        state,
+        ConnectionConfig::default(),
+        shutdown,
+    )
+    .await
 }
 
-/// [`launch`] with the given connection timeouts and cap.
+/// [`launch`] on several listeners (TCP and Unix sockets) with the given connection
+/// timeouts and cap.
 pub async fn launch_with<S: Store>(
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     state: AppState<S>,
     connections: ConnectionConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = app(state.clone());
-    connections::serve(listener, router, connections, async move {
+    connections::serve(listeners, router, connections, async move {
         shutdown.await;
         state.close_streams();
     })

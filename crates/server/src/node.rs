@@ -5,6 +5,7 @@
 //! servers here, so they run the same thing.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use stepwise_core::SharedClock;
@@ -15,6 +16,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cleaner::{self, Cleaner};
+use crate::listeners::{BoundAddr, Listener, UnixBindError};
 use crate::{AppState, ConnectionConfig, ServerConfig};
 
 /// How long [`Node::shutdown`] waits for the HTTP server to finish its requests in flight.
@@ -29,6 +31,31 @@ pub enum Listen {
     Addr(SocketAddr),
     /// A listener the caller bound already.
     Bound(TcpListener),
+    /// A Unix domain socket at this path, mode 0600 (a dead server's socket file is
+    /// replaced; a live server's is refused).
+    Unix(PathBuf),
+}
+
+impl Listen {
+    async fn bind(self) -> Result<Listener, NodeError> {
+        match self {
+            Listen::Addr(addr) => TcpListener::bind(addr)
+                .await
+                .map(Listener::Tcp)
+                .map_err(|source| NodeError::Listen { addr, source }),
+            Listen::Bound(listener) => Ok(Listener::Tcp(listener)),
+            #[cfg(unix)]
+            Listen::Unix(path) => Ok(Listener::Unix(crate::listeners::UnixSocket::bind(&path)?)),
+            #[cfg(not(unix))]
+            Listen::Unix(path) => Err(NodeError::UnixListen(UnixBindError::Io {
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "Unix sockets need a Unix system",
+                ),
+            })),
+        }
+    }
 }
 
 /// The retention cleaner's schedule and rules.
@@ -59,6 +86,9 @@ pub struct NodeSettings {
     /// Connection timeouts and cap.
     pub connections: ConnectionConfig,
     pub listen: Listen,
+    /// More listeners for the same API (`serve --listen` given several times: a Unix socket
+    /// and a TCP port at once).
+    pub also_listen: Vec<Listen>,
     /// Also serve `GET /metrics` alone on this address.
     pub metrics_listen: Option<SocketAddr>,
     /// Run the retention cleaner; `None`, no cleaner.
@@ -79,6 +109,7 @@ impl NodeSettings {
             server: ServerConfig::default(),
             connections: ConnectionConfig::default(),
             listen: Listen::Addr(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            also_listen: Vec::new(),
             metrics_listen: None,
             cleaner: None,
         }
@@ -94,6 +125,8 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    UnixListen(#[from] UnixBindError),
     #[error("cannot read the listen address")]
     LocalAddr(#[source] std::io::Error),
     #[error("cannot listen on {addr} for metrics")]
@@ -121,7 +154,7 @@ pub struct Stopped {
 /// A running node.
 pub struct Node<S: Store> {
     state: AppState<S>,
-    local_addr: SocketAddr,
+    addresses: Vec<BoundAddr>,
     metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
@@ -134,13 +167,15 @@ impl<S: Store> Node<S> {
     /// starts the workers, the cleaner, the metrics listener and the HTTP server. Nothing
     /// is started when a listener cannot be bound.
     pub async fn start(settings: NodeSettings, store: S) -> Result<Node<S>, NodeError> {
-        let listener = match settings.listen {
-            Listen::Addr(addr) => TcpListener::bind(addr)
-                .await
-                .map_err(|source| NodeError::Listen { addr, source })?,
-            Listen::Bound(listener) => listener,
-        };
-        let local_addr = listener.local_addr().map_err(NodeError::LocalAddr)?;
+        let mut listeners = Vec::with_capacity(1 + settings.also_listen.len());
+        for listen in std::iter::once(settings.listen).chain(settings.also_listen) {
+            listeners.push(listen.bind().await?);
+        }
+        let addresses = listeners
+            .iter()
+            .map(Listener::bound_addr)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(NodeError::LocalAddr)?;
         let metrics_listener = match settings.metrics_listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -195,14 +230,14 @@ impl<S: Store> Node<S> {
             "connection limits"
         );
         let server = tokio::spawn(crate::launch_with(
-            listener,
+            listeners,
             state.clone(),
             connections,
             until_stopped(stopped),
         ));
         Ok(Node {
             state,
-            local_addr,
+            addresses,
             metrics_addr,
             stop,
             server,
@@ -211,14 +246,28 @@ impl<S: Store> Node<S> {
         })
     }
 
-    /// The address the HTTP server listens on.
+    /// The address of the HTTP server's first TCP listener.
+    ///
+    /// # Panics
+    /// When the node listens on Unix sockets only (see [`Node::addresses`]).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.addresses
+            .iter()
+            .find_map(|a| match a {
+                BoundAddr::Tcp(addr) => Some(*addr),
+                BoundAddr::Unix(_) => None,
+            })
+            .expect("this node listens on no TCP address: see Node::addresses")
+    }
+
+    /// Every address the HTTP server listens on, in the order of the settings.
+    pub fn addresses(&self) -> &[BoundAddr] {
+        &self.addresses
     }
 
     /// `http://` and [`Node::local_addr`].
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.local_addr)
+        format!("http://{}", self.local_addr())
     }
 
     /// The address of the metrics listener, when there is one.

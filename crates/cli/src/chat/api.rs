@@ -124,26 +124,45 @@ struct ErrorDetail {
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
+    /// What requests are sent to: the server's URL, or `http://localhost` over a Unix socket.
+    url: String,
+    /// The server as given (`http://HOST:PORT` or `unix:PATH`), for messages.
     base: String,
     key: Option<String>,
 }
 
 impl Api {
-    /// `base` is the server's root URL (`http://127.0.0.1:7777`; a trailing `/v1` is fine).
+    /// `base` is the server's root URL (`http://127.0.0.1:7777`; a trailing `/v1` is fine)
+    /// or `unix:PATH`, a server's Unix socket (`stepwise serve --listen unix:PATH`).
     pub fn new(base: &str, key: Option<String>) -> anyhow::Result<Self> {
-        let mut base = base.trim().trim_end_matches('/').to_string();
-        if let Some(stripped) = base.strip_suffix("/v1") {
-            base = stripped.to_string();
-        }
-        if !base.starts_with("http://") && !base.starts_with("https://") {
-            bail!("the server URL `{base}` must start with http:// or https://");
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .context("cannot set up the HTTP client")?;
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+        let (base, url) = match base.trim().strip_prefix("unix:") {
+            Some(path) => {
+                if path.is_empty() {
+                    bail!(
+                        "the server `unix:` needs the socket's path (unix:/path/to/stepwise.sock)"
+                    );
+                }
+                builder = unix_socket(builder, path)?;
+                (format!("unix:{path}"), "http://localhost".to_string())
+            }
+            None => {
+                let mut base = base.trim().trim_end_matches('/').to_string();
+                if let Some(stripped) = base.strip_suffix("/v1") {
+                    base = stripped.to_string();
+                }
+                if !base.starts_with("http://") && !base.starts_with("https://") {
+                    bail!(
+                        "the server URL `{base}` must start with http:// or https:// (or be unix:PATH)"
+                    );
+                }
+                (base.clone(), base)
+            }
+        };
+        let http = builder.build().context("cannot set up the HTTP client")?;
         Ok(Api {
             http,
+            url,
             base,
             key: key.filter(|k| !k.trim().is_empty()),
         })
@@ -154,7 +173,7 @@ impl Api {
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        let builder = self.http.request(method, format!("{}/v1{path}", self.base));
+        let builder = self.http.request(method, format!("{}/v1{path}", self.url));
         match &self.key {
             Some(key) => builder.bearer_auth(key),
             None => builder,
@@ -365,6 +384,19 @@ impl Api {
 }
 
 /// Percent-encodes a query value (cursors are opaque and may hold `+`, `/`, `=`).
+#[cfg(unix)]
+fn unix_socket(
+    builder: reqwest::ClientBuilder,
+    path: &str,
+) -> anyhow::Result<reqwest::ClientBuilder> {
+    Ok(builder.unix_socket(path.to_string()))
+}
+
+#[cfg(not(unix))]
+fn unix_socket(_: reqwest::ClientBuilder, path: &str) -> anyhow::Result<reqwest::ClientBuilder> {
+    bail!("unix:{path}: Unix sockets need a Unix system")
+}
+
 fn encode(text: &str) -> String {
     let mut out = String::new();
     for byte in text.bytes() {
@@ -387,5 +419,9 @@ mod tests {
         let api = Api::new("http://127.0.0.1:7777/v1/", None).unwrap();
         assert_eq!(api.base(), "http://127.0.0.1:7777");
         assert!(Api::new("127.0.0.1:7777", None).is_err());
+        let api = Api::new("unix:/tmp/stepwise.sock", None).unwrap();
+        assert_eq!(api.base(), "unix:/tmp/stepwise.sock");
+        assert_eq!(api.url, "http://localhost");
+        assert!(Api::new("unix:", None).is_err());
     }
 }
