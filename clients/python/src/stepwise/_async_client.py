@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Mapping
+from typing import Any, AsyncIterator, Awaitable, Mapping, Sequence
 
 import httpx
 
 from ._base import BaseClient
+from ._local import EmbeddedServer
 from ._calls import (
     UNSET,
     Call,
@@ -72,18 +74,62 @@ class AsyncStepwise(
             backoff=backoff,
         )
         self._http = httpx.AsyncClient(
-            base_url=self.base_url,
+            base_url=self._endpoint.url,
             headers=self._headers,
             timeout=self.timeout,
-            transport=transport,
+            transport=transport or self._endpoint.async_transport(),
             verify=default_ssl_context(),
         )
 
+    @classmethod
+    def local(
+        cls,
+        database: str | None = None,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        binary: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> "AsyncStepwise":
+        """A client of an embedded server, started in one call: ``stepwise serve`` as a child
+        process on a Unix socket (mode 0600) in `data_dir`, over `database`, which this client
+        owns: `aclose()`, ``async with`` and the interpreter's exit stop it (SIGTERM, then a
+        kill after 10 s). A second call, or another process, on the same database attaches to the
+        running server instead of starting one; when the owner goes, an attached client's next
+        call starts a server of its own (nothing is lost).
+
+        Args:
+            database: ``sqlite://PATH`` (default ``sqlite://<data_dir>/stepwise.db``),
+                ``files://DIR`` (a folder of JSON files: no database at all) or
+                ``postgres://...``.
+            data_dir: where the socket, the state file and the server's log go (default: the
+                server's, ``$STEPWISE_DATA_DIR``, else ``~/.local/share/stepwise``).
+            args: more ``stepwise serve`` options, e.g. ``("--workers", "2")``.
+            env: more environment for the server (e.g. ``STEPWISE_LLM_BASE_URL``).
+            binary: the server binary (default: ``$STEPWISE_BIN``, else the installed
+                wheel's, else ``stepwise`` on ``PATH``).
+            **options: the client's own options (``timeout``, ``max_retries``, ``api_key``...).
+
+        ``client.local_server`` tells the socket, whether this client owns the server, and
+        its log file.
+        """
+        server = EmbeddedServer(database, data_dir=data_dir, args=args, env=env, binary=binary)
+        try:
+            client = cls(server.base_url, **options)
+        except BaseException:
+            server.close()
+            raise
+        client._local = server
+        return client
+
     async def aclose(self) -> None:
-        """Closes the connections and stops renewing leases. The client cannot be used
-        afterwards."""
+        """Closes the connections and stops renewing leases (and stops the embedded server
+        this client started, see `local`). The client cannot be used afterwards."""
         self._leases.close()
         await self._http.aclose()
+        if self._local is not None:
+            await asyncio.to_thread(self._local.close)
 
     async def close(self) -> None:
         """The same as `aclose()`."""
@@ -104,6 +150,7 @@ class AsyncStepwise(
 
     async def _send(self, call: Call) -> Any:
         attempt = 0
+        revived = False
         while True:
             try:
                 response = await self._http.request(
@@ -114,6 +161,15 @@ class AsyncStepwise(
                     headers=call.headers,
                 )
             except httpx.TransportError as exc:
+                # An embedded server whose owner went: start one and send the call again.
+                if (
+                    not revived
+                    and self._local is not None
+                    and isinstance(exc, httpx.ConnectError)
+                    and await asyncio.to_thread(self._local.revive)
+                ):
+                    revived = True
+                    continue
                 delay = self._retry.after_error(exc, idempotent=call.idempotent, attempt=attempt)
                 if delay is None:
                     raise connection_error(self.base_url, call, exc, attempt + 1) from exc
@@ -174,6 +230,8 @@ class AsyncStepwise(
                             for event in state.feed(chunk):
                                 yield event
                         delay = state.ended()
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
+                if self._local is not None and isinstance(exc, httpx.ConnectError):
+                    await asyncio.to_thread(self._local.revive)
                 delay = state.ended()
             await asyncio.sleep(delay)

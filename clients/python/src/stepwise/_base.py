@@ -15,6 +15,7 @@ from typing import Any, Generic, Iterable, Literal, Mapping, TypeVar, cast, over
 
 import httpx
 
+from ._endpoint import endpoint
 from ._errors import StepwiseError
 from ._retry import RetryPolicy
 from ._calls import (
@@ -68,10 +69,8 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         headers: Mapping[str, str] | None = None,
         backoff: float = 0.25,
     ) -> None:
-        url = base_url or os.environ.get("STEPWISE_URL") or DEFAULT_URL
-        if "://" not in url:
-            raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
-        self.base_url = url.rstrip("/")
+        self._endpoint = endpoint(base_url or os.environ.get("STEPWISE_URL") or DEFAULT_URL)
+        self.base_url = self._endpoint.base_url
         # An API key and an end user's token are both the bearer credential: one of them.
         self.api_key = credential(api_key, token)
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
@@ -92,11 +91,19 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
             self._headers.update(headers)
         # The leases of the external executions this client opens (see `open_execution`).
         self._leases = RecorderLeases(self.base_url, self._headers, self.timeout)
+        # The embedded server this client started or attached to (`Stepwise.local`).
+        self._local: Any = None
         self.tokens: Tokens[_D] = Tokens(self)
         self.keys: Keys[_D, _Items, _None] = Keys(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.base_url!r})"
+
+    @property
+    def local_server(self) -> Any:
+        """The embedded server of a `local()` client (its ``socket``, ``owner``, ``pid``,
+        ``log_path``), or ``None``."""
+        return self._local
 
     # Implemented by each client.
     def _run(self, flow: Flow | Call) -> Any:  # pragma: no cover - abstract

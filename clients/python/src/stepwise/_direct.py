@@ -10,7 +10,7 @@ proxy in the environment) through the client's default transport.
 from __future__ import annotations
 
 import urllib.request
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 from urllib.parse import urlsplit
 
 __all__ = ["DirectTarget", "direct_target"]
@@ -25,17 +25,37 @@ class DirectTarget(NamedTuple):
     headers: dict[str, str]
     timeout: float
     max_retries: int
+    socket: str | None = None
+    """The server's Unix socket (``unix:PATH`` clients), or ``None`` over TCP."""
+    revive: Callable[[], bool] | None = None
+    """For an embedded server (`Stepwise.local`): starts one again when a connection is
+    refused (its owner went); ``True`` when one answers."""
 
 
 def direct_target(client: Any, default_transport: type) -> DirectTarget | None:
     """The client's server as a `DirectTarget`, or ``None`` when the client must be used
     (https, a proxy, a transport other than `default_transport`)."""
-    parts = urlsplit(client.base_url)
+    server = getattr(client, "_endpoint", None)
+    parts = urlsplit(server.url if server is not None else client.base_url)
     if parts.scheme != "http" or not parts.hostname:
         return None
     transport = getattr(getattr(client, "_http", None), "_transport", None)
     if type(transport) is not default_transport:
         return None
+    unix = server.socket if server is not None else None
+    if unix is not None:
+        timeout = client.timeout.read if client.timeout.read is not None else 30.0
+        local = getattr(client, "_local", None)
+        return DirectTarget(
+            parts.hostname,
+            80,
+            "",
+            dict(getattr(client, "_headers", {})),
+            float(timeout),
+            client.max_retries,
+            unix,
+            None if local is None else local.revive,
+        )
     proxies = urllib.request.getproxies()
     if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(
         parts.hostname

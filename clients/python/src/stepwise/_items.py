@@ -61,6 +61,8 @@ def _connection(target: DirectTarget) -> "ItemsConnection":
         target.headers,
         timeout=target.timeout,
         max_retries=target.max_retries,
+        unix=target.socket,
+        revive=target.revive,
     )
 
 
@@ -76,8 +78,12 @@ class ItemsConnection:
         *,
         timeout: float = 30.0,
         max_retries: int = 3,
+        unix: str | None = None,
+        revive: Callable[[], bool] | None = None,
     ) -> None:
+        self._revive = revive
         self.host, self.port, self.prefix = host, port, prefix
+        self.unix = unix
         self.timeout = timeout
         self.max_retries = max_retries
         self._policy = RetryPolicy(max_retries)
@@ -87,6 +93,8 @@ class ItemsConnection:
         self._lock: asyncio.Lock | None = None
 
     def url(self, path: str) -> str:
+        if self.unix is not None:
+            return f"unix:{self.unix}{path}"
         return f"http://{self.host}:{self.port}{self.prefix}{path}"
 
     async def close(self) -> None:
@@ -122,6 +130,7 @@ class ItemsConnection:
         if self._lock is None:
             self._lock = asyncio.Lock()
         attempt = 0
+        revived = False
         async with self._lock:
             while True:
                 try:
@@ -133,6 +142,16 @@ class ItemsConnection:
                 except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.TimeoutError,
                         asyncio.LimitOverrunError, ValueError) as exc:
                     self._drop()
+                    # Refused on connecting, nothing was sent: an embedded server whose owner
+                    # went is started again.
+                    if (
+                        not revived
+                        and self._revive is not None
+                        and isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
+                        and await asyncio.to_thread(self._revive)
+                    ):
+                        revived = True
+                        continue
                     # A kept-alive connection the server closed meanwhile fails at once: the
                     # first retry goes without a pause.
                     if idempotent and attempt < max(self.max_retries, 1):
@@ -168,9 +187,14 @@ class ItemsConnection:
 
     async def _exchange(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
         if self._writer is None or self._reader is None or self._writer.is_closing():
-            self._reader, self._writer = await asyncio.open_connection(
-                self.host, self.port, limit=MAX_HEAD_BYTES
-            )
+            if self.unix is not None:
+                self._reader, self._writer = await asyncio.open_unix_connection(
+                    self.unix, limit=MAX_HEAD_BYTES
+                )
+            else:
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, limit=MAX_HEAD_BYTES
+                )
         reader, writer = self._reader, self._writer
         writer.write(message)
         await writer.drain()

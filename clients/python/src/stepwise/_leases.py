@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from ._endpoint import endpoint
+
 from ._calls import seg
 from ._tls import default_ssl_context
 
@@ -139,8 +141,10 @@ class RecorderLeases:
             if self._closed or self._held.get(execution_id, (None,))[0] != lease:
                 return  # released meanwhile
             if self._http is None:
+                server = endpoint(self._base_url)
                 self._http = httpx.Client(
-                    base_url=self._base_url,
+                    base_url=server.url,
+                    transport=server.transport(),
                     headers=self._headers,
                     timeout=self._timeout,
                     verify=default_ssl_context(),

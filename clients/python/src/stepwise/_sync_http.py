@@ -3,17 +3,17 @@ saver's get, put and put_writes)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlencode
 
 import httpx
 
 from ._client import Stepwise
 from ._direct import direct_target
+from ._endpoint import UNIX_PREFIX, open_socket
 from ._errors import StepwiseError, parse_answer
 from ._http1 import MAX_HEAD_BYTES, Answer, fixed_head, read_answer, request_bytes
 from ._retry import RetryPolicy, retry_after_seconds
@@ -22,9 +22,8 @@ from ._retry import RetryPolicy, retry_after_seconds
 class _Connection:
     """One keep-alive connection: a blocking socket and what was read past the last answer."""
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, host: str, port: int, timeout: float, unix: str | None = None) -> None:
+        self.sock = open_socket(host, port, unix, timeout)
         self.buffer = bytearray()
 
     def close(self) -> None:
@@ -84,8 +83,20 @@ class _FastHTTP:
 
     _RETRY = frozenset({429, 502, 503, 504})
 
-    def __init__(self, host: str, port: int, prefix: str, headers: Mapping[str, str], timeout: float, max_retries: int) -> None:
-        self.host, self.port, self.prefix = host, port, prefix
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        prefix: str,
+        headers: Mapping[str, str],
+        timeout: float,
+        max_retries: int,
+        unix: str | None = None,
+        revive: Callable[[], bool] | None = None,
+    ) -> None:
+        self._revive = revive
+        self.host, self.port, self.prefix, self.unix = host, port, prefix, unix
+        self._shown = UNIX_PREFIX + unix if unix is not None else f"http://{host}:{port}{prefix}"
         self.timeout, self.max_retries = timeout, max_retries
         self._policy = RetryPolicy(max_retries)
         self._head = fixed_head(host, port, headers)
@@ -111,13 +122,14 @@ class _FastHTTP:
             target += "?" + urlencode(params)
         message = request_bytes(method, target, self._head, json_body)
         attempt = 0
+        revived = False
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             fresh = conn is None
             try:
                 if conn is None:
-                    conn = _Connection(self.host, self.port, self.timeout)
+                    conn = _Connection(self.host, self.port, self.timeout, self.unix)
                 status, headers, content, close = conn.exchange(message)
             except (OSError, EOFError, ValueError) as exc:
                 if conn is not None:
@@ -128,15 +140,24 @@ class _FastHTTP:
                 if not fresh:
                     self.close()
                     continue
+                # Nothing was sent: an embedded server whose owner went is started again.
+                if (
+                    not revived
+                    and self._revive is not None
+                    and isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
+                    and self._revive()
+                ):
+                    revived = True
+                    continue
                 if attempt < max(self.max_retries, 1):
                     attempt += 1
                     time.sleep(self._backoff(attempt))
                     continue
                 raise StepwiseError(
                     "connection_error",
-                    f"no answer from http://{self.host}:{self.port}{self.prefix} to {method} {path}: {exc} ({type(exc).__name__})",
+                    f"no answer from {self._shown} to {method} {path}: {exc} ({type(exc).__name__})",
                     method=method,
-                    url=f"http://{self.host}:{self.port}{target}",
+                    url=self._shown + path,
                 ) from exc
             if close:
                 conn.close()
@@ -149,7 +170,7 @@ class _FastHTTP:
                 time.sleep(self._backoff(attempt) if wait is None else min(wait, self._policy.max_retry_after))
                 continue
             break
-        return parse_answer(status, content, method=method, path=path, url=f"http://{self.host}:{self.port}{target}")
+        return parse_answer(status, content, method=method, path=path, url=self._shown + path)
 
     def _backoff(self, attempt: int) -> float:
         return self._policy.backoff_delay(attempt - 1)

@@ -16,7 +16,7 @@ A pytest fixture::
         with local_server() as server:
             yield server
 
-The binary is ``$STEPWISE_BIN``, else ``stepwise`` on ``PATH``. Each server gets a free
+The binary is ``$STEPWISE_BIN``, else the installed wheel's, else ``stepwise`` on ``PATH``. Each server gets a free
 loopback port, its own temporary directory (working directory, data directory and, unless
 `database` is given, a SQLite database), no rate limit, and no limit on open event streams.
 Settings of the surrounding environment (``STEPWISE_*`` variables other than
@@ -41,6 +41,7 @@ import httpx
 
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
+from ._local import find_binary as _find_binary
 
 __all__ = ["LocalServer", "local_server", "find_binary", "ServerStartError"]
 
@@ -53,26 +54,9 @@ class ServerStartError(RuntimeError):
 
 
 def find_binary() -> str:
-    """The `stepwise` binary: ``$STEPWISE_BIN``, else ``stepwise`` on ``PATH``."""
-    configured = os.environ.get("STEPWISE_BIN")
-    if configured:
-        path = Path(configured)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"STEPWISE_BIN={configured!r} is not a file; build it with "
-                "`cargo build -p stepwise` (target/debug/stepwise) or unset STEPWISE_BIN"
-            )
-        if not os.access(path, os.X_OK):
-            raise PermissionError(f"STEPWISE_BIN={configured!r} is not executable")
-        return str(path.resolve())
-    found = shutil.which("stepwise")
-    if found:
-        return found
-    raise FileNotFoundError(
-        "no Stepwise server binary: set STEPWISE_BIN to it (e.g. "
-        "STEPWISE_BIN=target/debug/stepwise after `cargo build -p stepwise`) or put "
-        "`stepwise` on PATH"
-    )
+    """The `stepwise` binary: ``$STEPWISE_BIN``, else the installed wheel's, else ``stepwise``
+    on ``PATH``."""
+    return _find_binary()
 
 
 def _free_port() -> int:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .._calls import UNSET, Call, connection_error, read_answer
+from .._endpoint import endpoint, open_socket
 from .._errors import StepwiseError
 from .._tls import default_ssl_context
 
@@ -56,23 +57,38 @@ class Backoff:
         self.failures = 0
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """`http.client.HTTPConnection` over a server's Unix socket."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = open_socket("localhost", 0, self.path, self.timeout)
+
+
 class _ClaimConnection:
     """One keep-alive HTTP/1.1 connection for claims (http.client), whose socket another
     thread can shut down to end a long poll at once."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str]) -> None:
-        parts = urlsplit(base_url)
+        server = endpoint(base_url)
+        self.unix = server.socket
+        parts = urlsplit(server.url)
         self.https = parts.scheme == "https"
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")
-        self.url = base_url.rstrip("/")
+        self.url = server.base_url
         self.headers = {**headers, "Content-Type": "application/json", "Connection": "keep-alive"}
         self.lock = threading.Lock()
         self.conn: http.client.HTTPConnection | None = None
         self.aborted = False
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        if self.unix is not None:
+            return _UnixHTTPConnection(self.unix, timeout)
         if self.https:
             return http.client.HTTPSConnection(
                 self.host, self.port, timeout=timeout, context=default_ssl_context()
@@ -148,7 +164,7 @@ class _ClaimConnection:
 
 def _as_httpx_error(exc: BaseException) -> Exception:
     """A transport failure of http.client in httpx's terms (for the error message)."""
-    if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
+    if isinstance(exc, (ConnectionRefusedError, FileNotFoundError, socket.gaierror)):
         return httpx.ConnectError(str(exc) or type(exc).__name__)
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return httpx.ReadTimeout(str(exc) or "timed out")
@@ -173,14 +189,15 @@ class Api:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        server = endpoint(base_url)
+        self.base_url = server.base_url
         self.headers = dict(headers)
         self.timeout = timeout
         self._http = httpx.Client(
-            base_url=self.base_url,
+            base_url=server.url,
             headers=self.headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            transport=transport,
+            transport=transport or server.transport(),
             verify=default_ssl_context(),
         )
         # The long poll goes over its own connection, which `abort_claim` can cut; through a

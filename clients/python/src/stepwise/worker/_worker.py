@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Mapping, TypeVar
 
+from .._endpoint import endpoint
 from .._calls import seg
 from .._errors import StepwiseError
 from ._http import CLAIM_PATH, Api, Backoff, is_lease_lost, is_transient
@@ -369,9 +370,7 @@ class Worker:
         if self._started:
             raise RuntimeError("the worker is running; connect() it before start()")
         if base_url:
-            if "://" not in base_url:
-                raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-            self._base_url = base_url.rstrip("/")
+            self._base_url = endpoint(base_url).base_url
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         return self
@@ -649,6 +648,9 @@ class Worker:
                     if self._stopping.is_set():
                         break
                     if is_transient(error):
+                        local = getattr(self.client, "_local", None)
+                        if local is not None and error.code == "connection_error":
+                            local.revive()  # an embedded server whose owner went: start one
                         delay = backoff.next()
                         if failing_since is None:
                             failing_since = time.monotonic()
