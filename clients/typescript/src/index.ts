@@ -3,7 +3,8 @@
  * Node 20+. One method per endpoint, the API's own types (generated from the server's
  * `/openapi.json` into `schema.gen.ts`), list iterators that follow `next_cursor`, one error
  * class, and `events()`: a session's event stream that reconnects with `Last-Event-ID`, with no
- * gap and no duplicate. No runtime dependency beyond the platform's `fetch`.
+ * gap and no duplicate. No runtime dependency beyond the platform's `fetch` (on Node, a
+ * `unix:PATH` base URL reaches a server on a Unix socket through `node:http`, loaded only then).
  */
 
 import type {
@@ -77,7 +78,11 @@ export type { OperationId } from './schema.gen.js';
 
 /** What the client needs to reach a server. */
 export interface ClientOptions {
-  /** The server, e.g. `http://127.0.0.1:8420` (no trailing `/v1`). */
+  /**
+   * The server, e.g. `http://127.0.0.1:8420` (no trailing `/v1`), or on Node a Unix socket:
+   * `unix:/path/to/stepwise.sock` (`unix:PATH`, the path absolute or relative to the working
+   * directory; `stepwise serve --listen unix:PATH`).
+   */
   baseUrl: string;
   /** An API key, sent as `Authorization: Bearer <key>` on `/v1` paths. */
   apiKey?: string;
@@ -88,7 +93,11 @@ export interface ClientOptions {
   token?: string;
   /** Headers added to every request. */
   headers?: Record<string, string>;
-  /** The `fetch` to use (default: the platform's). */
+  /**
+   * The `fetch` to use (default: the platform's; with a `unix:` base URL, one over `node:http`
+   * to the socket). A given `fetch` is used for `unix:` too: it gets `http://localhost/...` URLs
+   * and must reach the socket itself.
+   */
   fetch?: typeof fetch;
   /** How long `events()` waits before reconnecting after a dropped stream, at first (ms, default 200; doubles up to 5 s). */
   reconnectDelayMs?: number;
@@ -211,9 +220,21 @@ function leaseHeaders(lease: string | undefined): Record<string, string> | undef
   return lease === undefined ? undefined : { 'stepwise-lease': lease };
 }
 
-/** The Stepwise API. Every method answers what its endpoint answers, or throws a {@link StepwiseError}. */
+/**
+ * The Stepwise API. Every method answers what its endpoint answers, or throws a {@link StepwiseError}.
+ *
+ * `baseUrl` is the server's `http(s)://` URL, or on Node its Unix socket, `unix:PATH`
+ * (`new Stepwise({ baseUrl: 'unix:/run/stepwise/stepwise.sock' })`, for `stepwise serve --listen
+ * unix:PATH`): every call, the event stream and its reconnects included, then goes over the
+ * socket with `node:http` (imported on the first call, so browsers and bundlers never load it).
+ * In a browser a `unix:` base URL is a `TypeError`, unless `fetch` is given (which then gets
+ * `http://localhost/...` URLs and reaches the socket itself).
+ */
 export class Stepwise {
+  /** The `baseUrl` given, less trailing slashes (a `unix:` one as given). */
   readonly baseUrl: string;
+  /** What request URLs start with: `baseUrl`, or `http://localhost` for a Unix socket. */
+  private readonly origin: string;
   /** The bearer credential: `apiKey` or `token`. */
   private readonly credential: string | undefined;
   private readonly headers: Record<string, string>;
@@ -221,16 +242,24 @@ export class Stepwise {
   private readonly reconnectDelayMs: number;
 
   constructor(options: ClientOptions) {
-    if (!options || typeof options.baseUrl !== 'string' || !/^https?:\/\//.test(options.baseUrl)) {
-      throw new TypeError('Stepwise: baseUrl must be an http(s) URL, e.g. http://127.0.0.1:8420');
+    const socketPath = typeof options?.baseUrl === 'string' && options.baseUrl.startsWith('unix:') ? options.baseUrl.slice('unix:'.length) : null;
+    if (!options || typeof options.baseUrl !== 'string' || (socketPath === null && !/^https?:\/\//.test(options.baseUrl))) {
+      throw new TypeError('Stepwise: baseUrl must be an http(s) URL, e.g. http://127.0.0.1:8420, or a Unix socket, unix:/path/to/stepwise.sock');
+    }
+    if (socketPath === '') {
+      throw new TypeError('Stepwise: a unix: baseUrl names the socket: unix:/path/to/stepwise.sock');
+    }
+    if (socketPath !== null && !options.fetch && !isNode()) {
+      throw new TypeError('Stepwise: a unix: baseUrl (a Unix socket) needs Node; in a browser, give the server\'s http(s) URL');
     }
     if (options.apiKey !== undefined && options.token !== undefined) {
       throw new TypeError('Stepwise: give apiKey or token, not both (each is the credential sent as Authorization: Bearer)');
     }
-    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.baseUrl = socketPath === null ? options.baseUrl.replace(/\/+$/, '') : options.baseUrl;
+    this.origin = socketPath === null ? this.baseUrl : 'http://localhost';
     this.credential = options.apiKey ?? options.token;
     this.headers = { ...(options.headers ?? {}) };
-    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.fetchImpl = options.fetch ?? (socketPath === null ? globalThis.fetch.bind(globalThis) : unixFetch(socketPath));
     this.reconnectDelayMs = options.reconnectDelayMs ?? 200;
   }
 
@@ -243,7 +272,7 @@ export class Stepwise {
       search.set(key, Array.isArray(value) ? value.join(',') : String(value));
     }
     const text = search.toString();
-    return `${this.baseUrl}${path}${text ? `?${text}` : ''}`;
+    return `${this.origin}${path}${text ? `?${text}` : ''}`;
   }
 
   private async send(call: Call): Promise<Response> {
@@ -886,6 +915,151 @@ async function* sseFrames(body: ReadableStream<Uint8Array> | null, signal?: Abor
     // Stopped early (or done): let the connection go.
     reader.cancel().catch(() => {});
   }
+}
+
+// --- a Unix socket (Node) ------------------------------------------------------------------
+
+/** What `unixFetch` uses of `node:http` (the package goes without Node's types). */
+interface NodeHttp {
+  request(options: { socketPath: string; method: string; path: string; headers: Record<string, string> }): NodeRequest;
+}
+
+interface NodeRequest {
+  on(event: 'response', listener: (response: NodeResponse) => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  end(body?: Uint8Array): unknown;
+  destroy(error?: Error): unknown;
+}
+
+interface NodeResponse {
+  statusCode?: number;
+  statusMessage?: string;
+  /** Names and values in turn, as received. */
+  rawHeaders: string[];
+  /** Whether the whole answer arrived. */
+  complete: boolean;
+  on(event: 'data', listener: (chunk: Uint8Array) => void): unknown;
+  on(event: 'end' | 'close', listener: () => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  pause(): unknown;
+  resume(): unknown;
+  destroy(error?: Error): unknown;
+}
+
+/** In a variable (and with the bundlers' comments) so that bundlers leave the import alone. */
+const NODE_HTTP = 'node:http';
+
+function isNode(): boolean {
+  const process = (globalThis as { process?: { versions?: { node?: unknown } } }).process;
+  return typeof process?.versions?.node === 'string';
+}
+
+/**
+ * A `fetch` to the HTTP server on the Unix socket at `socketPath`, over `node:http` (imported at
+ * the first call): the request's method, path and query, headers and body (a string or bytes);
+ * the URL's origin is not used. It answers a `Response` whose body is a `ReadableStream` read as
+ * it arrives (an SSE stream's frames come as they are sent). `init.signal` aborts the request or,
+ * once answered, the body being read, and closes the connection.
+ */
+function unixFetch(socketPath: string): typeof fetch {
+  let http: Promise<NodeHttp> | undefined;
+  return async (input, init = {}) => {
+    const signal = init.signal ?? undefined;
+    signal?.throwIfAborted();
+    http ??= import(/* webpackIgnore: true */ /* @vite-ignore */ NODE_HTTP) as Promise<NodeHttp>;
+    const { request } = await http;
+    signal?.throwIfAborted();
+    const url = new URL(typeof input === 'string' ? input : input instanceof URL ? input.href : input.url);
+    const method = init.method ?? 'GET';
+    const headers: Record<string, string> = {};
+    new Headers(init.headers).forEach((value, name) => {
+      headers[name] = value;
+    });
+    let bytes: Uint8Array | undefined;
+    const body = init.body;
+    if (typeof body === 'string') bytes = new TextEncoder().encode(body);
+    else if (body instanceof Uint8Array) bytes = body;
+    else if (body instanceof ArrayBuffer) bytes = new Uint8Array(body);
+    else if (body !== undefined && body !== null) throw new TypeError('Stepwise: a request body over a Unix socket is a string or bytes');
+    if (bytes) headers['content-length'] = String(bytes.byteLength);
+    else if (method !== 'GET' && method !== 'HEAD') headers['content-length'] = '0';
+
+    return new Promise<Response>((resolve, reject) => {
+      const req = request({ socketPath, method, path: `${url.pathname}${url.search}`, headers });
+      /** The answer's body, once there is one; `finished` once it is closed, errored or cancelled. */
+      let stream: ReadableStreamDefaultController<Uint8Array> | null = null;
+      let finished = false;
+      const finish = (error?: unknown) => {
+        signal?.removeEventListener('abort', onAbort);
+        if (finished) return;
+        finished = true;
+        if (!stream) return reject(error);
+        if (error === undefined) stream.close();
+        else stream.error(error);
+      };
+      function onAbort() {
+        finish(signal?.reason);
+        req.destroy();
+      }
+      signal?.addEventListener('abort', onAbort, { once: true });
+      req.on('error', (error) => finish(error));
+      req.on('response', (res) => {
+        const answerHeaders = new Headers();
+        for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) answerHeaders.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
+        const status = res.statusCode ?? 0;
+        const init = { status, statusText: res.statusMessage ?? '', headers: answerHeaders };
+        if (method === 'HEAD' || status === 204 || status === 205 || status === 304) {
+          // No body: read the (empty) rest so the connection can serve the next request.
+          res.on('close', () => signal?.removeEventListener('abort', onAbort));
+          res.resume();
+          finished = true;
+          try {
+            resolve(new Response(null, init));
+          } catch (error) {
+            reject(error);
+          }
+          return;
+        }
+        let answer: Response;
+        try {
+          answer = new Response(
+            new ReadableStream<Uint8Array>({
+              start(controller) {
+                stream = controller;
+              },
+              pull() {
+                res.resume();
+              },
+              cancel() {
+                signal?.removeEventListener('abort', onAbort);
+                finished = true;
+                res.destroy();
+              },
+            }),
+            init,
+          );
+        } catch (error) {
+          // An answer the platform's Response refuses (a status outside 200–599).
+          stream = null;
+          finish(error);
+          res.destroy();
+          return;
+        }
+        res.on('data', (chunk) => {
+          if (finished || !stream) return;
+          stream.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+          if ((stream.desiredSize ?? 0) <= 0) res.pause();
+        });
+        res.on('end', () => finish());
+        res.on('error', (error) => finish(error));
+        res.on('close', () => {
+          if (!res.complete) finish(new TypeError('terminated: the connection closed before the answer ended'));
+        });
+        resolve(answer);
+      });
+      req.end(bytes);
+    });
+  };
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
