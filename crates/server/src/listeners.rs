@@ -256,6 +256,7 @@ impl Drop for UnixSocket {
 }
 
 #[cfg(all(test, unix))]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
