@@ -151,7 +151,7 @@ def test_import_writes_each_memory_once_and_reports_the_bad_rows(client, legacy_
 def test_an_interrupted_import_is_finished_without_duplicates(client, legacy_db, prefix):
     url, agents = legacy_db
     # What an import stopped after row 1's first step leaves behind.
-    from stepwise._smolagents_codec import encode_step
+    from stepwise.smolagents import encode_step
 
     session = client.create_session(
         name=f"{prefix}1", metadata={"legacy_id": "1", "legacy_table": "sessions", "legacy_import": "started"}

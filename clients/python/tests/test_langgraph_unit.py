@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 
 from stepwise import Stepwise, StepwiseError
-from stepwise._langgraph_wire import _Written, _WrittenLists
+from stepwise.langgraph._wire import _Written, _WrittenLists
 from stepwise.langgraph import AsyncStepwiseSaver, StepwiseSaver, mirror_message
 
 

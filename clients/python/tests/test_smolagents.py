@@ -35,7 +35,7 @@ from smolagents.monitoring import Timing, TokenUsage  # noqa: E402
 
 from stepwise import Stepwise  # noqa: E402
 from stepwise.smolagents import StepwiseMemory, encode_step  # noqa: E402
-from stepwise._smolagents_sender import _BATCH_MAX  # noqa: E402
+from stepwise.smolagents._sender import _BATCH_MAX  # noqa: E402
 from stepwise.testing import local_server  # noqa: E402
 
 RFC3339_MICROS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

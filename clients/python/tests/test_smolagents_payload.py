@@ -16,7 +16,7 @@ from smolagents.memory import ActionStep, FinalAnswerStep, PlanningStep, ToolCal
 from smolagents.models import ChatMessage, MessageRole  # noqa: E402
 from smolagents.monitoring import Timing, TokenUsage  # noqa: E402
 
-from stepwise._smolagents_codec import _dec, _enc  # noqa: E402
+from stepwise.smolagents._codec import _dec, encode_value as _enc  # noqa: E402
 from stepwise.smolagents import decode_step, encode_step  # noqa: E402
 
 

@@ -18,7 +18,7 @@ import pytest
 from stepwise import Stepwise
 from stepwise.testing import LocalServer
 from stepwise.worker import CallError, Retry, Run
-from stepwise.worker._run import _Paused
+from stepwise.worker._run import Paused as _Paused
 
 from _worker_support import (  # noqa: F401 - start_worker is a fixture
     PATIENCE,

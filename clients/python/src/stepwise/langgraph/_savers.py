@@ -1,36 +1,4 @@
-"""LangGraph checkpointers backed by Stepwise: `StepwiseSaver` and `AsyncStepwiseSaver`.
-
-::
-
-    from langgraph.graph import StateGraph
-    from stepwise.langgraph import StepwiseSaver
-
-    saver = StepwiseSaver(base_url="http://127.0.0.1:7777")   # or StepwiseSaver(client)
-    graph = builder.compile(checkpointer=saver)
-    graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "support-42"}})
-
-A LangGraph thread is a Stepwise session of the caller's tenant (named after the thread when
-the name is free). Checkpoints, channel values ("blobs") and pending writes are stored by the
-server's ``/v1/threads/...`` endpoints, serialized with LangGraph's own serializer
-(``serde.dumps_typed``, base64 in JSON), so every value round-trips exactly.
-
-Flat storage: when a list channel (``messages``) only grew since the version this saver last
-wrote or read for that thread, namespace and channel, only the new items are sent, as an
-``append`` blob on top of that version; the server rebuilds the list when it is read. A
-thread of 1,000 steps does not send (or store) its history 1,000 times. New items that are
-exactly what a node wrote (its pending write, sent just before by this saver) are sent as a
-reference to that write, so a message is stored once. New messages of
-the ``messages`` channel are also mirrored into the session (user and assistant messages,
-tool calls and their results as steps), so the conversation shows in Stepwise's UI and API.
-
-`StepwiseSaver`'s async methods run the sync calls in a worker thread; `AsyncStepwiseSaver`
-uses `AsyncStepwise` for its async methods and a synchronous client to the same server for
-its sync ones (e.g. ``graph.get_state``).
-
-The requests both savers send are built in `_langgraph_wire` (`_Wire`); when the server is
-reached over plain HTTP, the sync saver's calls go over the keep-alive pool of `_sync_http`
-and the async saver's over a `_items.LeanPool` per event loop.
-"""
+"""`StepwiseSaver` and `AsyncStepwiseSaver` (see the package's docstring)."""
 
 from __future__ import annotations
 
@@ -51,14 +19,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ._async_client import AsyncStepwise
-from ._client import Stepwise
-from ._errors import StepwiseError
-from ._items import LeanPool, for_running_loop
-from ._langgraph_wire import _Wire, _is_not_found, _next_version, mirror_message
-from ._sync_http import _FastHTTP
+from .._async_client import AsyncStepwise
+from .._client import Stepwise
+from .._errors import StepwiseError
+from .._items import LeanPool, for_running_loop
+from ._wire import Wire, is_not_found, next_version
+from .._sync_http import _FastHTTP
 
-__all__ = ["StepwiseSaver", "AsyncStepwiseSaver", "mirror_message"]
+__all__ = ["StepwiseSaver", "AsyncStepwiseSaver"]
 
 _PRUNE_STRATEGIES = ("keep_latest", "delete")
 # How long a put waits for its parent's pending writes that are being sent (to refer to
@@ -98,7 +66,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self._owns_client = client is None
         self.client = client if client is not None else Stepwise(base_url, api_key)
-        self._wire = _Wire(self, cache_size, mirror_channels, compress)
+        self._wire = Wire(self, cache_size, mirror_channels, compress)
         self._fast = _FastHTTP.for_client(self.client)
 
     def close(self) -> None:
@@ -127,7 +95,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         try:
             answer = self._call("GET", path, params=params)
         except StepwiseError as e:
-            if _is_not_found(e):
+            if is_not_found(e):
                 return None
             raise
         return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None, held=held)
@@ -153,7 +121,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
             try:
                 page = self._call("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
             except StepwiseError as e:
-                if _is_not_found(e):  # no such thread
+                if is_not_found(e):  # no such thread
                     return
                 raise
             for item in page.get("items") or []:
@@ -205,7 +173,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         try:
             self.client.request("DELETE", self._wire.thread_path(thread_id))
         except StepwiseError as e:
-            if not _is_not_found(e):
+            if not is_not_found(e):
                 raise
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -224,7 +192,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
                 json={"target_thread_id": target_thread_id},
             )
         except StepwiseError as e:
-            if not _is_not_found(e):
+            if not is_not_found(e):
                 raise
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -241,7 +209,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         )
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
-        return _next_version(current)
+        return next_version(current)
 
     # -- async API: the sync calls in a worker thread
 
@@ -317,7 +285,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self._owns_client = client is None
         self.client = client if client is not None else AsyncStepwise(base_url, api_key)
-        self._wire = _Wire(self, cache_size, mirror_channels, compress)
+        self._wire = Wire(self, cache_size, mirror_channels, compress)
         self._sync: StepwiseSaver | None = None
         self._sync_lock = threading.Lock()
         # Lean connections per event loop (None: the server is reached through the client).
@@ -369,7 +337,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         try:
             answer = await self._call("GET", path, params=params)
         except StepwiseError as e:
-            if _is_not_found(e):
+            if is_not_found(e):
                 return None
             raise
         return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None, held=held)
@@ -395,7 +363,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
             try:
                 page = await self._call("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
             except StepwiseError as e:
-                if _is_not_found(e):  # no such thread
+                if is_not_found(e):  # no such thread
                     return
                 raise
             for item in page.get("items") or []:
@@ -449,7 +417,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         try:
             await self.client.request("DELETE", self._wire.thread_path(thread_id))
         except StepwiseError as e:
-            if not _is_not_found(e):
+            if not is_not_found(e):
                 raise
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -468,7 +436,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
                 json={"target_thread_id": target_thread_id},
             )
         except StepwiseError as e:
-            if not _is_not_found(e):
+            if not is_not_found(e):
                 raise
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -485,7 +453,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         )
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
-        return _next_version(current)
+        return next_version(current)
 
     # -- sync API: a synchronous client to the same server
 

@@ -1,4 +1,4 @@
-"""The request building and answer reading both LangGraph savers share (`_Wire`): encoding
+"""The request building and answer reading both LangGraph savers share (`Wire`): encoding
 values with LangGraph's serializer, the flat-storage delta of list channels (append blobs, and
 references to the pending writes a node's output was stored as), the per-thread list cache and
 the mirror of new messages into the session. No I/O here: the savers send what it builds."""
@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from ._errors import StepwiseError
+from .._errors import StepwiseError
 
 # The server takes at most this many blobs or writes in one request.
 _MAX_PER_REQUEST = 1000
@@ -239,7 +239,7 @@ class _WrittenLists:
 # --------------------------------------------------------------------------- mirror
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -267,7 +267,7 @@ _ROLES = {
 }
 
 
-def _tool_call(tc: Any) -> dict[str, Any]:
+def tool_call(tc: Any) -> dict[str, Any]:
     if not isinstance(tc, Mapping):
         return {"id": "", "name": str(tc), "arguments": {}}
     if "function" in tc and isinstance(tc["function"], Mapping):  # OpenAI shape
@@ -294,7 +294,7 @@ def mirror_message(message: Any) -> dict[str, Any] | None:
         role = _ROLES.get(str(message.get("role") or message.get("type") or ""))
         if role is None or "content" not in message:
             return None
-        tool_calls = [_tool_call(tc) for tc in message.get("tool_calls") or []]
+        tool_calls = [tool_call(tc) for tc in message.get("tool_calls") or []]
         tool_call_id = message.get("tool_call_id")
         content = message.get("content")
     else:
@@ -304,7 +304,7 @@ def mirror_message(message: Any) -> dict[str, Any] | None:
         role = _ROLES.get(kind)
         if role is None:
             return None
-        tool_calls = [_tool_call(tc) for tc in getattr(message, "tool_calls", None) or []]
+        tool_calls = [tool_call(tc) for tc in getattr(message, "tool_calls", None) or []]
         tool_call_id = getattr(message, "tool_call_id", None)
         content = message.content
         um = getattr(message, "usage_metadata", None)
@@ -312,7 +312,7 @@ def mirror_message(message: Any) -> dict[str, Any] | None:
             usage = {"input": int(um.get("input_tokens", 0)), "output": int(um.get("output_tokens", 0))}
     return {
         "role": role,
-        "content": _text_of(content),
+        "content": text_of(content),
         "tool_calls": tool_calls if role == "assistant" else [],
         "tool_call_id": str(tool_call_id) if role == "tool" and tool_call_id is not None else None,
         "usage": usage,
@@ -326,7 +326,7 @@ def mirror_message(message: Any) -> dict[str, Any] | None:
 _PutRequest = tuple[str, dict[str, Any], list[tuple[tuple[str, str, str], str, "list[Any] | _Value"]], RunnableConfig]
 
 
-class _Wire:
+class Wire:
     """Builds the HTTP requests of the checkpointer and reads their answers."""
 
     def __init__(
@@ -726,7 +726,7 @@ class _Wire:
 _VERSION_DIGITS = 12
 
 
-def _next_version(current: str | int | float | None) -> str:
+def next_version(current: str | int | float | None) -> str:
     """LangGraph's string versions: a zero-padded counter, a dot, 48 random bits in hex (two
     forks of a thread never give one channel the same version). 25 characters, where
     LangGraph's own savers write 51: a version is stored with every value and checkpoint."""
@@ -742,5 +742,5 @@ def _next_version(current: str | int | float | None) -> str:
     return f"{current_v + 1:0{width}}.{random.getrandbits(48):012x}"
 
 
-def _is_not_found(error: StepwiseError) -> bool:
+def is_not_found(error: StepwiseError) -> bool:
     return error.status == 404

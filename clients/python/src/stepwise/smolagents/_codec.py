@@ -67,7 +67,7 @@ _ERROR_CLASSES: dict[str, type[AgentError]] = {
 _TAGS = ("$dict", "$tuple", "$float", "$int", "$image", "$object")
 
 
-def _enc(value: Any) -> Any:
+def encode_value(value: Any) -> Any:
     # The common exact types first (a step is mostly these): about half the time per step.
     t = type(value)
     if t is str or t is bool or value is None:
@@ -75,7 +75,7 @@ def _enc(value: Any) -> Any:
     if t is dict:
         return _enc_dict(value)
     if t is list:
-        return [_enc(v) for v in value]
+        return [encode_value(v) for v in value]
     if t is int and -(2**63) <= value < 2**64:
         return value
     if t is float and math.isfinite(value):
@@ -96,15 +96,15 @@ def _enc(value: Any) -> Any:
             return {"$float": "inf" if value > 0 else "-inf"}
         return float(value)
     if isinstance(value, list):
-        return [_enc(v) for v in value]
+        return [encode_value(v) for v in value]
     if isinstance(value, tuple):
-        return {"$tuple": [_enc(v) for v in value]}
+        return {"$tuple": [encode_value(v) for v in value]}
     if isinstance(value, dict):
         return _enc_dict(value)
     image = _encode_image(value)
     if image is not None:
         return {"$image": image}
-    return {"$object": type(value).__name__, "value": _enc(make_json_serializable(value))}
+    return {"$object": type(value).__name__, "value": encode_value(make_json_serializable(value))}
 
 
 def _enc_dict(value: dict) -> dict:
@@ -116,8 +116,8 @@ def _enc_dict(value: dict) -> dict:
         and not (len(keys) in (1, 2) and keys[0] in _TAGS)
     )
     if plain:
-        return {k: _enc(v) for k, v in value.items()}
-    return {"$dict": [[_enc(k), _enc(v)] for k, v in value.items()]}
+        return {k: encode_value(v) for k, v in value.items()}
+    return {"$dict": [[encode_value(k), encode_value(v)] for k, v in value.items()]}
 
 
 def _dec(value: Any) -> Any:
@@ -167,7 +167,7 @@ def _encode_image(value: Any) -> dict | None:
     if value.info:
         info = {str(k): v for k, v in value.info.items() if isinstance(v, (str, int, float, bool))}
         if info:
-            encoded["info"] = _enc(info)
+            encoded["info"] = encode_value(info)
     return encoded
 
 
@@ -190,7 +190,7 @@ def _decode_image(data: dict) -> Any:
 def _timing(t: Timing | None) -> dict | None:
     if t is None:
         return None
-    return {"start_time": _enc(t.start_time), "end_time": _enc(t.end_time)}
+    return {"start_time": encode_value(t.start_time), "end_time": encode_value(t.end_time)}
 
 
 def _timing_back(d: dict | None) -> Timing | None:
@@ -217,14 +217,14 @@ def _message(m: ChatMessage | None) -> dict | None:
     role = m.role.value if isinstance(m.role, MessageRole) else m.role
     return {
         "role": role,
-        "content": _enc(m.content),
+        "content": encode_value(m.content),
         "tool_calls": [
             {
                 "id": tc.id,
                 "type": tc.type,
                 "function": {
                     "name": tc.function.name,
-                    "arguments": _enc(tc.function.arguments),
+                    "arguments": encode_value(tc.function.arguments),
                     "description": tc.function.description,
                 },
             }
@@ -293,7 +293,7 @@ def _error_back(d: dict | None) -> AgentError | None:
 
 
 def _images(images: list | None) -> list | None:
-    return None if images is None else [_enc(i) for i in images]
+    return None if images is None else [encode_value(i) for i in images]
 
 
 def _images_back(ds: list | None) -> list | None:
@@ -303,7 +303,7 @@ def _images_back(ds: list | None) -> list | None:
 def _tool_calls(tcs: list[ToolCall] | None) -> list | None:
     if tcs is None:
         return None
-    return [{"id": tc.id, "name": tc.name, "arguments": _enc(tc.arguments)} for tc in tcs]
+    return [{"id": tc.id, "name": tc.name, "arguments": encode_value(tc.arguments)} for tc in tcs]
 
 
 def _tool_calls_back(ds: list | None) -> list[ToolCall] | None:
@@ -327,11 +327,11 @@ def _step_data(step: MemoryStep, save_model_input: bool, task_images: list | Non
             "tool_calls": _tool_calls(step.tool_calls),
             "error": _error(step.error),
             "model_output_message": _message(step.model_output_message),
-            "model_output": _enc(step.model_output),
+            "model_output": encode_value(step.model_output),
             "code_action": step.code_action,
             "observations": step.observations,
             "observations_images": _TASK_IMAGES if same else _images(step.observations_images),
-            "action_output": _enc(step.action_output),
+            "action_output": encode_value(step.action_output),
             "token_usage": _usage(step.token_usage),
             "is_final_answer": step.is_final_answer,
         }
@@ -346,7 +346,7 @@ def _step_data(step: MemoryStep, save_model_input: bool, task_images: list | Non
     if isinstance(step, TaskStep):
         return {"task": step.task, "task_images": _images(step.task_images)}
     if isinstance(step, FinalAnswerStep):
-        return {"output": _enc(step.output)}
+        return {"output": encode_value(step.output)}
     raise TypeError(f"not a step type Stepwise saves: {type(step).__name__}")
 
 
@@ -478,7 +478,7 @@ def encode_step(
         # Where Stepwise's own agents read a task's text from.
         body["observations"] = step.task
     elif isinstance(step, FinalAnswerStep):
-        body["model_output"] = _answer_text(step.output)
+        body["model_output"] = answer_text(step.output)
     return body
 
 
@@ -486,7 +486,7 @@ def _stepwise_usage(u: TokenUsage) -> dict:
     return {"input": int(u.input_tokens), "output": int(u.output_tokens), "total": int(u.total_tokens)}
 
 
-def _answer_text(answer: Any) -> str:
+def answer_text(answer: Any) -> str:
     if isinstance(answer, str):
         return str(answer)
     try:
@@ -593,7 +593,7 @@ def _left_out(steps: list[MemoryStep], limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _tool_inputs(agent: Any) -> dict[str, str]:
+def tool_input_names(agent: Any) -> dict[str, str]:
     found: dict[str, str] = {}
     if agent is None:
         return found

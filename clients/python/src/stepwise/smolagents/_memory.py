@@ -1,56 +1,4 @@
-"""Stepwise as the session store of smolagents agents.
-
-```python
-from stepwise import Stepwise
-from stepwise.smolagents import StepwiseMemory
-
-client = Stepwise()
-memory = StepwiseMemory(client, session="alpha")   # a session name or id; created if missing
-memory.attach(agent)                                # any MultiStepAgent: CodeAgent, ToolCallingAgent
-agent.run("...")                                    # every step saved as it finishes
-memory.switch(agent, "beta")                        # agent.memory now holds beta's steps only
-agent.run("...", reset=False)                       # continues beta's conversation
-```
-
-How it hooks into smolagents (1.26):
-
-* ``attach`` registers one callback in the agent's ``step_callbacks`` registry for
-  ``ActionStep``, ``PlanningStep`` and ``FinalAnswerStep``, and wraps the agent's ``run``
-  method on the instance (``agent.run``), so it learns when a run starts, ends with its
-  final answer, or raises. ``run(stream=True)`` keeps working: the generator it returns is
-  wrapped, and a stream closed before its final answer ends the execution as failed. The
-  run's TaskStep is queued as ``run`` appends it to ``agent.memory.steps`` (the wrapper
-  puts a list there that reports it; for ``reset=True`` it empties the memory itself and
-  calls ``run`` with ``reset=False``, which does the same), before the model is called.
-  ``detach`` undoes the callback and the wrapper.
-* Each ``agent.run`` is one Stepwise execution of agent type ``external``
-  (``input = {"task": ..., "reset": ...}``). Its steps are numbered 1, 2, 3, ... in the
-  order they finished: the run's ``task`` step first, then ``planning`` and ``action``
-  steps, and a ``final_answer`` step; the execution then ends ``completed`` (its
-  ``final_message`` is the answer as text) or ``failed`` with the error.
-* Nothing in the agent's thread waits for the network: the callback takes a shallow copy
-  of the finished step and puts it on a queue; a background thread converts it to JSON
-  and a second one sends it (``append_step(..., step_number=n)``, so a retried send never
-  writes twice), so converting the next steps overlaps sending the last ones. Steps of a
-  run that queued up while the threads were busy go out together, numbered, in one
-  ``append_steps`` request (up to 1,000); the run's open, complete and fail still come in
-  order, after the steps queued before them.
-  ``flush()`` waits until everything queued so far is saved; interpreter exit flushes too.
-* A saved step is readable in Stepwise's terms (``kind``, ``model_output``, ``tool_calls``,
-  ``code``, ``observations``, ``error``, ``token_usage``, ``started_at``/``ended_at``) and
-  its ``output`` holds the whole smolagents step as JSON
-  (``{"smolagents": {"version": 1, "type": "ActionStep", "data": {...}}}``), from which
-  ``restore`` rebuilds it. Images are kept as base64 PNG (with Pillow). Not kept: a chat
-  message's ``raw`` provider answer; the steps' ``model_input_messages`` unless
-  ``save_model_input=True`` (each step's prompt is the system prompt plus every step
-  before it, so keeping them grows with the square of the session's length); an
-  ``action_output`` that is not JSON comes back in smolagents' JSON form.
-
-The conversion is in `_smolagents_codec`, the two threads in `_smolagents_sender`.
-
-``import_legacy(database_url, client=...)`` moves memories an app kept as pickles of
-``agent.memory.steps`` in a SQL table into Stepwise sessions, once (see its docstring).
-"""
+"""`StepwiseMemory` and `import_legacy` (see the package's docstring)."""
 
 from __future__ import annotations
 
@@ -77,28 +25,20 @@ from smolagents.memory import (
 )
 from smolagents.utils import AgentError, AgentMaxStepsError
 
-from ._errors import StepwiseError
-from ._smolagents_codec import PAYLOAD_VERSION, _answer_text, _enc, decode_step, encode_step, memory_steps
-from ._smolagents_sender import (
-    _COMPLETE,
-    _FAIL,
-    _LIVE,
-    _OPEN,
-    _STEP,
-    _Run,
-    _Sender,
-    _TaskWatch,
+from .._errors import StepwiseError
+from ._codec import PAYLOAD_VERSION, answer_text, encode_value, decode_step, encode_step, memory_steps
+from ._sender import (
+    COMPLETE,
+    FAIL,
+    LIVE,
+    OPEN,
+    STEP,
+    Run,
+    Sender,
+    TaskWatch,
 )
 
-__all__ = [
-    "StepwiseMemory",
-    "import_legacy",
-    "ImportReport",
-    "PAYLOAD_VERSION",
-    "encode_step",
-    "decode_step",
-    "memory_steps",
-]
+__all__ = ["StepwiseMemory", "import_legacy", "ImportReport"]
 
 logger = logging.getLogger("stepwise.smolagents")
 
@@ -149,12 +89,12 @@ class StepwiseMemory:
         self.session: dict = client.session(session, **session_kwargs)
         self._agent: Any = None
         self._original_run: Any = None
-        self._run: _Run | None = None
-        self._sender = _Sender(client, self)
+        self._run: Run | None = None
+        self._sender = Sender(client, self)
         # A memory dropped without close(): its thread sends what is queued, then ends.
         # (Not at interpreter exit: `_flush_at_exit` waits for the queue then.)
         weakref.finalize(self, self._sender.stop_soon).atexit = False
-        _LIVE.add(self)
+        LIVE.add(self)
 
     @property
     def session_id(self) -> str:
@@ -258,7 +198,7 @@ class StepwiseMemory:
         self.flush(timeout)
         self.detach()
         self._sender.stop(timeout)
-        _LIVE.discard(self)
+        LIVE.discard(self)
 
     def __enter__(self) -> StepwiseMemory:
         return self
@@ -305,7 +245,7 @@ class StepwiseMemory:
         run.__name__ = "run"
         return run
 
-    def _wrap_stream(self, state: _Run, stream: Iterator[Any]) -> Iterator[Any]:
+    def _wrap_stream(self, state: Run, stream: Iterator[Any]) -> Iterator[Any]:
         try:
             yield from stream
         except GeneratorExit:
@@ -316,25 +256,25 @@ class StepwiseMemory:
             raise
         self._end(state)
 
-    def _begin(self, agent: Any, task: Any, reset: bool) -> _Run:
+    def _begin(self, agent: Any, task: Any, reset: bool) -> Run:
         previous = self._run
         if previous is not None and not previous.finished:
             self._end(previous, error="a new run started before this one ended")
-        state = _Run(self.session_id, task, reset, agent)
+        state = Run(self.session_id, task, reset, agent)
         self._run = state
-        self._sender.put((_OPEN, state, type(agent).__name__))
+        self._sender.put((OPEN, state, type(agent).__name__))
         if reset:  # what `run(reset=True)` does first
             agent.memory.reset()
             monitor = getattr(agent, "monitor", None)
             if monitor is not None:
                 monitor.reset()
-        watch = _TaskWatch(agent.memory.steps, lambda step: self._task_appended(state, step))
+        watch = TaskWatch(agent.memory.steps, lambda step: self._task_appended(state, step))
         agent.memory.steps = watch
         state.steps_ref = watch
         state.steps_base = len(watch)
         return state
 
-    def _end(self, state: _Run, *, error: Any = None) -> None:
+    def _end(self, state: Run, *, error: Any = None) -> None:
         if state.finished:
             return
         try:
@@ -346,15 +286,15 @@ class StepwiseMemory:
             error = "the run ended without a final answer"
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        self._sender.put((_FAIL, state, error))
+        self._sender.put((FAIL, state, error))
 
-    def _task_appended(self, state: _Run, task: TaskStep) -> None:
+    def _task_appended(self, state: Run, task: TaskStep) -> None:
         try:
             self._save_task(state, task)
         except Exception:  # saving must never break the agent
             logger.exception("stepwise: could not queue a run's task")
 
-    def _save_task(self, state: _Run, task: TaskStep | None = None) -> None:
+    def _save_task(self, state: Run, task: TaskStep | None = None) -> None:
         """Queues the run's TaskStep: given by the watched step list as `run` appends it,
         else (a run that replaced the list) looked for in the memory's new steps."""
         if state.task_saved or state.finished:
@@ -372,7 +312,7 @@ class StepwiseMemory:
         number = state.next_number
         state.next_number += 1
         state.task_images = task.task_images
-        self._sender.put((_STEP, state, number, copy.copy(task), state.agent_ref, {"reset": state.reset}))
+        self._sender.put((STEP, state, number, copy.copy(task), state.agent_ref, {"reset": state.reset}))
 
     def _on_step(self, memory_step: MemoryStep, agent: Any = None) -> None:
         state = self._run
@@ -385,10 +325,10 @@ class StepwiseMemory:
             state.next_number += 1
             # A shallow copy: the step's fields as they are now; converting and sending
             # happen on the sender thread.
-            self._sender.put((_STEP, state, number, copy.copy(memory_step), state.agent_ref))
+            self._sender.put((STEP, state, number, copy.copy(memory_step), state.agent_ref))
             if isinstance(memory_step, FinalAnswerStep):
                 state.finished = True
-                self._sender.put((_COMPLETE, state, memory_step.output))
+                self._sender.put((COMPLETE, state, memory_step.output))
         except Exception:  # saving must never break the agent
             logger.exception("stepwise: could not queue a smolagents step")
 
@@ -501,7 +441,7 @@ def import_legacy(
 
     own_client = client is None
     if own_client:
-        from ._client import Stepwise
+        from .._client import Stepwise
 
         client = Stepwise()
     engine = database_url if isinstance(database_url, sa.engine.Engine) else sa.create_engine(database_url)
@@ -656,7 +596,7 @@ def _legacy_runs(steps: list[MemoryStep]) -> list[_LegacyRun]:
 
     def close() -> None:
         if bodies:
-            text = None if task is None else _answer_text(task.task)
+            text = None if task is None else answer_text(task.task)
             runs.append(({"task": text, "reset": not runs}, list(bodies), answer))
 
     for step in steps:
@@ -733,10 +673,10 @@ def _write_runs(client: Any, session_id: str, key: str, runs: list[_LegacyRun], 
         if execution.get("status") != "running":
             continue  # ended already: by the earlier call, or by the server
         if answer is not None:
-            text = _answer_text(answer[0])
+            text = answer_text(answer[0])
             if len(text) > _FINAL_MESSAGE_MAX:
                 text = text[: _FINAL_MESSAGE_MAX - 1] + "…"
-            client.complete_execution(eid, output={"final_answer": _enc(answer[0])}, final_message=text)
+            client.complete_execution(eid, output={"final_answer": encode_value(answer[0])}, final_message=text)
         else:
             client.fail_execution(eid, "imported from a legacy store: the run has no final answer")
 

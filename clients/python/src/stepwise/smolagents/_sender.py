@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from smolagents.memory import TaskStep
 
-from ._errors import StepwiseError
-from ._smolagents_codec import _answer_text, _enc, _tool_inputs, encode_step
+from .._errors import StepwiseError
+from ._codec import answer_text, encode_value, tool_input_names, encode_step
 
 if TYPE_CHECKING:
-    from .smolagents import StepwiseMemory
+    from ._memory import StepwiseMemory
 
 logger = logging.getLogger("stepwise.smolagents")
 
@@ -27,7 +27,7 @@ logger = logging.getLogger("stepwise.smolagents")
 # --- the background sender ----------------------------------------------------------------
 
 
-class _Run:
+class Run:
     """One `agent.run`: one Stepwise execution."""
 
     __slots__ = (
@@ -55,7 +55,7 @@ class _Run:
         self.steps_base = len(steps)
 
 
-class _TaskWatch(list):
+class TaskWatch(list):
     """``agent.memory.steps`` from a run's start: tells the memory about the TaskStep that
     ``run`` appends, once, so the task is saved before the model is first called."""
 
@@ -76,7 +76,7 @@ class _TaskWatch(list):
         return (list, (list(self),))
 
 
-_OPEN, _STEP, _COMPLETE, _FAIL, _MARK, _STOP = range(6)
+OPEN, STEP, COMPLETE, FAIL, _MARK, _STOP = range(6)
 
 # The answers that mean the server has an operation already (a retried complete/fail).
 _DONE_CODES = {"invalid_state", "conflict"}
@@ -97,7 +97,7 @@ _AHEAD = 4
 _POST = -1
 
 
-class _Sender:
+class Sender:
     """Two threads that send a memory's operations in order.
 
     The first takes operations off ``queue`` and converts steps to request bodies; the
@@ -175,7 +175,7 @@ class _Sender:
         while True:
             item = after if after is not None else self.queue.get()
             after = None
-            if item[0] == _STEP:
+            if item[0] == STEP:
                 batch, after = self._take_steps(item) if self.batching else ([item], None)
                 try:
                     item = (_POST, item[1], self._encode_steps(batch))
@@ -220,7 +220,7 @@ class _Sender:
                 item = self.queue.get_nowait()
             except queue.Empty:
                 return batch, None
-            if item[0] != _STEP or item[1] is not run:
+            if item[0] != STEP or item[1] is not run:
                 return batch, item
             batch.append(item)
         return batch, None
@@ -252,7 +252,7 @@ class _Sender:
             number, step, agent_ref = item[2], item[3], item[4]
             try:
                 if agent_ref not in tool_inputs:
-                    tool_inputs[agent_ref] = _tool_inputs(agent_ref())
+                    tool_inputs[agent_ref] = tool_input_names(agent_ref())
                 body = encode_step(
                     step,
                     save_model_input=save_model_input,
@@ -268,10 +268,10 @@ class _Sender:
             numbered.append((number, body))
         return numbered
 
-    def _post_run_steps(self, run: _Run, numbered: list[tuple[int, dict]]) -> None:
+    def _post_run_steps(self, run: Run, numbered: list[tuple[int, dict]]) -> None:
         """Sends steps of one run, numbered, in as few requests as the server takes."""
         if run.execution_id is None:  # its execution could not be opened (logged then)
-            if not run.open_failed:  # pragma: no cover - _OPEN always comes first
+            if not run.open_failed:  # pragma: no cover - OPEN always comes first
                 logger.error("stepwise: a step of a run without an execution was dropped")
             self.lost(len(numbered))
             return
@@ -287,7 +287,7 @@ class _Sender:
             else:
                 self.lost(len(numbered))
 
-    def _reopen(self, run: _Run) -> bool:
+    def _reopen(self, run: Run) -> bool:
         """The run's execution was failed by the server (its lease ran out): what the run
         still records goes to a new execution of the session, continuing it."""
         old = run.execution_id
@@ -295,7 +295,7 @@ class _Sender:
             execution = self._call(
                 lambda: self.client.open_execution(
                     run.session_id,
-                    input={"task": _answer_text(run.task), "reset": False, "continues": old},
+                    input={"task": answer_text(run.task), "reset": False, "continues": old},
                     agent_config={"framework": "smolagents", "agent": run.agent_name},
                 ),
             )
@@ -375,12 +375,12 @@ class _Sender:
 
     def _send(self, item: tuple) -> None:
         op, run = item[0], item[1]
-        if op == _OPEN:
+        if op == OPEN:
             try:
                 execution = self._call(
                     lambda: self.client.open_execution(
                         run.session_id,
-                        input={"task": _answer_text(run.task), "reset": run.reset},
+                        input={"task": answer_text(run.task), "reset": run.reset},
                         agent_config={"framework": "smolagents", "agent": item[2]},
                     ),
                 )
@@ -395,24 +395,24 @@ class _Sender:
         if run.execution_id is None:  # its execution could not be opened (logged then)
             self.lost(1)
             return
-        if op == _COMPLETE:
+        if op == COMPLETE:
             answer = item[2]
-            text = _answer_text(answer)
+            text = answer_text(answer)
             if len(text) > 100_000:
                 text = text[:99_999] + "…"
-            output = {"final_answer": _enc(answer)}
+            output = {"final_answer": encode_value(answer)}
             self._finish(
                 run, lambda eid: self.client.complete_execution(eid, output=output, final_message=text)
             )
             return
-        if op == _FAIL:
+        if op == FAIL:
             message = str(item[2]).strip() or "the run failed"
             if len(message) > 65_536:
                 message = message[:65_535] + "…"
             self._finish(run, lambda eid: self.client.fail_execution(eid, message))
             return
 
-    def _finish(self, run: _Run, call: Callable[[str], Any]) -> None:
+    def _finish(self, run: Run, call: Callable[[str], Any]) -> None:
         """Ends the run's execution (in a new one when the server failed it meanwhile)."""
         for _ in range(2):
             eid = run.execution_id
@@ -461,13 +461,13 @@ class _Sender:
                 attempt += 1
 
 
-_LIVE: weakref.WeakSet[StepwiseMemory] = weakref.WeakSet()
+LIVE: weakref.WeakSet[StepwiseMemory] = weakref.WeakSet()
 _EXIT_TIMEOUT = 10.0
 
 
 @atexit.register
 def _flush_at_exit() -> None:
-    for memory in list(_LIVE):
+    for memory in list(LIVE):
         try:
             memory.flush(timeout=_EXIT_TIMEOUT)
         except Exception:  # pragma: no cover

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langgraph.types import Command
 
-from .._langgraph_wire import _text_of, _tool_call
+from ..langgraph._wire import text_of, tool_call
 from ._run import Run
 
 __all__ = ["langgraph_handler"]
@@ -76,10 +76,10 @@ def _step_of(node: str, update: Any) -> dict[str, Any]:
     for message in _messages_of(update):
         kind = getattr(message, "type", "")
         if kind in ("ai", "AIMessageChunk"):
-            text = _text_of(message.content)
+            text = text_of(message.content)
             if text:
                 texts.append(text)
-            tool_calls.extend(_tool_call(tc) for tc in getattr(message, "tool_calls", None) or [])
+            tool_calls.extend(tool_call(tc) for tc in getattr(message, "tool_calls", None) or [])
             um = getattr(message, "usage_metadata", None)
             if um:
                 usage = usage or {"input": 0, "output": 0, "total": 0}
@@ -87,7 +87,7 @@ def _step_of(node: str, update: Any) -> dict[str, Any]:
                 usage["output"] += int(um.get("output_tokens", 0))
                 usage["total"] += int(um.get("total_tokens", 0))
         elif kind == "tool":
-            observations.append(f"{getattr(message, 'name', None) or 'tool'}: {_text_of(message.content)}")
+            observations.append(f"{getattr(message, 'name', None) or 'tool'}: {text_of(message.content)}")
     if not texts and not tool_calls and not observations and update is not None:
         try:
             observations.append(json.dumps(update, ensure_ascii=False, default=str))
@@ -110,7 +110,7 @@ def default_output(values: Any) -> Any:
     """The text of the last AI message of the state's ``messages``, else the state as JSON."""
     for message in reversed(_messages_of(values)):
         if getattr(message, "type", "") in ("ai", "AIMessageChunk"):
-            return _text_of(message.content)
+            return text_of(message.content)
     if values is None:
         return None
     try:
@@ -256,7 +256,7 @@ def langgraph_handler(
                 if mode == "messages":
                     message = chunk[0] if isinstance(chunk, tuple) else chunk
                     if isinstance(message, AIMessageChunk):
-                        text = _text_of(message.content)
+                        text = text_of(message.content)
                         if text:
                             run.delta(text)
                 elif mode == "checkpoints" and isinstance(chunk, Mapping):

@@ -17,7 +17,7 @@ from .._errors import StepwiseError
 from ._http import Api, is_lease_lost, retrying
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._worker import _Deltas
+    from ._worker import Deltas
 
 __all__ = ["Run", "Cancelled", "Retry", "SubagentError", "CallError"]
 
@@ -52,7 +52,7 @@ class _LeaseLost(Cancelled):
     """A write was refused with 409 `lease_lost`: nothing more may be written."""
 
 
-class _Paused(BaseException):
+class Paused(BaseException):
     """Raised by `Run.pause` after the pause is recorded; the worker catches it."""
 
 
@@ -143,7 +143,7 @@ class Run:
         claim: Mapping[str, Any],
         *,
         api: Api,
-        deltas: "_Deltas | None" = None,
+        deltas: "Deltas | None" = None,
         retry_for: float = 60.0,
     ) -> None:
         execution = claim.get("execution") or {}
@@ -188,8 +188,8 @@ class Run:
         self._paused = False  # the run asked the user and stopped
         self._on_cancel: list[Callable[[], Any]] = []
         self._asked = 0
-        self._answers = [_answer_in(s) for s in self.steps if _is_answer(s)]
-        self._answer_at = [i for i, s in enumerate(self.steps) if _is_answer(s)]  # their indexes in `steps`
+        self._answers = [_answer_in(s) for s in self.steps if is_answer(s)]
+        self._answer_at = [i for i, s in enumerate(self.steps) if is_answer(s)]  # their indexes in `steps`
         self._cursor = 0  # the index in `steps` of the next saved step `step` or `call` replays
 
     def __repr__(self) -> str:
@@ -253,7 +253,7 @@ class Run:
 
     def _write(self, method: str, suffix: str, body: Any, *, retry: bool = True) -> Any:
         if self._paused:
-            raise _Paused("the run paused")
+            raise Paused("the run paused")
         if self._dead:
             raise _LeaseLost(self._cancel_reason or "lease_lost")
         path = f"/v1/executions/{seg(self.execution_id, 'execution_id')}{suffix}"
@@ -549,7 +549,7 @@ class Run:
             # The lease went with the pause: nothing more is written by this run.
             self._paused = True
             self._dead = True
-        raise _Paused(question)
+        raise Paused(question)
 
     def ask(self, question: str) -> str:
         """Asks the user `question`: the answer when this run has it, else it pauses.
@@ -580,7 +580,7 @@ class Run:
         if self.answer is None:
             return
         last = self.steps[-1] if self.steps else None
-        if last is not None and _is_answer(last):
+        if last is not None and is_answer(last):
             return
         self._append({"kind": "user_input", "observations": _text_of(self.answer), "output": {"answer": self.answer}})
         self._answers.append(self.answer)
@@ -759,7 +759,7 @@ def _is_question(step: Mapping[str, Any]) -> bool:
     return isinstance(output, dict) and "question" in output and "answer" not in output
 
 
-def _is_answer(step: Mapping[str, Any]) -> bool:
+def is_answer(step: Mapping[str, Any]) -> bool:
     """A ``user_input`` step that holds the user's answer (not the question asked)."""
     return step.get("kind") == "user_input" and not _is_question(step)
 

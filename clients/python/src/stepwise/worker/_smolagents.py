@@ -28,8 +28,8 @@ from smolagents.models import ChatMessageStreamDelta
 from smolagents.tools import Tool
 from smolagents.utils import make_json_serializable
 
-from .._smolagents_codec import _tool_inputs, decode_step, encode_step, memory_steps
-from ._run import Cancelled, Run, _is_answer
+from ..smolagents._codec import tool_input_names, decode_step, encode_step, memory_steps
+from ._run import Cancelled, Run, is_answer
 
 __all__ = ["smolagents_handler"]
 
@@ -153,7 +153,7 @@ def smolagents_handler(
             own.append(step)
         # Answers given before the last saved step were used by the steps restored above.
         run._asked = sum(
-            1 for s in run.steps if _is_answer(s) and int(s.get("step_number") or 0) < last_smol_number
+            1 for s in run.steps if is_answer(s) and int(s.get("step_number") or 0) < last_smol_number
         )
 
         agent = _build(factory, run)
@@ -178,7 +178,7 @@ def smolagents_handler(
                 return  # the step that asked the user: it runs again when the answer comes
             if run.lease_lost:
                 raise Cancelled(run.cancel_reason or "lease_lost")
-            run.step(**encode_step(memory_step, tool_inputs=_tool_inputs(agent), task_images=task.task_images))
+            run.step(**encode_step(memory_step, tool_inputs=tool_input_names(agent), task_images=task.task_images))
             if run.cancelled:  # a stopping worker: this step is saved, the run stops here
                 raise Cancelled(run.cancel_reason or "cancelled")
 

@@ -24,7 +24,7 @@ from .._endpoint import endpoint
 from .._calls import seg
 from .._errors import StepwiseError
 from ._http import CLAIM_PATH, Api, Backoff, is_lease_lost, is_transient
-from ._run import Cancelled, Retry, Run, _Paused
+from ._run import Cancelled, Retry, Run, Paused
 
 __all__ = ["Worker", "AgentSpec", "WorkerError"]
 
@@ -140,7 +140,7 @@ def _chunks(text: str) -> list[str]:
     return out
 
 
-class _Deltas:
+class Deltas:
     """Sends live tokens from one background thread, in order; consecutive texts of the same
     run are merged into one request."""
 
@@ -340,7 +340,7 @@ class Worker:
         self._started = False
         self._claim_thread: threading.Thread | None = None
         self._heartbeat_thread: threading.Thread | None = None
-        self._deltas: _Deltas | None = None
+        self._deltas: Deltas | None = None
         self._loop = _Loop()
         self._fatal: BaseException | None = None
         self._signalled = 0
@@ -522,7 +522,7 @@ class Worker:
         self._started = True
         timeout = getattr(getattr(self.client, "timeout", None), "read", None) or 30.0
         self._api = Api(self._base_url, self._headers, timeout=float(timeout))
-        self._deltas = _Deltas(self._api)
+        self._deltas = Deltas(self._api)
         self._announce()
         logger.info(
             "worker %s serving %s at %s (concurrency %d)",
@@ -723,7 +723,7 @@ class Worker:
                     result = spec.handler(run)
                     if inspect.isawaitable(result):
                         result = self._loop.run(result, run)
-            except _Paused as paused:
+            except Paused as paused:
                 outcome = ("paused", str(paused))
             except (Cancelled, concurrent.futures.CancelledError, asyncio.CancelledError) as stop:
                 if isinstance(stop, Cancelled) and run.cancel_reason is None:
