@@ -36,22 +36,27 @@ if PATH="$clean_path" command -v cargo >/dev/null 2>&1 || PATH="$clean_path" com
   exit 1
 fi
 py="$(command -v "$python")"
+# The rest of the environment (pip's index, certificates, proxies) is kept; what could reach a
+# Rust toolchain or another server binary is not.
+without_rust() {
+  env -u STEPWISE_BIN -u CARGO -u RUSTC -u RUSTUP_TOOLCHAIN PATH="$venv/bin:$clean_path" "$@"
+}
 rm -rf "$venv"
-env -i HOME="$HOME" PATH="$clean_path" "$py" -m venv "$venv"
-env -i HOME="$HOME" PATH="$venv/bin:$clean_path" "$venv/bin/python" -m pip install -q --upgrade pip
+without_rust "$py" -m venv "$venv"
+without_rust "$venv/bin/python" -m pip install -q --upgrade pip
 # The test tools and the OpenAI Agents SDK first (the adapters' test uses StepwiseSession), so
 # the install timed below is the wheel's own.
-env -i HOME="$HOME" PATH="$venv/bin:$clean_path" "$venv/bin/python" -m pip install -q \
+without_rust "$venv/bin/python" -m pip install -q \
   "pytest>=8" "pytest-asyncio>=0.24" "httpx>=0.27,<1" "openai-agents==0.24.0"
 start=$(date +%s%N)
-env -i HOME="$HOME" PATH="$venv/bin:$clean_path" "$venv/bin/python" -m pip install -q --no-deps "$wheel"
+without_rust "$venv/bin/python" -m pip install -q --no-deps "$wheel"
 end=$(date +%s%N)
 say "pip install of the wheel: $(( (end - start) / 1000000 )) ms"
 test -x "$venv/bin/stepwise"
-env -i HOME="$HOME" PATH="$venv/bin:$clean_path" stepwise --version
+without_rust stepwise --version
 
 say "local-mode tests against the wheel's binary (no STEPWISE_BIN, no Rust on PATH)"
 cd "$repo/clients/python"
-env -i HOME="$HOME" PATH="$venv/bin:$clean_path" STEPWISE_REQUIRE_WHEEL=1 LANG=C.UTF-8 \
+without_rust env STEPWISE_REQUIRE_WHEEL=1 \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider --noconftest \
   tests/test_local.py tests/test_packaging.py "$@"
