@@ -1,5 +1,5 @@
-"""OpenAI Agents SDK sessions: `StepwiseSession` (over loopback HTTP) beside `SQLiteSession`,
-in one sitting.
+"""OpenAI Agents SDK sessions: `StepwiseSession` (over loopback HTTP and over the server's Unix
+socket) beside `SQLiteSession`, in one sitting.
 
 The workload of the peers' `bench_openai_agents.py` (their `common.py` is imported from
 `../shared/bench/peers` beside this repository): one step = one `add_items()` of the three
@@ -15,8 +15,10 @@ medians over rounds.
     STEPWISE_BIN=path python bench/peers/bench_openai_agents_stepwise.py
     python bench/peers/bench_openai_agents_stepwise.py --url http://127.0.0.1:7777   # a running server
 
-Without `--url` it starts `stepwise serve` on a free loopback port with a fresh SQLite
-database (`stepwise.testing.local_server`, no rate limit). Durability is the same by default:
+Without `--url` it starts `stepwise serve` on a free loopback port and a Unix socket (`--listen
+unix:PATH` too) with a fresh SQLite database (`stepwise.testing.local_server`, no rate limit), and
+each round runs `StepwiseSession` over both (`stepwise` over TCP, `stepwise_unix` over the
+socket). Durability is the same by default:
 the SDK's SQLiteSession commits in WAL mode with `synchronous=FULL` (an fsync per add), and so
 does Stepwise's SQLite store at its default `--durability full` (an add is synced before it is
 acknowledged). `--durability process` starts the server with `synchronous=NORMAL`: a crash of
@@ -83,7 +85,7 @@ async def w3(session, expect: int, loads: int) -> dict:
             "steps_loaded": len(back)}
 
 
-async def one_round(url: str, n: int, loads: int, tmp: Path, index: int) -> dict:
+async def one_round(urls: dict[str, str], n: int, loads: int, tmp: Path, index: int) -> dict:
     items = [to_items(s) for s in C.w1_steps(n)]
     out: dict = {}
 
@@ -92,10 +94,11 @@ async def one_round(url: str, n: int, loads: int, tmp: Path, index: int) -> dict
     out["sqlite"] = {"w1": await w1(sqlite, items), "w3": await w3(sqlite, n, loads)}
     sqlite.close()
 
-    stepwise = StepwiseSession(f"{C.W1_SESSION}-{uuid.uuid4().hex[:8]}", base_url=url)
-    await stepwise.get_items(0)  # creates the session: not part of the timed adds
-    out["stepwise"] = {"w1": await w1(stepwise, items), "w3": await w3(stepwise, n, loads)}
-    await stepwise.aclose()
+    for system, url in urls.items():
+        stepwise = StepwiseSession(f"{C.W1_SESSION}-{uuid.uuid4().hex[:8]}", base_url=url)
+        await stepwise.get_items(0)  # creates the session: not part of the timed adds
+        out[system] = {"w1": await w1(stepwise, items), "w3": await w3(stepwise, n, loads)}
+        await stepwise.aclose()
     return out
 
 
@@ -110,7 +113,8 @@ def summarize(rounds: list[dict]) -> dict:
         return statistics.median(values)
 
     result: dict = {}
-    for system in ("sqlite", "stepwise"):
+    systems = [s for s in ("sqlite", "stepwise", "stepwise_unix") if s in rounds[0]]
+    for system in systems:
         result[system] = {
             "w1_steps_per_s": med(system, "w1", "steps_per_s"),
             "w1_p50_ms": med(system, "w1", "p50_all_ms"),
@@ -124,22 +128,28 @@ def summarize(rounds: list[dict]) -> dict:
         / result["sqlite"]["w3_warm_ms_median"],
     }
     result["stepwise_get_items_ms"] = result["stepwise"]["get_items_ms_median"]
+    if "stepwise_unix" in result:
+        result["ratio_unix"] = {
+            "steps_per_s": result["stepwise_unix"]["w1_steps_per_s"] / result["sqlite"]["w1_steps_per_s"],
+            "get_items_ms": result["stepwise_unix"]["w3_warm_ms_median"]
+            / result["sqlite"]["w3_warm_ms_median"],
+        }
     return result
 
 
-async def run(url: str, a: argparse.Namespace) -> dict:
+async def run(urls: dict[str, str], a: argparse.Namespace) -> dict:
     rounds = []
     with tempfile.TemporaryDirectory(prefix="oa-bench-") as tmp:
         for i in range(a.rounds):
-            r = await one_round(url, a.w1, a.loads, Path(tmp), i)
+            r = await one_round(urls, a.w1, a.loads, Path(tmp), i)
             rounds.append(r)
             print(
-                f"round {i + 1}: steps/s sqlite {r['sqlite']['w1']['steps_per_s']:.0f}, "
-                f"stepwise {r['stepwise']['w1']['steps_per_s']:.0f}; get_items() ms sqlite "
-                f"{r['sqlite']['w3']['get_items_ms_median']:.1f}, stepwise "
-                f"{r['stepwise']['w3']['get_items_ms_median']:.1f} (with the conversion: "
-                f"{r['sqlite']['w3']['warm_ms_median']:.1f}, "
-                f"{r['stepwise']['w3']['warm_ms_median']:.1f})",
+                f"round {i + 1}: "
+                + ", ".join(
+                    f"{system} {r[system]['w1']['steps_per_s']:.0f} steps/s, get_items() "
+                    f"{r[system]['w3']['get_items_ms_median']:.1f} ms"
+                    for system in r
+                ),
                 file=sys.stderr,
             )
     return {"rounds": rounds, "summary": summarize(rounds)}
@@ -160,13 +170,17 @@ def main() -> None:
         if release.is_file():
             os.environ["STEPWISE_BIN"] = str(release)
     if a.url:
-        result = asyncio.run(run(a.url, a))
+        result = asyncio.run(run({"stepwise": a.url}, a))
         binary = None
     else:
         args = ["--durability", a.durability] if a.durability else []
-        with local_server(env={"STEPWISE_LOG": "warn"}, args=args) as server:
-            result = asyncio.run(run(server.url, a))
-            binary = server.binary
+        with tempfile.TemporaryDirectory(prefix="oa-sock-") as sockets:
+            socket = f"{sockets}/stepwise.sock"
+            args += ["--listen", f"unix:{socket}"]
+            with local_server(env={"STEPWISE_LOG": "warn"}, args=args) as server:
+                urls = {"stepwise": server.url, "stepwise_unix": f"unix:{socket}"}
+                result = asyncio.run(run(urls, a))
+                binary = server.binary
     result["config"] = {
         "w1": a.w1, "loads": a.loads, "rounds": a.rounds, "items_per_step": 3,
         "server": a.url or f"local_server (SQLite, --durability {a.durability or 'default'})",
