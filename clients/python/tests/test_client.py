@@ -15,7 +15,7 @@ import pytest
 
 import stepwise
 from stepwise import AsyncStepwise, Stepwise, StepwiseError
-from stepwise._retry import RetryPolicy, retry_after_seconds
+from stepwise._transport.retry import RetryPolicy, retry_after_seconds
 from stepwise.testing import LocalServer, local_server
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ from typing import Any, Iterator
 import pytest
 
 from stepwise import StepwiseError
-from stepwise._items import ItemsConnection, LeanPool
-from stepwise._sync_http import _FastHTTP
+from stepwise._transport.aio import ItemsConnection, LeanPool
+from stepwise._transport.sync import FastHTTP
 from stepwise.langgraph import StepwiseSaver
 from stepwise.openai_agents import StepwiseSession
 
@@ -122,7 +122,7 @@ def test_an_api_error_keeps_its_code_on_the_lean_connections(api_error: str) -> 
 
 # --------------------------------------------------------------------------- framing
 #
-# Both lean connections build requests and read answers with `stepwise._http1`. A raw socket
+# Both lean connections build requests and read answers with `stepwise._transport.wire`. A raw socket
 # server of the test's own sends each answer as scripted bytes, in small pieces, so every way
 # an HTTP/1.1 server may frame a body (and every way a read may split) is read back right.
 
@@ -186,7 +186,7 @@ def _calls(port: int, count: int, *, lean: str) -> list[Any]:
     """`count` requests over one lean connection of the kind named."""
     headers = {"Authorization": "Bearer k", "User-Agent": "t"}
     if lean == "sync":
-        fast = _FastHTTP("127.0.0.1", port, "/api", headers, 5.0, 1)
+        fast = FastHTTP("127.0.0.1", port, "/api", headers, 5.0, 1)
         try:
             return [fast.request("PUT", "/v1/x", json_body={"n": n}) for n in range(count)]
         finally:
@@ -288,7 +288,7 @@ def test_an_answer_that_is_not_http_is_a_connection_error(lean: str) -> None:
 
 def test_a_request_target_with_control_characters_is_refused_before_sending() -> None:
     server = _RawServer([(_ok(b"{}"), False)])
-    fast = _FastHTTP("127.0.0.1", server.port, "", {}, 5.0, 1)
+    fast = FastHTTP("127.0.0.1", server.port, "", {}, 5.0, 1)
     try:
         with pytest.raises(ValueError, match="control characters"):
             fast.request("GET", "/v1/x\r\nX-Injected: 1")
@@ -336,7 +336,7 @@ def test_a_server_that_never_answers_is_a_connection_error_after_the_timeout(lea
     try:
         with pytest.raises(StepwiseError) as caught:
             if lean == "sync":
-                _FastHTTP("127.0.0.1", port, "", {}, 0.2, 0).request("GET", "/v1/x")
+                FastHTTP("127.0.0.1", port, "", {}, 0.2, 0).request("GET", "/v1/x")
             else:
 
                 async def main() -> None:

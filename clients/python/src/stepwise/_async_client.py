@@ -80,6 +80,7 @@ class AsyncStepwise(
             transport=transport or self._endpoint.async_transport(),
             verify=default_ssl_context(),
         )
+        self._transport_type = type(transport) if transport is not None else httpx.AsyncHTTPTransport
 
     @classmethod
     def local(

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import time
 from typing import Any, Generic, Iterable, Literal, Mapping, TypeVar, cast, overload
+from urllib.parse import urlsplit
 
 import httpx
 
-from ._endpoint import endpoint
 from ._errors import StepwiseError
-from ._retry import RetryPolicy
 from ._calls import (
     UNSET,
     Call,
@@ -31,6 +30,8 @@ from ._calls import (
     seg,
 )
 from ._leases import RecorderLeases
+from ._transport.endpoint import DirectTarget, endpoint, proxied
+from ._transport.retry import RetryPolicy
 from ._version import __version__
 
 DEFAULT_URL = "http://127.0.0.1:7777"
@@ -93,6 +94,9 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         self._leases = RecorderLeases(self.base_url, self._headers, self.timeout)
         # The embedded server this client started or attached to (`Stepwise.local`).
         self._local: Any = None
+        # The class of httpx's transport (set by each client): only its default one lets the
+        # adapters' hot calls go direct (see `direct_target`).
+        self._transport_type: type | None = None
         self.tokens: Tokens[_D] = Tokens(self)
         self.keys: Keys[_D, _Items, _None] = Keys(self)
 
@@ -779,6 +783,43 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 # --- end users: tokens and keys --------------------------------------------------------
 
 Role = Literal["admin", "user", "worker"]
+
+
+def client_headers(client: Any) -> dict[str, str]:
+    """The headers every request of a client carries (credential, user agent, the caller's)."""
+    return dict(getattr(client, "_headers", None) or {})
+
+
+def direct_target(client: Any, default_transport: type) -> DirectTarget | None:
+    """Where the lean connections of the adapters' hot paths send a client's calls, or
+    ``None`` when the client must be used: only when nothing it was configured with would be
+    bypassed, a plain ``http://`` server (or a ``unix:`` socket) reached directly (no proxy in
+    the environment) through httpx's `default_transport`."""
+    server = getattr(client, "_endpoint", None)
+    url = server.url if server is not None else client.base_url
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    if getattr(client, "_transport_type", None) is not default_transport:
+        return None
+    timeout = float(client.timeout.read if client.timeout.read is not None else 30.0)
+    unix = server.socket if server is not None else None
+    if unix is not None:
+        local = getattr(client, "_local", None)
+        revive = None if local is None else local.revive
+        return DirectTarget(
+            parts.hostname, 80, "", client_headers(client), timeout, client.max_retries, unix, revive
+        )
+    if proxied(url):
+        return None
+    return DirectTarget(
+        parts.hostname,
+        parts.port or 80,
+        parts.path.rstrip("/"),
+        client_headers(client),
+        timeout,
+        client.max_retries,
+    )
 
 
 def credential(api_key: str | None, token: str | None) -> str | None:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import StepwiseError, error_from_answer
-from ._retry import retry_after_seconds
+from ._transport.retry import retry_after_seconds
 from ._sse import Event, SSEDecoder, to_event
 
 

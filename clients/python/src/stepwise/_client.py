@@ -82,6 +82,7 @@ class Stepwise(
             transport=transport or self._endpoint.transport(),
             verify=default_ssl_context(),
         )
+        self._transport_type = type(transport) if transport is not None else httpx.HTTPTransport
 
     @classmethod
     def local(

@@ -20,10 +20,9 @@ from typing import Any
 
 import httpx
 
-from ._endpoint import endpoint
-
 from ._calls import seg
 from ._tls import default_ssl_context
+from ._transport.endpoint import endpoint
 
 logger = logging.getLogger("stepwise")
 

@@ -46,7 +46,6 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
-from urllib.parse import quote, urlencode
 
 try:
     from google.adk.errors import StaleSessionError
@@ -72,7 +71,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError, error_from_answer
-from ._items import ItemsConnection, fast_path_for, for_running_loop
+from ._transport.aio import ItemsConnection, fast_path_for, for_running_loop
+from ._transport.retry import LEAN_RETRY_STATUSES
 
 __all__ = ["StepwiseSessionService", "session_name"]
 
@@ -319,29 +319,14 @@ class _Wire:
         fast = self.fast
         if fast is None:
             return json.dumps(await self.client.request("GET", path, params=params)).encode()
-        target = quote(fast.prefix + path, safe="/:@!$&'()*+,;=-._~")
-        if params:
-            target += "?" + urlencode({k: str(v) for k, v in params.items()})
-        message = f"GET {target} HTTP/1.1\r\n".encode("latin-1") + fast._head + b"\r\n"
-        if fast._lock is None:
-            fast._lock = asyncio.Lock()
-        answer: tuple[int, Any, bytes] | None = None
-        async with fast._lock:
-            try:
-                answer = await asyncio.wait_for(fast._exchange(message), fast.timeout)
-            except asyncio.CancelledError:
-                fast._drop()
-                raise
-            except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.TimeoutError,
-                    ValueError):
-                fast._drop()
-        if answer is None or answer[0] in (429, 502, 503, 504):
+        answer = await fast.request_once("GET", path, params=params)
+        if answer is None or answer[0] in LEAN_RETRY_STATUSES:
             # A kept-alive connection the server closed, or a refusal for load: the general
             # path retries (with backoff) and reports a lasting failure as a StepwiseError.
             return json.dumps(
                 await fast.request("GET", path, params=params, idempotent=True)
             ).encode()
-        status, _, content = answer
+        status, content = answer
         if not 200 <= status < 300:
             try:
                 parsed = json.loads(content) if content else None

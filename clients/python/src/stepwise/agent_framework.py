@@ -72,7 +72,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
-from ._items import ItemsConnection, fast_path_for, for_running_loop
+from ._transport.aio import ItemsConnection, fast_path_for, for_running_loop
 from ._names import session_name_for
 
 __all__ = [

@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._async_client import AsyncStepwise
 from ._client import Stepwise
 from ._errors import StepwiseError
-from ._items import ItemsConnection, fast_path_for
+from ._transport.aio import ItemsConnection, fast_path_for
 from ._names import session_name_for
 
 __all__ = ["StepwiseMessageHistory", "StepwiseAutosave", "stepwise_name"]

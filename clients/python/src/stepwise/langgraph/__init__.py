@@ -28,8 +28,9 @@ uses `AsyncStepwise` for its async methods and a synchronous client to the same 
 its sync ones (e.g. ``graph.get_state``).
 
 The requests both savers send are built in `_wire` (`Wire`); when the server is
-reached over plain HTTP, the sync saver's calls go over the keep-alive pool of `_sync_http`
-and the async saver's over a `_items.LeanPool` per event loop.
+reached over plain HTTP, the sync saver's calls go over the keep-alive pool of
+`stepwise._transport.sync.FastHTTP` and the async saver's over a
+`stepwise._transport.aio.LeanPool` per event loop.
 """
 
 from ._savers import AsyncStepwiseSaver, StepwiseSaver

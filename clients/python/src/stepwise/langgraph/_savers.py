@@ -22,9 +22,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._async_client import AsyncStepwise
 from .._client import Stepwise
 from .._errors import StepwiseError
-from .._items import LeanPool, for_running_loop
 from ._wire import Wire, is_not_found, next_version
-from .._sync_http import _FastHTTP
+from .._transport.aio import LeanPool, for_running_loop
+from .._transport.sync import FastHTTP
 
 __all__ = ["StepwiseSaver", "AsyncStepwiseSaver"]
 
@@ -67,7 +67,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         self._owns_client = client is None
         self.client = client if client is not None else Stepwise(base_url, api_key)
         self._wire = Wire(self, cache_size, mirror_channels, compress)
-        self._fast = _FastHTTP.for_client(self.client)
+        self._fast = FastHTTP.for_client(self.client)
 
     def close(self) -> None:
         """Closes the client the saver opened itself (not one you passed), and its connections."""

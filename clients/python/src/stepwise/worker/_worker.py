@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Mapping, TypeVar
 
-from .._endpoint import endpoint
 from .._calls import seg
+from .._base import client_headers
 from .._errors import StepwiseError
-from ._http import CLAIM_PATH, Api, Backoff, is_lease_lost, is_transient
+from .._transport.endpoint import endpoint
+from ._http import CLAIM_PATH, Api, is_lease_lost, is_transient, worker_backoff
 from ._run import Cancelled, Retry, Run, Paused
 
 __all__ = ["Worker", "AgentSpec", "WorkerError"]
@@ -330,7 +331,7 @@ class Worker:
         self.retry_for_s = retry_for_s
         self._agents: dict[str, AgentSpec] = {}
         self._base_url: str = str(getattr(client, "base_url"))
-        self._headers: dict[str, str] = dict(getattr(client, "_headers", {}) or {})
+        self._headers: dict[str, str] = client_headers(client)
         self._api: Api | None = None
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)
@@ -627,7 +628,8 @@ class Worker:
 
     def _claim_loop(self) -> None:
         assert self._api is not None
-        backoff = Backoff(0.5, self.max_backoff_s)
+        backoff = worker_backoff(0.5, self.max_backoff_s)
+        failures = 0
         failing_since: float | None = None
         try:
             while not self._stopping.is_set():
@@ -648,10 +650,11 @@ class Worker:
                     if self._stopping.is_set():
                         break
                     if is_transient(error):
-                        local = getattr(self.client, "_local", None)
+                        local = getattr(self.client, "local_server", None)
                         if local is not None and error.code == "connection_error":
                             local.revive()  # an embedded server whose owner went: start one
-                        delay = backoff.next()
+                        delay = backoff.backoff_delay(failures)
+                        failures += 1
                         if failing_since is None:
                             failing_since = time.monotonic()
                             logger.warning("cannot claim (%s); retrying", error)
@@ -669,7 +672,7 @@ class Worker:
                 if failing_since is not None:
                     logger.info("reconnected to %s after %.1f s", self._base_url, time.monotonic() - failing_since)
                     failing_since = None
-                backoff.reset()
+                failures = 0
                 items = answer.get("items") if isinstance(answer, dict) else None
                 for claim in items or []:
                     self._start_run(claim)

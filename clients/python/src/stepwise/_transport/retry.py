@@ -1,4 +1,5 @@
-"""When to retry a request, and how long to wait first (shared by both clients)."""
+"""When to retry a request, and how long to wait first: one policy for both clients, the lean
+connections and the worker."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from typing import Mapping
 
 import httpx
 
-__all__ = ["RetryPolicy", "RETRY_STATUSES"]
+__all__ = ["LEAN_RETRY_STATUSES", "RETRY_STATUSES", "RetryPolicy", "retry_after_seconds"]
 
 # Answers worth another try for an idempotent call. 429 is retried for every call: a
 # refusal writes nothing.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# What the lean connections of the adapters' hot paths retry: a 500 there is not a passing
+# state of the server (a proxy's 502, an overload's 503 are).
+LEAN_RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 # Failures where the request never left this process: safe to retry whatever it does.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -43,10 +47,13 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
 class RetryPolicy:
     """Exponential backoff with jitter, honouring `Retry-After`.
 
-    An idempotent call is retried on any connection failure, on 5xx (500, 502, 503, 504)
-    and on 429. A call that could write twice is retried only when it certainly wrote
-    nothing: when the connection could not be opened (the request was never sent), or on
-    429 (the server refused it before doing anything).
+    An idempotent call is retried on any connection failure, on the answers of `statuses`
+    (5xx: 500, 502, 503, 504; and 429). A call that could write twice is retried only when it
+    certainly wrote nothing: when the connection could not be opened (the request was never
+    sent), or on 429 (the server refused it before doing anything).
+
+    The wait before retry number ``n + 1`` is ``backoff * 2**n`` seconds, at most
+    `max_backoff`, of which the last `jitter` part is random (the first half by default).
     """
 
     def __init__(
@@ -56,6 +63,8 @@ class RetryPolicy:
         backoff: float = 0.25,
         max_backoff: float = 8.0,
         max_retry_after: float = 60.0,
+        jitter: float = 0.5,
+        statuses: frozenset[int] = RETRY_STATUSES,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
@@ -63,17 +72,27 @@ class RetryPolicy:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_retry_after = max_retry_after
+        self.jitter = jitter
+        self.statuses = statuses
 
     def backoff_delay(self, attempt: int) -> float:
-        """The wait before retry number `attempt + 1`: exponential, with jitter in [50%, 100%]."""
+        """The wait before retry number `attempt + 1`: exponential, with jitter."""
         delay = min(self.max_backoff, self.backoff * (2.0**attempt))
-        return delay * (0.5 + random.random() / 2)
+        return delay * (1.0 - self.jitter + random.random() * self.jitter)
 
     def after_error(self, exc: Exception, *, idempotent: bool, attempt: int) -> float | None:
-        """The wait before another try after a connection failure, or `None` to give up."""
+        """The wait before another try after httpx's connection failure, or `None` to give up."""
         if attempt >= self.max_retries or isinstance(exc, _PERMANENT):
             return None
         if not idempotent and not isinstance(exc, _NOT_SENT):
+            return None
+        return self.backoff_delay(attempt)
+
+    def after_no_answer(self, *, idempotent: bool, attempt: int) -> float | None:
+        """The wait before another try after a lean connection got no answer (it could not
+        connect, or broke, or timed out), or `None` to give up: an idempotent call is tried
+        again, at least once whatever `max_retries` says."""
+        if not idempotent or attempt >= max(self.max_retries, 1):
             return None
         return self.backoff_delay(attempt)
 
@@ -81,7 +100,7 @@ class RetryPolicy:
         self, status: int, headers: Mapping[str, str], *, idempotent: bool, attempt: int
     ) -> float | None:
         """The wait before another try after an answer, or `None` to take the answer."""
-        if status not in RETRY_STATUSES or attempt >= self.max_retries:
+        if status not in self.statuses or attempt >= self.max_retries:
             return None
         if not idempotent and status != 429:
             return None

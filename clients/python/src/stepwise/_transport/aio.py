@@ -1,36 +1,54 @@
-"""A lean keep-alive HTTP/1.1 connection for the conversation-items calls.
+"""Lean keep-alive HTTP/1.1 connections for asyncio: the adapters' hot calls.
 
 `StepwiseSession` makes one small request per `add_items`; through httpx each costs about half
-a millisecond of Python before the server sees it, more than the write itself. This sends the
-same requests over one plain asyncio connection (tens of microseconds). It is used only for
-``http://`` servers reached directly (no proxy in the environment) by a client with the
-default transport; anything else goes through `AsyncStepwise.request`.
+a millisecond of Python before the server sees it, more than the write itself. An
+`ItemsConnection` sends the same requests over one plain asyncio connection (tens of
+microseconds); a `LeanPool` keeps several, for callers whose requests overlap. They are used
+only for ``http://`` servers reached directly (no proxy in the environment) by a client with
+the default transport; anything else goes through `AsyncStepwise.request`.
 
-It keeps the client's behaviour: the same headers (API key, user agent), JSON bodies, the
-API's error shape as `StepwiseError`, and retries of idempotent calls after connection errors,
-429 (honouring ``Retry-After``) and 502/503/504, with exponential backoff.
+They keep the client's behaviour: the same headers (API key, user agent), JSON bodies, the
+API's error shape as `StepwiseError`, and the retries of the client's `RetryPolicy` for
+idempotent calls (connection errors, 429 honouring ``Retry-After``, 502/503/504).
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Callable, Mapping, TypeVar
-from urllib.parse import quote, urlencode
 
 import httpx
 
-from ._async_client import AsyncStepwise
-from ._direct import DirectTarget, direct_target
-from ._errors import StepwiseError, parse_answer
-from ._http1 import MAX_HEAD_BYTES, fixed_head, read_answer, request_bytes
-from ._retry import RetryPolicy, retry_after_seconds
+from .._base import direct_target
+from .endpoint import DirectTarget, shown
+from .retry import LEAN_RETRY_STATUSES, RetryPolicy
+from .wire import (
+    MAX_HEAD_BYTES,
+    REVIVE,
+    SEND,
+    Answer,
+    Failed,
+    fixed_head,
+    read_answer,
+    request_bytes,
+    request_flow,
+    request_target,
+)
 
 __all__ = ["ItemsConnection", "LeanPool", "fast_path_for", "for_running_loop"]
 
-_RETRY_STATUSES = frozenset({429, 502, 503, 504})
 # asyncio.timeout (Python 3.11+), or None where only wait_for exists.
 _TIMEOUT = getattr(asyncio, "timeout", None)
-
+# What a lean connection's failure can be (the server is gone, closed the connection, timed
+# out, or answered what is not HTTP).
+_FAILURES = (
+    OSError,
+    EOFError,
+    asyncio.IncompleteReadError,
+    asyncio.TimeoutError,
+    asyncio.LimitOverrunError,
+    ValueError,
+)
 
 _T = TypeVar("_T")
 
@@ -46,9 +64,9 @@ def for_running_loop(cache: dict[asyncio.AbstractEventLoop, _T], make: Callable[
     return cache[loop]
 
 
-def fast_path_for(client: AsyncStepwise) -> "ItemsConnection | None":
-    """An `ItemsConnection` for this client's server, or ``None`` when the client must be used
-    (https, a proxy, a custom transport)."""
+def fast_path_for(client: Any) -> "ItemsConnection | None":
+    """An `ItemsConnection` for this `AsyncStepwise` client's server, or ``None`` when the
+    client must be used (https, a proxy, a custom transport)."""
     target = direct_target(client, httpx.AsyncHTTPTransport)
     return None if target is None else _connection(target)
 
@@ -86,16 +104,15 @@ class ItemsConnection:
         self.unix = unix
         self.timeout = timeout
         self.max_retries = max_retries
-        self._policy = RetryPolicy(max_retries)
+        self._shown = shown(host, port, prefix, unix)
+        self._policy = RetryPolicy(max_retries, statuses=LEAN_RETRY_STATUSES)
         self._head = fixed_head(host, port, headers)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock: asyncio.Lock | None = None
 
     def url(self, path: str) -> str:
-        if self.unix is not None:
-            return f"unix:{self.unix}{path}"
-        return f"http://{self.host}:{self.port}{self.prefix}{path}"
+        return self._shown + path
 
     async def close(self) -> None:
         writer, self._reader, self._writer = self._writer, None, None
@@ -106,7 +123,8 @@ class ItemsConnection:
             except (OSError, asyncio.CancelledError):
                 pass
 
-    def _drop(self) -> None:
+    def drop(self) -> None:
+        """Closes the connection without waiting (the next request opens a new one)."""
         writer, self._reader, self._writer = self._writer, None, None
         if writer is not None:
             writer.close()
@@ -123,69 +141,55 @@ class ItemsConnection:
     ) -> Any:
         """Sends one request and returns the parsed JSON answer (``None`` when empty).
         `path` is quoted here unless `quoted` says it already is."""
-        target = self.prefix + path if quoted else quote(self.prefix + path, safe="/:@!$&'()*+,;=-._~")
-        if params:
-            target += "?" + urlencode({k: str(v) for k, v in params.items()})
-        message = request_bytes(method, target, self._head, json_body)
+        message = request_bytes(method, request_target(self.prefix, path, params, quoted), self._head, json_body)
+        flow = request_flow(
+            self._policy, method, path, self._shown, idempotent=idempotent, revive=self._revive is not None
+        )
         if self._lock is None:
             self._lock = asyncio.Lock()
-        attempt = 0
-        revived = False
         async with self._lock:
-            while True:
-                try:
-                    status, headers, content = await self._within_timeout(message)
-                except asyncio.CancelledError:
-                    # The answer may still come: this connection cannot be reused.
-                    self._drop()
-                    raise
-                except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.TimeoutError,
-                        asyncio.LimitOverrunError, ValueError) as exc:
-                    self._drop()
-                    # Refused on connecting, nothing was sent: an embedded server whose owner
-                    # went is started again.
-                    if (
-                        not revived
-                        and self._revive is not None
-                        and isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
-                        and await asyncio.to_thread(self._revive)
-                    ):
-                        revived = True
-                        continue
-                    # A kept-alive connection the server closed meanwhile fails at once: the
-                    # first retry goes without a pause.
-                    if idempotent and attempt < max(self.max_retries, 1):
-                        attempt += 1
-                        await asyncio.sleep(0 if attempt == 1 else self._backoff(attempt))
-                        continue
-                    raise StepwiseError(
-                        "connection_error",
-                        f"no answer from {self.url('')} to {method} {path}: "
-                        f"{exc or type(exc).__name__} ({type(exc).__name__})",
-                        method=method,
-                        url=self.url(path),
-                    ) from exc
-                if status in _RETRY_STATUSES and idempotent and attempt < self.max_retries:
-                    attempt += 1
-                    await asyncio.sleep(self._retry_after(headers) or self._backoff(attempt))
-                    continue
-                break
-        return parse_answer(status, content, method=method, path=path, url=self.url(path))
+            op = next(flow)
+            try:
+                while True:
+                    if op is SEND:
+                        op = flow.send(await self._attempt(message))
+                    elif op is REVIVE:
+                        op = flow.send(await asyncio.to_thread(self._revive) if self._revive is not None else False)
+                    else:
+                        await asyncio.sleep(op)
+                        op = next(flow)
+            except StopIteration as done:
+                return done.value
 
-    async def _within_timeout(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
-        if _TIMEOUT is None:  # Python 3.10
-            return await asyncio.wait_for(self._exchange(message), self.timeout)
-        async with _TIMEOUT(self.timeout):  # no task of its own per request, unlike wait_for
-            return await self._exchange(message)
+    async def request_once(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None
+    ) -> tuple[int, bytes] | None:
+        """One try of a request without a body, not retried: the answer's status and body as
+        they came, or ``None`` when no answer came (the connection is dropped)."""
+        message = request_bytes(method, request_target(self.prefix, path, params, False), self._head)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            answer = await self._attempt(message)
+        return None if type(answer) is Failed else (answer[0], answer[2])
 
-    def _backoff(self, attempt: int) -> float:
-        return self._policy.backoff_delay(attempt - 1)
+    async def _attempt(self, message: bytes) -> Answer | Failed:
+        writer = self._writer
+        reused = writer is not None and not writer.is_closing()
+        try:
+            if _TIMEOUT is None:  # Python 3.10
+                return await asyncio.wait_for(self._exchange(message), self.timeout)
+            async with _TIMEOUT(self.timeout):  # no task of its own per request, unlike wait_for
+                return await self._exchange(message)
+        except asyncio.CancelledError:
+            # The answer may still come: this connection cannot be reused.
+            self.drop()
+            raise
+        except _FAILURES as exc:
+            self.drop()
+            return Failed(exc, reused)
 
-    def _retry_after(self, headers: dict[str, str]) -> float | None:
-        wait = retry_after_seconds(headers)
-        return None if wait is None else min(wait, self._policy.max_retry_after)
-
-    async def _exchange(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
+    async def _exchange(self, message: bytes) -> Answer:
         if self._writer is None or self._reader is None or self._writer.is_closing():
             if self.unix is not None:
                 self._reader, self._writer = await asyncio.open_unix_connection(
@@ -210,10 +214,10 @@ class ItemsConnection:
                     data = await reader.read()
                 kind, arg = reading.send(data)
         except StopIteration as done:
-            status, headers, content, close = done.value
-        if close:
-            self._drop()
-        return status, headers, content
+            answer: Answer = done.value
+        if answer[3]:
+            self.drop()
+        return answer
 
 
 class LeanPool:
@@ -227,9 +231,9 @@ class LeanPool:
         self.max_idle = max_idle
 
     @classmethod
-    def for_client(cls, client: AsyncStepwise) -> "LeanPool | None":
-        """A pool for this client's server, or ``None`` when the client must be used (as for
-        `fast_path_for`)."""
+    def for_client(cls, client: Any) -> "LeanPool | None":
+        """A pool for this `AsyncStepwise` client's server, or ``None`` when the client must be
+        used (as for `fast_path_for`)."""
         target = direct_target(client, httpx.AsyncHTTPTransport)
         if target is None:
             return None
@@ -255,7 +259,7 @@ class LeanPool:
             if len(self._idle) < self.max_idle:
                 self._idle.append(conn)  # one that failed reconnects on its next use
             else:
-                conn._drop()
+                conn.drop()
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []

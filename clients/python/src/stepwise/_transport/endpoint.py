@@ -9,11 +9,14 @@ lease heartbeats) connects to the socket instead of a TCP port.
 from __future__ import annotations
 
 import socket
-from typing import NamedTuple
+import ssl
+import urllib.request
+from typing import Callable, NamedTuple
+from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["Endpoint", "UNIX_PREFIX", "endpoint", "open_socket"]
+__all__ = ["DirectTarget", "Endpoint", "UNIX_PREFIX", "endpoint", "open_socket", "proxied", "shown"]
 
 UNIX_PREFIX = "unix:"
 # The URL httpx is given for a Unix socket: the host is only the Host header.
@@ -53,9 +56,24 @@ def endpoint(base_url: str) -> Endpoint:
     return Endpoint(url, url, None)
 
 
-def open_socket(host: str, port: int, unix: str | None, timeout: float) -> socket.socket:
+def shown(host: str, port: int, prefix: str, unix: str | None) -> str:
+    """A lean connection's server as messages name it: ``unix:PATH`` or ``http://host:port/prefix``."""
+    return UNIX_PREFIX + unix if unix is not None else f"http://{host}:{port}{prefix}"
+
+
+def proxied(url: str) -> bool:
+    """Whether the environment sends requests to `url` through a proxy."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    return bool(proxy) and not urllib.request.proxy_bypass(parts.hostname or "")
+
+
+def open_socket(
+    host: str, port: int, unix: str | None, timeout: float, tls: ssl.SSLContext | None = None
+) -> socket.socket:
     """A connected blocking socket to the server: its Unix socket when `unix` is given,
-    otherwise TCP (with Nagle off)."""
+    otherwise TCP (with Nagle off), wrapped in TLS when `tls` is given."""
     if unix is not None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -66,5 +84,30 @@ def open_socket(host: str, port: int, unix: str | None, timeout: float) -> socke
             raise
         return sock
     sock = socket.create_connection((host, port), timeout=timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
     return sock
+
+
+class DirectTarget(NamedTuple):
+    """Where a lean connection goes and what it sends, taken from a client (see
+    `stepwise._base.direct_target`): only a plain ``http://`` server reached directly (no proxy
+    in the environment) through the client's default transport, so that nothing the client
+    was configured with is bypassed."""
+
+    host: str
+    port: int
+    prefix: str
+    headers: dict[str, str]
+    timeout: float
+    max_retries: int
+    socket: str | None = None
+    """The server's Unix socket (``unix:PATH`` clients), or ``None`` over TCP."""
+    revive: Callable[[], bool] | None = None
+    """For an embedded server (`Stepwise.local`): starts one again when a connection is
+    refused (its owner went); ``True`` when one answers."""
