@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, TypeVar
 import httpx
 
 from .._base import direct_target
+from .._errors import parse_answer
 from .endpoint import DirectTarget, shown
 from .retry import LEAN_RETRY_STATUSES, RetryPolicy
 from .wire import (
@@ -142,14 +143,19 @@ class ItemsConnection:
         """Sends one request and returns the parsed JSON answer (``None`` when empty).
         `path` is quoted here unless `quoted` says it already is."""
         message = request_bytes(method, request_target(self.prefix, path, params, quoted), self._head, json_body)
-        flow = request_flow(
-            self._policy, method, path, self._shown, idempotent=idempotent, revive=self._revive is not None
-        )
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
+            answer = await self._attempt(message)
+            if type(answer) is not Failed and answer[0] not in self._policy.statuses:
+                # The common case, without the flow's generator: answered on the first try.
+                return parse_answer(answer[0], answer[2], method=method, path=path, url=self._shown + path)
+            flow = request_flow(
+                self._policy, method, path, self._shown, idempotent=idempotent, revive=self._revive is not None
+            )
             op = next(flow)
             try:
+                op = flow.send(answer)
                 while True:
                     if op is SEND:
                         op = flow.send(await self._attempt(message))

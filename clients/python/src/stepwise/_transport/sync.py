@@ -15,7 +15,7 @@ import httpx
 
 from .._base import direct_target
 from .._calls import Call, connection_error
-from .._errors import StepwiseError
+from .._errors import StepwiseError, parse_answer
 from .._tls import default_ssl_context
 from .endpoint import endpoint, open_socket, shown
 from .retry import LEAN_RETRY_STATUSES, RetryPolicy
@@ -149,11 +149,16 @@ class FastHTTP:
     ) -> Any:
         """Sends one request (`path` quoted already) and returns the parsed JSON answer."""
         message = request_bytes(method, request_target(self.prefix, path, params, True), self._head, json_body)
+        answer = self._exchange(message)
+        if type(answer) is not Failed and answer[0] not in self._policy.statuses:
+            # The common case, without the flow's generator: answered on the first try.
+            return parse_answer(answer[0], answer[2], method=method, path=path, url=self._shown + path)
         flow = request_flow(
             self._policy, method, path, self._shown, idempotent=True, revive=self._revive is not None
         )
         op = next(flow)
         try:
+            op = flow.send(answer)
             while True:
                 if op is SEND:
                     op = flow.send(self._exchange(message))
