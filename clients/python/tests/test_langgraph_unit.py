@@ -412,3 +412,82 @@ def test_a_thread_whose_writes_do_not_come_is_not_waited_for_again():
     lists.finish(("t", "", "c3"), [])
     assert lists.of(("t", "", "c4"), "messages", expect=0.01) == []  # waits again: no hang, no writes
     assert lists.of(("other", "", "c1"), "messages", expect=0.01) == []
+
+
+def _mock_saver(handler):
+    import httpx
+
+    from stepwise import AsyncStepwise
+
+    return AsyncStepwiseSaver(AsyncStepwise("http://127.0.0.1:9", transport=httpx.MockTransport(handler)))
+
+
+def test_both_savers_send_the_same_requests_for_each_operation():
+    import asyncio
+
+    import httpx
+
+    seen: dict[str, list[tuple[str, str, object]]] = {"sync": [], "async": []}
+
+    def answer(kind):
+        def handler(request: httpx.Request) -> httpx.Response:
+            body = json.loads(request.content) if request.content else None
+            seen[kind].append((request.method, request.url.path, body))
+            if request.method == "DELETE" or request.url.path.endswith("/copy"):
+                return httpx.Response(404, json={"error": {"code": "not_found", "message": "no"}})
+            if request.method == "GET":
+                return httpx.Response(200, json={"items": [], "next_cursor": None})
+            return httpx.Response(200, json={})
+
+        return handler
+
+    conf = config(checkpoint_id="c1")
+    cp = empty_checkpoint()
+    with StepwiseSaver(Stepwise("http://127.0.0.1:9", transport=httpx.MockTransport(answer("sync")))) as sync:
+        sync.put_writes(conf, [("turn", 1)], "task")
+        sync.put(config(), cp, {"source": "input", "step": -1}, {})
+        assert list(sync.list(config(), limit=3)) == []
+        sync.delete_thread("t")  # not found: nothing to delete
+        sync.copy_thread("t", "u")
+        sync.delete_for_runs(["r"])
+        sync.prune(["t"])
+
+    async def main() -> None:
+        saver = _mock_saver(answer("async"))
+        await saver.aput_writes(conf, [("turn", 1)], "task")
+        await saver.aput(config(), cp, {"source": "input", "step": -1}, {})
+        assert [t async for t in saver.alist(config(), limit=3)] == []
+        await saver.adelete_thread("t")
+        await saver.acopy_thread("t", "u")
+        await saver.adelete_for_runs(["r"])
+        await saver.aprune(["t"])
+        await saver.aclose()
+
+    asyncio.run(main())
+    assert [(m, p) for m, p, _ in seen["async"]] == [(m, p) for m, p, _ in seen["sync"]]
+    assert len(seen["sync"]) == 7
+
+
+def test_a_cancelled_put_writes_is_no_longer_waited_for():
+    import asyncio
+
+    import httpx
+
+    async def never(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(60)
+        return httpx.Response(200, json={})
+
+    async def main() -> None:
+        saver = _mock_saver(never)
+        conf = config(checkpoint_id="c1")
+        task = asyncio.create_task(saver.aput_writes(conf, [("messages", ["a"])], "task"))
+        await asyncio.sleep(0.05)
+        assert saver._wire.written.sending(saver._wire.writes_key(conf))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # At once, not when the flow is collected: the next put does not wait for these writes.
+        assert not saver._wire.written.sending(saver._wire.writes_key(conf))
+        await saver.aclose()
+
+    asyncio.run(main())

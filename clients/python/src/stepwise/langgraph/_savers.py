@@ -1,4 +1,5 @@
-"""`StepwiseSaver` and `AsyncStepwiseSaver` (see the package's docstring)."""
+"""`StepwiseSaver` and `AsyncStepwiseSaver` (see the package's docstring): each operation is
+a flow of `_flows`, run with blocking calls by the one and awaited by the other."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -15,31 +17,48 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    get_checkpoint_id,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._async_client import AsyncStepwise
 from .._client import Stepwise
-from .._errors import StepwiseError
-from ._wire import Wire, is_not_found, next_version
 from .._transport.aio import LeanPool, for_running_loop
 from .._transport.sync import FastHTTP
+from . import _flows as flows
+from ._flows import Flow, Hot, Op, Plain, advance
+from ._wire import Wire, next_version
 
 __all__ = ["StepwiseSaver", "AsyncStepwiseSaver"]
 
-_PRUNE_STRATEGIES = ("keep_latest", "delete")
-# How long a put waits for its parent's pending writes that are being sent (to refer to
-# them rather than send their items again).
-_WAIT_FOR_WRITES = 2.0
-# How long the sync saver's put of a loop checkpoint waits for the thread that sends its
-# parent's writes to begin (LangGraph hands both to its executor at once).
-_EXPECT_WRITES = 0.02
+# What running one op of a flow gave: its answer, or the error to throw into the flow.
+_Outcome = tuple[Any, "BaseException | None"]
+
+
+class _Saver(BaseCheckpointSaver[str]):
+    """What both savers hold: the client, whether it is theirs to close, and the `Wire`."""
+
+    def __init__(
+        self,
+        client: Any,
+        owns_client: bool,
+        serde: SerializerProtocol | None,
+        mirror_channels: Sequence[str],
+        cache_size: int,
+        compress: bool,
+    ) -> None:
+        super().__init__(serde=serde)
+        self._owns_client = owns_client
+        self.client = client
+        self._wire = Wire(self, cache_size, mirror_channels, compress)
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        return next_version(current)
+
 
 # --------------------------------------------------------------------------- the savers
 
 
-class StepwiseSaver(BaseCheckpointSaver[str]):
+class StepwiseSaver(_Saver):
     """A LangGraph checkpointer that stores threads in Stepwise (synchronous client).
 
     `client` is a `Stepwise` (closed by you); without one the saver opens its own from
@@ -63,10 +82,9 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         cache_size: int = 4096,
         compress: bool = True,
     ) -> None:
-        super().__init__(serde=serde)
-        self._owns_client = client is None
-        self.client = client if client is not None else Stepwise(base_url, api_key)
-        self._wire = Wire(self, cache_size, mirror_channels, compress)
+        own = client is None
+        client = Stepwise(base_url, api_key) if client is None else client
+        super().__init__(client, own, serde, mirror_channels, cache_size, compress)
         self._fast = FastHTTP.for_client(self.client)
 
     def close(self) -> None:
@@ -88,17 +106,47 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- running flows
+
+    def _perform(self, op: Op) -> _Outcome:
+        try:
+            if type(op) is Hot:
+                return self._call(op.method, op.path, json=op.json, params=op.params), None
+            if type(op) is Plain:
+                return self.client.request(op.method, op.path, json=op.json, idempotent=op.idempotent), None
+            time.sleep(op.seconds)
+            return None, None
+        except BaseException as exc:  # handed to the flow, which may handle it
+            return None, exc
+
+    def _drive(self, flow: Flow) -> Iterator[CheckpointTuple]:
+        """Runs a flow: yields the tuples it reads and returns its result."""
+        value, error = None, None
+        try:
+            while True:
+                done, op = advance(flow, value, error)
+                if done:
+                    return op
+                if type(op) is CheckpointTuple:
+                    value, error = None, None
+                    yield op
+                else:
+                    value, error = self._perform(op)
+        finally:
+            flow.close()
+
+    def _run(self, flow: Flow) -> Any:
+        driver = self._drive(flow)
+        while True:
+            try:
+                next(driver)
+            except StopIteration as stop:
+                return stop.value
+
     # -- sync API
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        path, params, held = self._wire.get_request(config)
-        try:
-            answer = self._call("GET", path, params=params)
-        except StepwiseError as e:
-            if is_not_found(e):
-                return None
-            raise
-        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None, held=held)
+        return self._run(flows.get_tuple(self._wire, config))
 
     def list(
         self,
@@ -108,31 +156,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        if limit is not None and limit <= 0:
-            return
-        if config is not None and get_checkpoint_id(config):
-            tup = self.get_tuple(config)
-            if tup is not None and self._wire.matches(tup, filter, before):
-                yield tup
-            return
-        path, params = self._wire.list_request(config, filter, before)
-        remaining, cursor = limit, None
-        while True:
-            try:
-                page = self._call("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
-            except StepwiseError as e:
-                if is_not_found(e):  # no such thread
-                    return
-                raise
-            for item in page.get("items") or []:
-                yield self._wire.tuple_from(item)
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining <= 0:
-                        return
-            cursor = page.get("next_cursor")
-            if not cursor:
-                return
+        yield from self._drive(flows.list_checkpoints(self._wire, config, filter, before, limit))
 
     def put(
         self,
@@ -141,21 +165,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        request = self._wire.put_request(
-            config, checkpoint, metadata, new_versions, wait=_WAIT_FOR_WRITES, expect=_EXPECT_WRITES
-        )
-        while True:
-            path, body, updates, result = request
-            try:
-                self._call("PUT", path, json=body)
-                break
-            except StepwiseError as e:
-                fallback = self._wire.fallback(e, body, config, checkpoint, metadata, new_versions)
-                if fallback is None:
-                    raise
-                request = fallback
-        self._wire.commit(updates)
-        return result
+        return self._run(flows.put(self._wire, config, checkpoint, metadata, new_versions, blocking=True))
 
     def put_writes(
         self,
@@ -164,52 +174,19 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        with self._wire.sending_writes(config, writes, task_id, task_path) as requests:
-            for path, body in requests:
-                self._call("PUT", path, json=body)
+        self._run(flows.put_writes(self._wire, config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._wire.drop_threads([thread_id])
-        try:
-            self.client.request("DELETE", self._wire.thread_path(thread_id))
-        except StepwiseError as e:
-            if not is_not_found(e):
-                raise
+        self._run(flows.delete_thread(self._wire, thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        if not run_ids:
-            return
-        self._wire.drop_threads(None)
-        self.client.request(
-            "POST", "/v1/checkpoints/delete-for-runs", json={"run_ids": [str(r) for r in run_ids]}, idempotent=True
-        )
+        self._run(flows.delete_for_runs(self._wire, run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        try:
-            self.client.request(
-                "POST",
-                f"{self._wire.thread_path(source_thread_id)}/copy",
-                json={"target_thread_id": target_thread_id},
-            )
-        except StepwiseError as e:
-            if not is_not_found(e):
-                raise
+        self._run(flows.copy_thread(self._wire, source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        if strategy not in _PRUNE_STRATEGIES:
-            raise ValueError(f"strategy must be one of {_PRUNE_STRATEGIES}, got {strategy!r}")
-        if not thread_ids:
-            return
-        self._wire.drop_threads(list(thread_ids))
-        self.client.request(
-            "POST",
-            "/v1/checkpoints/prune",
-            json={"thread_ids": list(thread_ids), "strategy": strategy},
-            idempotent=True,
-        )
-
-    def get_next_version(self, current: str | None, channel: None = None) -> str:
-        return next_version(current)
+        self._run(flows.prune(self._wire, thread_ids, strategy))
 
     # -- async API: the sync calls in a worker thread
 
@@ -261,7 +238,7 @@ class StepwiseSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
 
-class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
+class AsyncStepwiseSaver(_Saver):
     """A LangGraph checkpointer that stores threads in Stepwise (asynchronous client).
 
     `client` is an `AsyncStepwise` (closed by you); without one the saver opens its own
@@ -282,10 +259,9 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         cache_size: int = 4096,
         compress: bool = True,
     ) -> None:
-        super().__init__(serde=serde)
-        self._owns_client = client is None
-        self.client = client if client is not None else AsyncStepwise(base_url, api_key)
-        self._wire = Wire(self, cache_size, mirror_channels, compress)
+        own = client is None
+        client = AsyncStepwise(base_url, api_key) if client is None else client
+        super().__init__(client, own, serde, mirror_channels, cache_size, compress)
         self._sync: StepwiseSaver | None = None
         self._sync_lock = threading.Lock()
         # Lean connections per event loop (None: the server is reached through the client).
@@ -330,17 +306,50 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
                 self._sync = saver
             return self._sync
 
+    # -- running flows
+
+    async def _perform(self, op: Op) -> _Outcome:
+        try:
+            if type(op) is Hot:
+                return await self._call(op.method, op.path, json=op.json, params=op.params), None
+            if type(op) is Plain:
+                return await self.client.request(op.method, op.path, json=op.json, idempotent=op.idempotent), None
+            await asyncio.sleep(op.seconds)  # the parent's aput_writes runs on this loop
+            return None, None
+        except BaseException as exc:  # handed to the flow, which may handle it
+            return None, exc
+
+    async def _run(self, flow: Flow) -> Any:
+        value, error = None, None
+        try:
+            while True:
+                done, op = advance(flow, value, error)
+                if done:
+                    return op
+                value, error = await self._perform(op)
+        finally:
+            flow.close()
+
+    async def _iterate(self, flow: Flow) -> AsyncIterator[CheckpointTuple]:
+        """Runs a flow, yielding the tuples it reads."""
+        value, error = None, None
+        try:
+            while True:
+                done, op = advance(flow, value, error)
+                if done:
+                    return
+                if type(op) is CheckpointTuple:
+                    value, error = None, None
+                    yield op
+                else:
+                    value, error = await self._perform(op)
+        finally:
+            flow.close()
+
     # -- async API
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        path, params, held = self._wire.get_request(config)
-        try:
-            answer = await self._call("GET", path, params=params)
-        except StepwiseError as e:
-            if is_not_found(e):
-                return None
-            raise
-        return self._wire.tuple_from(answer, remember=get_checkpoint_id(config) is None, held=held)
+        return await self._run(flows.get_tuple(self._wire, config))
 
     async def alist(
         self,
@@ -350,31 +359,10 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        if limit is not None and limit <= 0:
-            return
-        if config is not None and get_checkpoint_id(config):
-            tup = await self.aget_tuple(config)
-            if tup is not None and self._wire.matches(tup, filter, before):
+        flow = flows.list_checkpoints(self._wire, config, filter, before, limit)
+        async with aclosing(self._iterate(flow)) as tuples:
+            async for tup in tuples:
                 yield tup
-            return
-        path, params = self._wire.list_request(config, filter, before)
-        remaining, cursor = limit, None
-        while True:
-            try:
-                page = await self._call("GET", path, params=self._wire.list_page_params(params, remaining, cursor))
-            except StepwiseError as e:
-                if is_not_found(e):  # no such thread
-                    return
-                raise
-            for item in page.get("items") or []:
-                yield self._wire.tuple_from(item)
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining <= 0:
-                        return
-            cursor = page.get("next_cursor")
-            if not cursor:
-                return
 
     async def aput(
         self,
@@ -383,23 +371,7 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        parent = self._wire.writes_key(config) if config["configurable"].get("checkpoint_id") else None
-        deadline = time.monotonic() + _WAIT_FOR_WRITES
-        while parent and self._wire.written.sending(parent) and time.monotonic() < deadline:
-            await asyncio.sleep(0.0005)  # aput_writes of the parent runs on this loop
-        request = self._wire.put_request(config, checkpoint, metadata, new_versions)
-        while True:
-            path, body, updates, result = request
-            try:
-                await self._call("PUT", path, json=body)
-                break
-            except StepwiseError as e:
-                fallback = self._wire.fallback(e, body, config, checkpoint, metadata, new_versions)
-                if fallback is None:
-                    raise
-                request = fallback
-        self._wire.commit(updates)
-        return result
+        return await self._run(flows.put(self._wire, config, checkpoint, metadata, new_versions, blocking=False))
 
     async def aput_writes(
         self,
@@ -408,52 +380,19 @@ class AsyncStepwiseSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        with self._wire.sending_writes(config, writes, task_id, task_path) as requests:
-            for path, body in requests:
-                await self._call("PUT", path, json=body)
+        await self._run(flows.put_writes(self._wire, config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self._wire.drop_threads([thread_id])
-        try:
-            await self.client.request("DELETE", self._wire.thread_path(thread_id))
-        except StepwiseError as e:
-            if not is_not_found(e):
-                raise
+        await self._run(flows.delete_thread(self._wire, thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        if not run_ids:
-            return
-        self._wire.drop_threads(None)
-        await self.client.request(
-            "POST", "/v1/checkpoints/delete-for-runs", json={"run_ids": [str(r) for r in run_ids]}, idempotent=True
-        )
+        await self._run(flows.delete_for_runs(self._wire, run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        try:
-            await self.client.request(
-                "POST",
-                f"{self._wire.thread_path(source_thread_id)}/copy",
-                json={"target_thread_id": target_thread_id},
-            )
-        except StepwiseError as e:
-            if not is_not_found(e):
-                raise
+        await self._run(flows.copy_thread(self._wire, source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        if strategy not in _PRUNE_STRATEGIES:
-            raise ValueError(f"strategy must be one of {_PRUNE_STRATEGIES}, got {strategy!r}")
-        if not thread_ids:
-            return
-        self._wire.drop_threads(list(thread_ids))
-        await self.client.request(
-            "POST",
-            "/v1/checkpoints/prune",
-            json={"thread_ids": list(thread_ids), "strategy": strategy},
-            idempotent=True,
-        )
-
-    def get_next_version(self, current: str | None, channel: None = None) -> str:
-        return next_version(current)
+        await self._run(flows.prune(self._wire, thread_ids, strategy))
 
     # -- sync API: a synchronous client to the same server
 

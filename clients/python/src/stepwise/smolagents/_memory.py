@@ -26,7 +26,7 @@ from smolagents.memory import (
 from smolagents.utils import AgentError, AgentMaxStepsError
 
 from .._errors import StepwiseError
-from ._codec import PAYLOAD_VERSION, answer_text, encode_value, decode_step, encode_step, memory_steps
+from ._codec import answer_text, encode_step, encode_value, memory_steps
 from ._sender import (
     COMPLETE,
     FAIL,
