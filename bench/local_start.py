@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python" / "src"))
 
 from stepwise import Stepwise  # noqa: E402
-from stepwise._local import find_binary  # noqa: E402
+from stepwise.testing import find_binary  # noqa: E402
 
 
 def main() -> None:
