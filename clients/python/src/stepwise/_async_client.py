@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Mapping
 
 import httpx
 
 from ._base import BaseClient
-from ._local import EmbeddedServer
 from ._calls import (
     UNSET,
     Call,
@@ -81,48 +79,6 @@ class AsyncStepwise(
             verify=default_ssl_context(),
         )
         self._transport_type = type(transport) if transport is not None else httpx.AsyncHTTPTransport
-
-    @classmethod
-    def local(
-        cls,
-        database: str | None = None,
-        *,
-        data_dir: str | os.PathLike[str] | None = None,
-        args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        binary: str | os.PathLike[str] | None = None,
-        **options: Any,
-    ) -> "AsyncStepwise":
-        """A client of an embedded server, started in one call: ``stepwise serve`` as a child
-        process on a Unix socket (mode 0600) in `data_dir`, over `database`, which this client
-        owns: `aclose()`, ``async with`` and the interpreter's exit stop it (SIGTERM, then a
-        kill after 10 s). A second call, or another process, on the same database attaches to the
-        running server instead of starting one; when the owner goes, an attached client's next
-        call starts a server of its own (nothing is lost).
-
-        Args:
-            database: ``sqlite://PATH`` (default ``sqlite://<data_dir>/stepwise.db``),
-                ``files://DIR`` (a folder of JSON files: no database at all) or
-                ``postgres://...``.
-            data_dir: where the socket, the state file and the server's log go (default: the
-                server's, ``$STEPWISE_DATA_DIR``, else ``~/.local/share/stepwise``).
-            args: more ``stepwise serve`` options, e.g. ``("--workers", "2")``.
-            env: more environment for the server (e.g. ``STEPWISE_LLM_BASE_URL``).
-            binary: the server binary (default: ``$STEPWISE_BIN``, else the installed
-                wheel's, else ``stepwise`` on ``PATH``).
-            **options: the client's own options (``timeout``, ``max_retries``, ``api_key``...).
-
-        ``client.local_server`` tells the socket, whether this client owns the server, and
-        its log file.
-        """
-        server = EmbeddedServer(database, data_dir=data_dir, args=args, env=env, binary=binary)
-        try:
-            client = cls(server.base_url, **options)
-        except BaseException:
-            server.close()
-            raise
-        client._local = server
-        return client
 
     async def aclose(self) -> None:
         """Closes the connections and stops renewing leases (and stops the embedded server

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Generic, Iterable, Literal, Mapping, TypeVar, cast, overload
+from typing import Any, Generic, Iterable, Literal, Mapping, Sequence, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httpx
@@ -30,6 +30,7 @@ from ._calls import (
     seg,
 )
 from ._leases import RecorderLeases
+from ._local import EmbeddedServer
 from ._transport.endpoint import DirectTarget, endpoint, proxied
 from ._transport.retry import RetryPolicy
 from ._version import __version__
@@ -52,6 +53,7 @@ _None = TypeVar("_None")  # None, or Awaitable[None]
 _Raw = TypeVar("_Raw")  # Any, or Awaitable[Any]
 _Items = TypeVar("_Items")  # Iterator[dict], or AsyncIterator[dict]
 _Events = TypeVar("_Events")  # Iterator[Event], or AsyncIterator[Event]
+_Client = TypeVar("_Client", bound="BaseClient[Any, Any, Any, Any, Any, Any]")  # Stepwise or AsyncStepwise
 
 
 class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
@@ -102,6 +104,49 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.base_url!r})"
+
+    @classmethod
+    def local(
+        cls: type[_Client],
+        database: str | None = None,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        binary: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> _Client:
+        """A client of an embedded server, started in one call: ``stepwise serve`` as a child
+        process on a Unix socket (mode 0600) in `data_dir`, over `database`, which this client
+        owns: `close()` (``await aclose()`` for `AsyncStepwise`), ``with`` (``async with``) and
+        the interpreter's exit stop it (SIGTERM, then a kill after 10 s). A second call, or
+        another process, on the same database attaches to the running server instead of
+        starting one; when the owner goes, an attached client's next call starts a server of
+        its own (nothing is lost).
+
+        Args:
+            database: ``sqlite://PATH`` (default ``sqlite://<data_dir>/stepwise.db``),
+                ``files://DIR`` (a folder of JSON files: no database at all) or
+                ``postgres://...``.
+            data_dir: where the socket, the state file and the server's log go (default: the
+                server's, ``$STEPWISE_DATA_DIR``, else ``~/.local/share/stepwise``).
+            args: more ``stepwise serve`` options, e.g. ``("--workers", "2")``.
+            env: more environment for the server (e.g. ``STEPWISE_LLM_BASE_URL``).
+            binary: the server binary (default: ``$STEPWISE_BIN``, else the installed
+                wheel's, else ``stepwise`` on ``PATH``).
+            **options: the client's own options (``timeout``, ``max_retries``, ``api_key``...).
+
+        ``client.local_server`` tells the socket, whether this client owns the server, and
+        its log file.
+        """
+        server = EmbeddedServer(database, data_dir=data_dir, args=args, env=env, binary=binary)
+        try:
+            client = cls(server.base_url, **options)
+        except BaseException:
+            server.close()
+            raise
+        client._local = server
+        return client
 
     @property
     def local_server(self) -> Any:

@@ -20,7 +20,6 @@ from typing import Any, Callable, Mapping, TypeVar
 import httpx
 
 from .._base import direct_target
-from .._errors import parse_answer
 from .endpoint import DirectTarget, shown
 from .retry import LEAN_RETRY_STATUSES, RetryPolicy
 from .wire import (
@@ -29,10 +28,10 @@ from .wire import (
     SEND,
     Answer,
     Failed,
+    after_first_try,
     fixed_head,
     read_answer,
     request_bytes,
-    request_flow,
     request_target,
 )
 
@@ -146,26 +145,27 @@ class ItemsConnection:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            answer = await self._attempt(message)
-            if type(answer) is not Failed and answer[0] not in self._policy.statuses:
-                # The common case, without the flow's generator: answered on the first try.
-                return parse_answer(answer[0], answer[2], method=method, path=path, url=self._shown + path)
-            flow = request_flow(
-                self._policy, method, path, self._shown, idempotent=idempotent, revive=self._revive is not None
+            flow, op = after_first_try(
+                self._policy,
+                await self._attempt(message),
+                method,
+                path,
+                self._shown,
+                idempotent=idempotent,
+                revive=self._revive is not None,
             )
-            op = next(flow)
             try:
-                op = flow.send(answer)
-                while True:
+                while flow is not None:
                     if op is SEND:
                         op = flow.send(await self._attempt(message))
                     elif op is REVIVE:
-                        op = flow.send(await asyncio.to_thread(self._revive) if self._revive is not None else False)
+                        op = flow.send(self._revive is not None and await asyncio.to_thread(self._revive))
                     else:
                         await asyncio.sleep(op)
                         op = next(flow)
             except StopIteration as done:
                 return done.value
+            return op
 
     async def request_once(
         self, method: str, path: str, *, params: Mapping[str, Any] | None = None
@@ -245,22 +245,11 @@ class LeanPool:
             return None
         return cls(lambda: _connection(target))
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any = None,
-        params: Mapping[str, Any] | None = None,
-        idempotent: bool = False,
-        quoted: bool = False,
-    ) -> Any:
-        """As `ItemsConnection.request`, on an idle connection or a new one."""
+    async def request(self, method: str, path: str, **options: Any) -> Any:
+        """`ItemsConnection.request`, on an idle connection or a new one."""
         conn = self._idle.pop() if self._idle else self._make()
         try:
-            return await conn.request(
-                method, path, json_body=json_body, params=params, idempotent=idempotent, quoted=quoted
-            )
+            return await conn.request(method, path, **options)
         finally:
             if len(self._idle) < self.max_idle:
                 self._idle.append(conn)  # one that failed reconnects on its next use

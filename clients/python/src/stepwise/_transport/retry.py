@@ -69,10 +69,8 @@ class RetryPolicy:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.backoff, self.max_backoff, self.jitter = backoff, max_backoff, jitter
         self.max_retry_after = max_retry_after
-        self.jitter = jitter
         self.statuses = statuses
 
     def backoff_delay(self, attempt: int) -> float:

@@ -15,7 +15,7 @@ import httpx
 
 from .._base import direct_target
 from .._calls import Call, connection_error
-from .._errors import StepwiseError, parse_answer
+from .._errors import StepwiseError
 from .._tls import default_ssl_context
 from .endpoint import endpoint, open_socket, shown
 from .retry import LEAN_RETRY_STATUSES, RetryPolicy
@@ -25,10 +25,10 @@ from .wire import (
     SEND,
     Answer,
     Failed,
+    after_first_try,
     fixed_head,
     read_answer,
     request_bytes,
-    request_flow,
     request_target,
 )
 
@@ -149,26 +149,27 @@ class FastHTTP:
     ) -> Any:
         """Sends one request (`path` quoted already) and returns the parsed JSON answer."""
         message = request_bytes(method, request_target(self.prefix, path, params, True), self._head, json_body)
-        answer = self._exchange(message)
-        if type(answer) is not Failed and answer[0] not in self._policy.statuses:
-            # The common case, without the flow's generator: answered on the first try.
-            return parse_answer(answer[0], answer[2], method=method, path=path, url=self._shown + path)
-        flow = request_flow(
-            self._policy, method, path, self._shown, idempotent=True, revive=self._revive is not None
+        flow, op = after_first_try(
+            self._policy,
+            self._exchange(message),
+            method,
+            path,
+            self._shown,
+            idempotent=True,
+            revive=self._revive is not None,
         )
-        op = next(flow)
         try:
-            op = flow.send(answer)
-            while True:
+            while flow is not None:
                 if op is SEND:
                     op = flow.send(self._exchange(message))
                 elif op is REVIVE:
-                    op = flow.send(self._revive() if self._revive is not None else False)
+                    op = flow.send(self._revive is not None and self._revive())
                 else:
                     time.sleep(op)
                     op = next(flow)
         except StopIteration as done:
             return done.value
+        return op
 
     def _exchange(self, message: bytes) -> Answer | Failed:
         with self._lock:

@@ -27,6 +27,7 @@ __all__ = [
     "SEND",
     "fixed_head",
     "read_answer",
+    "after_first_try",
     "request_bytes",
     "request_flow",
     "request_target",
@@ -183,3 +184,26 @@ def request_flow(
                 return parse_answer(status, content, method=method, path=path, url=server + path)
         yield delay
         attempt += 1
+
+
+def after_first_try(
+    policy: RetryPolicy,
+    answer: Answer | Failed,
+    method: str,
+    path: str,
+    server: str,
+    *,
+    idempotent: bool,
+    revive: bool = False,
+) -> tuple[Generator[Op, Any, Any] | None, Any]:
+    """What follows a request's first exchange: ``(None, the parsed answer)`` when it settles
+    the request (the common case, without a generator), else ``(the request's flow, what it
+    asks for next)``, to drive on; raises as `request_flow` does."""
+    if type(answer) is not Failed and answer[0] not in policy.statuses:
+        return None, parse_answer(answer[0], answer[2], method=method, path=path, url=server + path)
+    flow = request_flow(policy, method, path, server, idempotent=idempotent, revive=revive)
+    next(flow)
+    try:
+        return flow, flow.send(answer)
+    except StopIteration as done:
+        return None, done.value
