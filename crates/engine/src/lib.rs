@@ -8,7 +8,7 @@
 //! let mut agents = AgentRegistry::new();
 //! agents.register("demo", DemoAgent::from_env());
 //! let engine = Engine::new(store, agents, EngineConfig::default());
-//! engine.spawn_workers();
+//! engine.spawn_runners();
 //! ```
 
 pub mod agent;
@@ -25,7 +25,7 @@ pub use demo::{DEMO_AGENT, DemoAgent};
 pub use engine::{
     AgentChoice, EXTERNAL_AGENT, Engine, EngineConfig, ExternalSnapshot, ExternalStep, Heartbeat,
     MAX_TOOL_CALLS_PER_STEP, MessageInput, MessageNote, OpenExternal, OpenedExternal, Publisher,
-    Submitted, UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim,
+    Submitted, UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim, latest_root_execution,
 };
 pub use tools::{Tool, ToolError, ToolSet, ToolSpec};
 

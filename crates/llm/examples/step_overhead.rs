@@ -122,7 +122,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..EngineConfig::default()
         },
     );
-    engine.spawn_workers();
+    engine.spawn_runners();
     let tenant = Tenant::new("bench")?;
 
     let mut overheads: Vec<Duration> = Vec::new();

@@ -72,7 +72,7 @@ fn start_engine_with(
             ..EngineConfig::default()
         },
     );
-    engine.spawn_workers();
+    engine.spawn_runners();
     engine
 }
 

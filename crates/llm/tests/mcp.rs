@@ -156,7 +156,7 @@ async fn the_agent_lists_and_calls_mcp_tools_and_sees_their_errors() {
             ..EngineConfig::default()
         },
     );
-    engine.spawn_workers();
+    engine.spawn_runners();
     let tenant = Tenant::new("t").unwrap();
     let session = store
         .create_session(

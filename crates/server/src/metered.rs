@@ -12,13 +12,12 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stepwise_core::Timestamp;
 use stepwise_core::{Event, Execution, Id, Message, Snapshot, Step};
 use stepwise_store::{
     Ack, Claim, ClaimFilter, EventStore, ExecutionStore, Layer, Loaded, MessageQuery, MessageStore,
     NewEvent, NewExecution, NewMessage, NewSnapshot, NewStep, PassKeys, PassOperations,
-    PassRetention, PassSessions, QueueStore, Result, SnapshotStore, StepAppend, StepMirror,
-    StepStore, Store, Tenant, Transition, WorkerSeen,
+    PassRetention, PassSessions, PassWorkers, QueueStore, Result, SnapshotStore, StepAppend,
+    StepMirror, StepStore, Store, Tenant, Transition,
 };
 use tokio::sync::broadcast;
 
@@ -212,6 +211,7 @@ impl<S: Store> PassSessions for Metered<S> {}
 impl<S: Store> PassRetention for Metered<S> {}
 impl<S: Store> PassKeys for Metered<S> {}
 impl<S: Store> PassOperations for Metered<S> {}
+impl<S: Store> PassWorkers for Metered<S> {}
 
 impl<S: Store> Store for Metered<S> {
     type Checkpoints = S::Checkpoints;
@@ -314,23 +314,6 @@ impl<S: Store> QueueStore for Metered<S> {
         self.inner
             .claim_matching(filter, workers, lease, max_attempts)
             .await
-    }
-
-    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
-        self.inner.record_worker(tenant, worker).await
-    }
-
-    async fn worker_offline(
-        &self,
-        tenant: &Tenant,
-        worker_id: &str,
-        at: Timestamp,
-    ) -> Result<bool> {
-        self.inner.worker_offline(tenant, worker_id, at).await
-    }
-
-    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
-        self.inner.list_workers(tenant, since).await
     }
 
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {

@@ -201,7 +201,7 @@ impl<S: Store> Node<S> {
         }
         let state = AppState::new(engine.clone(), server);
         if settings.run_workers {
-            engine.spawn_workers();
+            engine.spawn_runners();
         }
         let (stop, stopped) = watch::channel(false);
         let cleaner = settings.cleaner.map(|c| {

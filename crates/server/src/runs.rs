@@ -479,18 +479,7 @@ pub(crate) async fn latest_root_execution<S: Store>(
     tenant: &Tenant,
     session: &Session,
 ) -> ApiResult<Option<Execution>> {
-    let mut next = session.last_execution_id;
-    for _ in 0..16 {
-        let Some(id) = next else { return Ok(None) };
-        let Some(execution) = store.get_execution(tenant, id).await? else {
-            return Ok(None);
-        };
-        match execution.parent_execution_id {
-            Some(parent) => next = Some(parent),
-            None => return Ok(Some(execution)),
-        }
-    }
-    Ok(None)
+    Ok(stepwise_engine::latest_root_execution(store, tenant, session.last_execution_id).await?)
 }
 
 /// The turn of a pending or running execution and where to replay it from: the last user

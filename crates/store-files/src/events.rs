@@ -40,22 +40,13 @@ impl stepwise_store::EventStore for FileStore {
             return Err(StoreError::NotFound("session"));
         };
         container.last_event_id += 1;
-        let event = Event {
-            id: container.last_event_id,
-            session_id: new.session_id,
-            message_id: new.message_id,
-            execution_id: new.execution_id,
-            event_type: new.event_type,
-            content: new.content,
-            metadata: new.metadata,
-            timestamp: now,
-        };
+        let event = new.into_event(container.last_event_id, now);
         container.events.push(event.clone());
         state.pending.events.push(Arc::new(event.clone()));
         state.touch(
             &Key {
                 tenant: tenant.as_str().to_string(),
-                session: Some(new.session_id),
+                session: Some(event.session_id),
             },
             false,
         );

@@ -24,11 +24,13 @@ mod keys;
 mod load;
 mod messages;
 mod operations;
+mod queue;
 mod retention;
 mod sessions;
 mod snapshots;
 mod state;
 mod steps;
+mod workers;
 mod writer;
 
 use std::fs::File;

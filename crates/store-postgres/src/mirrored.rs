@@ -194,14 +194,8 @@ pub(crate) async fn insert_announced(
         published.push((
             tenant.as_str().to_string(),
             Arc::new(Event {
-                id: seq,
                 session_id,
-                message_id: new.message_id,
-                execution_id: new.execution_id,
-                event_type: new.event_type,
-                content: new.content,
-                metadata: new.metadata,
-                timestamp: now,
+                ..new.into_event(seq, now)
             }),
         ));
     }

@@ -12,9 +12,6 @@ use stepwise_store::{Claim, ClaimFilter, Result, Tenant};
 
 use crate::PgStore;
 use crate::sql::{self, args, count, execution_cols, map_pg, pg};
-use crate::workers;
-use stepwise_core::Timestamp;
-use stepwise_store::WorkerSeen;
 
 /// A running execution whose worker stopped renewing its lease. SKIP LOCKED: a row another
 /// node is claiming right now is not waited for, it is that node's.
@@ -284,23 +281,6 @@ impl stepwise_store::QueueStore for PgStore {
         max_attempts: u32,
     ) -> Result<Vec<Claim>> {
         claim_matching(self, filter, workers, lease, max_attempts).await
-    }
-
-    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
-        workers::record(self, tenant, worker).await
-    }
-
-    async fn worker_offline(
-        &self,
-        tenant: &Tenant,
-        worker_id: &str,
-        at: Timestamp,
-    ) -> Result<bool> {
-        workers::offline(self, tenant, worker_id, at).await
-    }
-
-    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
-        workers::list(self, tenant, since).await
     }
 
     /// Extends this worker's leases; returns the ids it no longer holds.

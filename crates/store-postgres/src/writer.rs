@@ -796,16 +796,7 @@ async fn write_events(
         if !touched.contains(&new.session_id) {
             touched.push(new.session_id);
         }
-        results.push(Ok(Event {
-            id: row.last_event_id,
-            session_id: new.session_id,
-            message_id: new.message_id,
-            execution_id: new.execution_id,
-            event_type: new.event_type,
-            content: new.content.clone(),
-            metadata: new.metadata.clone(),
-            timestamp: job.now,
-        }));
+        results.push(Ok(new.clone().into_event(row.last_event_id, job.now)));
     }
     let written: Vec<(&EventJob, &Event)> = jobs
         .iter()

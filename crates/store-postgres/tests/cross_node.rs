@@ -402,7 +402,7 @@ fn a_message_queued_on_one_node_starts_on_the_other_without_waiting_for_a_poll()
         };
         let node_a = engine(a.clone());
         let node_b = engine(b.clone());
-        node_b.spawn_workers();
+        node_b.spawn_runners();
         let session = a
             .create_session(
                 &acme,

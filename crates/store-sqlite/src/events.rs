@@ -106,16 +106,7 @@ impl stepwise_store::EventStore for SqliteStore {
                         ])
                     })
                     .map_err(map_sqlite)?;
-                let event = Event {
-                    id: seq,
-                    session_id: new.session_id,
-                    message_id: new.message_id,
-                    execution_id: new.execution_id,
-                    event_type: new.event_type,
-                    content: new.content,
-                    metadata: new.metadata,
-                    timestamp: now,
-                };
+                let event = new.into_event(seq, now);
                 published.push((tenant_key, Arc::new(event.clone())));
                 Ok(event)
             })

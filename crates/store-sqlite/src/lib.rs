@@ -20,6 +20,7 @@ mod keys;
 mod messages;
 mod mirrored;
 mod operations;
+mod queue;
 mod retention;
 mod rows;
 mod sessions;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwise_core::codec;
-use stepwise_core::{Event, Message, Timestamp, new_id};
+use stepwise_core::{Message, Timestamp, new_id};
 use stepwise_store::{
     Ack, NewEvent, NewStep, Result, StepAppend, StepMirror, StoreError, Tenant, message_created,
 };
@@ -115,16 +115,7 @@ pub(crate) fn insert_announced(
             s.execute(params![bid(new.session_id), seq, tenant.as_str(), opt_bid(new.message_id), opt_bid(new.execution_id), new.event_type.as_str(), new.content, json_text(&new.metadata), now.0])
         })
         .map_err(map_sqlite)?;
-        let event = Event {
-            id: seq,
-            session_id: new.session_id,
-            message_id: new.message_id,
-            execution_id: new.execution_id,
-            event_type: new.event_type,
-            content: new.content,
-            metadata: new.metadata,
-            timestamp: now,
-        };
+        let event = new.into_event(seq, now);
         published.push((tenant.clone(), Arc::new(event)));
     }
     Ok(())

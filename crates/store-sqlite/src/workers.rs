@@ -17,8 +17,8 @@ const FORGET_WORKERS: &str = "DELETE FROM workers WHERE last_seen_at < ?1";
 const LIST_WORKERS: &str = "SELECT worker_id, agents, last_seen_at FROM workers WHERE tenant_id = ?1 AND last_seen_at >= ?2 \
      ORDER BY last_seen_at DESC, worker_id";
 
-impl SqliteStore {
-    pub(crate) async fn worker_record(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
+impl stepwise_store::WorkerStore for SqliteStore {
+    async fn record_worker(&self, tenant: &Tenant, worker: WorkerSeen) -> Result<()> {
         let tenant = tenant.as_str().to_string();
         let forget_before = worker.last_seen_at.0 - FORGET_WORKERS_AFTER.as_micros() as i64;
         self.write(move |conn, _| {
@@ -41,7 +41,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn worker_offline(
+    async fn worker_offline(
         &self,
         tenant: &Tenant,
         worker_id: &str,
@@ -58,11 +58,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn worker_list(
-        &self,
-        tenant: &Tenant,
-        since: Timestamp,
-    ) -> Result<Vec<WorkerSeen>> {
+    async fn list_workers(&self, tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>> {
         let tenant = tenant.as_str().to_string();
         self.read(move |conn, _| {
             let mut statement = conn.prepare_cached(LIST_WORKERS).map_err(map_sqlite)?;

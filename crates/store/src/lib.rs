@@ -50,10 +50,11 @@ pub use checkpoints::{
 pub use domains::{
     CheckpointStore, EventStore, ExecutionStore, KeyStore, MessageStore, NoCheckpoints,
     OperationsStore, QueueStore, RetentionStore, SessionStore, SnapshotStore, StepStore,
+    WorkerStore,
 };
 pub use domains::{
     PassEvents, PassExecutions, PassKeys, PassMessages, PassOperations, PassQueue, PassRetention,
-    PassSessions, PassSnapshots, PassSteps,
+    PassSessions, PassSnapshots, PassSteps, PassWorkers,
 };
 pub use error::{Result, StoreError};
 pub use hub::{EventHub, SUBSCRIBER_BUFFER};
@@ -74,6 +75,7 @@ pub trait Store:
     + MessageStore
     + ExecutionStore
     + QueueStore
+    + WorkerStore
     + StepStore
     + SnapshotStore
     + EventStore
@@ -103,6 +105,6 @@ pub trait Store:
 pub mod prelude {
     pub use crate::{
         CheckpointStore, EventStore, ExecutionStore, KeyStore, MessageStore, OperationsStore,
-        QueueStore, RetentionStore, SessionStore, SnapshotStore, StepStore, Store,
+        QueueStore, RetentionStore, SessionStore, SnapshotStore, StepStore, Store, WorkerStore,
     };
 }

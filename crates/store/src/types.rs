@@ -370,6 +370,22 @@ pub struct NewEvent {
     pub metadata: Value,
 }
 
+impl NewEvent {
+    /// The event as stored: with its id in the session and the time it was written.
+    pub fn into_event(self, id: i64, timestamp: stepwise_core::Timestamp) -> stepwise_core::Event {
+        stepwise_core::Event {
+            id,
+            session_id: self.session_id,
+            message_id: self.message_id,
+            execution_id: self.execution_id,
+            event_type: self.event_type,
+            content: self.content,
+            metadata: self.metadata,
+            timestamp,
+        }
+    }
+}
+
 /// A tenant's own retention (`PUT /v1/retention`): each day count it gives overrides the
 /// server's for that tenant's sessions; one it leaves out keeps the server's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

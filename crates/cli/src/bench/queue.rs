@@ -365,7 +365,7 @@ async fn measure_depth(
     let before = store.queue_depth().await?;
     let engine = demo_engine(store.clone(), args.workers, args.intake_concurrency);
     let began = Instant::now();
-    engine.spawn_workers();
+    engine.spawn_runners();
     // Until the time is up or the queue is empty (a shallow queue may drain sooner); the
     // workers' running executions (at most K) count as done.
     let deadline = began + Duration::from_secs(args.drain_seconds);
@@ -415,7 +415,7 @@ async fn measure_mixed(
         args.intake_clients, args.workers, args.mixed_seconds
     ));
     let engine = demo_engine(store.clone(), args.workers, args.intake_concurrency);
-    engine.spawn_workers();
+    engine.spawn_runners();
     let stop = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));
     let began = Instant::now();

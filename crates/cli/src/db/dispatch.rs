@@ -135,6 +135,10 @@ dispatch! {
     fn requeue(worker: &str, id: Id) -> Result<()>;
     fn queue_depth() -> Result<u64>;
     fn queue_signal() -> ();
+}
+
+dispatch! {
+    WorkerStore;
     fn record_worker(tenant: &Tenant, worker: WorkerSeen) -> Result<()>;
     fn worker_offline(tenant: &Tenant, worker_id: &str, at: Timestamp) -> Result<bool>;
     fn list_workers(tenant: &Tenant, since: Timestamp) -> Result<Vec<WorkerSeen>>;

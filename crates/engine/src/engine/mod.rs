@@ -14,12 +14,12 @@ mod external;
 mod finish;
 mod leases;
 mod publish;
+mod runner;
 mod snapshots;
 mod step_loop;
 mod steps;
 mod submit;
 mod tools_run;
-mod worker;
 
 #[cfg(test)]
 mod testing;
@@ -42,6 +42,7 @@ use crate::tools::ToolSet;
 pub use external::{ExternalSnapshot, ExternalStep, OpenExternal, OpenedExternal};
 pub use leases::{Heartbeat, UnknownAgent, WORKER_ONLINE_WITHIN, WorkerClaim};
 pub use publish::{MessageNote, Publisher};
+pub use submit::latest_root_execution;
 
 /// Executions of this type are driven over HTTP by an agent outside the server; workers
 /// never run them.

@@ -1,4 +1,5 @@
-//! The workers: one claimer loop that claims executions from the queue (woken by the
+//! The in-process runners of built-in agents (not worker processes: those are `leases.rs`):
+//! one claimer loop that claims executions from the queue (woken by the
 //! doorbell, the store's queue signal or a jittered fallback poll) and hands each to a
 //! runner, and the heartbeat that keeps a claim's lease alive.
 
@@ -14,7 +15,7 @@ use super::{EXTERNAL_AGENT, Engine, RunControl, RunEnd};
 impl<S: Store> Engine<S> {
     /// Starts the workers: one claimer that sleeps on the doorbell and hands what it
     /// claims to a bounded pool of runners (`workers` executions at a time).
-    pub fn spawn_workers(&self) {
+    pub fn spawn_runners(&self) {
         let prefix = format!(
             "{}-{}",
             std::process::id(),

@@ -214,19 +214,29 @@ impl<S: Store> Engine<S> {
         tenant: &Tenant,
         last: Option<Id>,
     ) -> Result<Option<Execution>> {
-        let mut next = last;
-        for _ in 0..=MAX_SUBAGENT_DEPTH + 1 {
-            let Some(id) = next else { return Ok(None) };
-            let Some(execution) = self.inner.store.get_execution(tenant, id).await? else {
-                return Ok(None);
-            };
-            match execution.parent_execution_id {
-                Some(parent) => next = Some(parent),
-                None => return Ok(Some(execution)),
-            }
-        }
-        Ok(None)
+        latest_root_execution(&self.inner.store, tenant, last).await
     }
+}
+
+/// The top-level execution above `last` (a session's last execution): `last` itself, or the
+/// parent a subagent was started by, up the chain ([`MAX_SUBAGENT_DEPTH`] deep at most).
+pub async fn latest_root_execution<S: Store>(
+    store: &S,
+    tenant: &Tenant,
+    last: Option<Id>,
+) -> Result<Option<Execution>> {
+    let mut next = last;
+    for _ in 0..=MAX_SUBAGENT_DEPTH + 1 {
+        let Some(id) = next else { return Ok(None) };
+        let Some(execution) = store.get_execution(tenant, id).await? else {
+            return Ok(None);
+        };
+        match execution.parent_execution_id {
+            Some(parent) => next = Some(parent),
+            None => return Ok(Some(execution)),
+        }
+    }
+    Ok(None)
 }
 
 /// The user's message as stored: its text, context fields and metadata as sent (the

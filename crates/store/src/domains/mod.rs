@@ -17,6 +17,7 @@ mod retention;
 mod sessions;
 mod snapshots;
 mod steps;
+mod workers;
 
 pub use checkpoints::{CheckpointStore, NoCheckpoints};
 pub use events::{EventStore, PassEvents};
@@ -29,3 +30,4 @@ pub use retention::{PassRetention, RetentionStore};
 pub use sessions::{PassSessions, SessionStore};
 pub use snapshots::{PassSnapshots, SnapshotStore};
 pub use steps::{PassSteps, StepStore};
+pub use workers::{PassWorkers, WorkerStore};

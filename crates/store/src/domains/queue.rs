@@ -1,12 +1,13 @@
-//! The execution queue and the workers that claim from it. Every tenant's
-//! executions: workers serve every tenant (a claim filter narrows what one takes).
+//! The execution queue: claims, leases, release and requeue. Every tenant's executions:
+//! runners serve every tenant (a claim filter narrows what one takes). Which worker
+//! processes a tenant has is [`crate::WorkerStore`].
 
 use std::future::Future;
 use std::time::Duration;
 
-use stepwise_core::{Id, Timestamp};
+use stepwise_core::Id;
 
-use crate::{Claim, ClaimFilter, Result, Tenant, WorkerSeen};
+use crate::{Claim, ClaimFilter, Result};
 
 pub trait QueueStore: Send + Sync {
     /// Claims up to one execution for each of `workers` among those `filter` allows, in
@@ -81,31 +82,6 @@ pub trait QueueStore: Send + Sync {
     fn queue_signal(&self) -> impl Future<Output = ()> + Send {
         std::future::pending()
     }
-
-    /// Records that a worker process of this tenant called (a claim or a heartbeat):
-    /// its agent types and the time. Workers not seen for a day are forgotten.
-    fn record_worker(
-        &self,
-        tenant: &Tenant,
-        worker: WorkerSeen,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    /// A worker process of this tenant stopped cleanly: its last call is set to `at` (an
-    /// earlier time than its last call, so it is offline at once; its agent types stay
-    /// known until it is forgotten). Whether the tenant had that worker.
-    fn worker_offline(
-        &self,
-        tenant: &Tenant,
-        worker_id: &str,
-        at: Timestamp,
-    ) -> impl Future<Output = Result<bool>> + Send;
-
-    /// The tenant's workers seen at or after `since`, most recent first.
-    fn list_workers(
-        &self,
-        tenant: &Tenant,
-        since: Timestamp,
-    ) -> impl Future<Output = Result<Vec<WorkerSeen>>> + Send;
 }
 
 /// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
@@ -164,30 +140,5 @@ impl<L: PassQueue> QueueStore for L {
 
     fn queue_signal(&self) -> impl Future<Output = ()> + Send {
         self.layer_inner().queue_signal()
-    }
-
-    fn record_worker(
-        &self,
-        tenant: &Tenant,
-        worker: WorkerSeen,
-    ) -> impl Future<Output = Result<()>> + Send {
-        self.layer_inner().record_worker(tenant, worker)
-    }
-
-    fn worker_offline(
-        &self,
-        tenant: &Tenant,
-        worker_id: &str,
-        at: Timestamp,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        self.layer_inner().worker_offline(tenant, worker_id, at)
-    }
-
-    fn list_workers(
-        &self,
-        tenant: &Tenant,
-        since: Timestamp,
-    ) -> impl Future<Output = Result<Vec<WorkerSeen>>> + Send {
-        self.layer_inner().list_workers(tenant, since)
     }
 }
