@@ -711,10 +711,17 @@ def readme_examples() -> list[str]:
 
 @pytest.mark.parametrize("index", range(len(readme_examples())))
 def test_readme_examples_run(
-    index: int, server: LocalServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    index: int,
+    server: LocalServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     monkeypatch.setenv("STEPWISE_URL", server.url)
     monkeypatch.delenv("STEPWISE_API_KEY", raising=False)
+    # `Stepwise.local()` examples keep their database, socket and files in this test's folder.
+    monkeypatch.setenv("STEPWISE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": f"readme_example_{index}"}
     exec(compile(readme_examples()[index], f"README.md example {index + 1}", "exec"), namespace)
     for name, value in list(namespace.items()):
@@ -724,6 +731,10 @@ def test_readme_examples_run(
     output = capsys.readouterr().out
     if index == 0:
         assert output.startswith("completed 5\n")
+    if "Stepwise.local()" in readme_examples()[index]:
+        # The embedded server answered and was this example's own; its files are in tmp_path.
+        assert output == "5\nTrue\n"
+        assert (tmp_path / "data" / "stepwise.db").is_file() and (tmp_path / "sessions").is_dir()
 
 
 # --- local_server ----------------------------------------------------------------------
