@@ -46,7 +46,8 @@ class Client
     private array $leases = [];
 
     /**
-     * @param string                $baseUrl        the server, e.g. `http://127.0.0.1:7777`
+     * @param string                $baseUrl        the server, e.g. `http://127.0.0.1:7777`, or its Unix socket,
+     *                                              `unix:PATH` (`stepwise serve --listen unix:PATH`)
      * @param string|null           $apiKey         an API key or an end user's token; null for a
      *                                              server that runs open (loopback, no keys)
      * @param float                 $timeout        seconds a request may take, answer included
@@ -64,10 +65,11 @@ class Client
         float $connectTimeout = 10.0,
         array $headers = [],
     ) {
-        if (!preg_match('#^https?://[^/]#i', $baseUrl)) {
-            throw new \InvalidArgumentException(
-                sprintf('baseUrl must be an http(s) URL such as http://127.0.0.1:7777, got %s', var_export($baseUrl, true)),
-            );
+        if (!preg_match('#^(https?://[^/]|unix:.)#i', $baseUrl)) {
+            throw new \InvalidArgumentException(sprintf(
+                'baseUrl must be an http(s) URL such as http://127.0.0.1:7777, or a server\'s Unix socket such as unix:/run/stepwise.sock, got %s',
+                var_export($baseUrl, true),
+            ));
         }
         if ($timeout <= 0) {
             throw new \InvalidArgumentException('timeout must be > 0 seconds, got ' . $timeout);

@@ -37,6 +37,11 @@ final class Http
     /** @var array<string, string> */
     private array $headers;
 
+    /** The server's Unix socket (a `unix:PATH` base URL), or null over TCP. */
+    private readonly ?string $socket;
+    /** What request URLs start with: the base URL, or `http://localhost` over a socket. */
+    private readonly string $origin;
+
     /**
      * @param array<string, string> $headers sent with every request
      */
@@ -49,6 +54,14 @@ final class Http
         array $headers = [],
     ) {
         $this->headers = ['User-Agent' => 'stepwise-php/' . self::VERSION, 'Accept' => 'application/json'] + $headers;
+        // `unix:PATH`: every request goes over the server's Unix socket, to `http://localhost`.
+        if (str_starts_with($baseUrl, 'unix:')) {
+            $this->socket = substr($baseUrl, strlen('unix:'));
+            $this->origin = 'http://localhost';
+        } else {
+            $this->socket = null;
+            $this->origin = $baseUrl;
+        }
     }
 
     public function __debugInfo(): array
@@ -100,7 +113,7 @@ final class Http
             }
             $pairs[] = rawurlencode((string) $key) . '=' . rawurlencode((string) $value);
         }
-        return $this->baseUrl . $path . ($pairs === [] ? '' : '?' . implode('&', $pairs));
+        return $this->origin . $path . ($pairs === [] ? '' : '?' . implode('&', $pairs));
     }
 
     /**
@@ -308,6 +321,9 @@ final class Http
                 return strlen($line);
             },
         ]);
+        if ($this->socket !== null) {
+            curl_setopt($ch, CURLOPT_UNIX_SOCKET_PATH, $this->socket);
+        }
         if ($method === 'HEAD') {
             curl_setopt($ch, CURLOPT_NOBODY, true);
         }
