@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from stepwise import AsyncStepwise, Stepwise, StepwiseError
-from stepwise._local import _wheel_binary, find_binary
+from stepwise._local import _redacted, _wheel_binary, find_binary
 from stepwise.worker import Run, Worker
 
 PATIENCE = 60.0
@@ -274,3 +274,9 @@ def test_the_installed_wheel_s_binary_is_found(monkeypatch: pytest.MonkeyPatch) 
     assert find_binary(wheel) == str(Path(wheel).resolve())
     version = subprocess.run([wheel, "--version"], capture_output=True, text=True, timeout=30)
     assert version.returncode == 0 and "stepwise" in version.stdout.lower(), version
+
+
+def test_a_database_password_stays_out_of_messages() -> None:
+    assert _redacted("postgres://app:s3cr3t@db:5432/stepwise") == "postgres://app:***@db:5432/stepwise"
+    assert _redacted("postgres://app:a:b@c@db/stepwise") == "postgres://app:***@db/stepwise"
+    assert _redacted("sqlite:///srv/app/chat.db") == "sqlite:///srv/app/chat.db"

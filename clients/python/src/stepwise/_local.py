@@ -19,6 +19,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -255,13 +256,14 @@ class EmbeddedServer:
         env.update(self._env)
         # The server stops by itself when this process goes, even killed (it watches its parent).
         env["STEPWISE_EXIT_WITH_PARENT"] = "1"
+        # In the environment, not on the command line: a PostgreSQL URL's password would be
+        # visible to every user in the process list.
+        env["STEPWISE_DATABASE_URL"] = self._place.database
         command = [
             binary,
             "--data-dir",
             str(self._place.data_dir),
             "serve",
-            "--database",
-            self._place.database,
             "--listen",
             self.base_url,
             *self._args,
@@ -286,14 +288,14 @@ class EmbeddedServer:
             if code is not None:
                 raise StepwiseError(
                     "local_server_failed",
-                    f"`stepwise serve` on {self._place.database} exited with status {code} before it "
+                    f"`stepwise serve` on {_redacted(self._place.database)} exited with status {code} before it "
                     f"listened; the end of its log ({self._place.log}):\n{_tail(self._place.log)}",
                 )
             if time.monotonic() > deadline:
                 _stop(process)
                 raise StepwiseError(
                     "local_server_failed",
-                    f"`stepwise serve` on {self._place.database} did not listen within "
+                    f"`stepwise serve` on {_redacted(self._place.database)} did not listen within "
                     f"{self._start_timeout:g} s; the end of its log ({self._place.log}):\n"
                     f"{_tail(self._place.log)}",
                 )
@@ -310,6 +312,11 @@ class EmbeddedServer:
             self.close()
         except Exception:  # pragma: no cover - nothing to report to at exit
             pass
+
+
+def _redacted(database: str) -> str:
+    """The database URL for messages: a password in it replaced by ``***``."""
+    return re.sub(r"^([a-z]+://[^:/@]*):[^/]*@", r"\1:***@", database)
 
 
 def _answers(path: str) -> bool:
