@@ -30,7 +30,7 @@ from google.adk.sessions.session import Session  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from stepwise import AsyncStepwise, Stepwise  # noqa: E402
-from stepwise.adk import StepwiseSessionService, _Wire, session_name  # noqa: E402
+from stepwise.adk import SNAPSHOT_EVERY, StepwiseSessionService, _Wire, session_name  # noqa: E402
 from stepwise.testing import LocalServer, find_binary, local_server  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "adk.md"
@@ -213,12 +213,16 @@ async def test_session_state_survives_a_writer_that_stopped_before_its_snapshot(
     name = app()
     session = await service.create_session(app_name=name, user_id="u", state={"a": 1})
     await service.append_event(session, Event(author="agent", actions=EventActions(state_delta={"b": 2})))
+    for _ in range(SNAPSHOT_EVERY - 2):
+        await service.append_event(session, Event(author="agent"))
+    crashed: list[int] = []
 
-    async def crash(*args: Any, **kwargs: Any) -> None:
-        return None  # the event is stored, its snapshot never written
+    async def crash(stepwise_id: str, state: Any, version: int) -> None:
+        crashed.append(version)  # the event is stored, its snapshot never written
 
     monkeypatch.setattr(service, "_save_session_state", crash)
     await service.append_event(session, Event(author="agent", actions=EventActions(state_delta={"a": 3, "c": 4})))
+    assert crashed == [SNAPSHOT_EVERY]
     other = await fresh(server)
     got = await other.get_session(app_name=name, user_id="u", session_id=session.id)
     recent = await other.get_session(
@@ -227,6 +231,74 @@ async def test_session_state_survives_a_writer_that_stopped_before_its_snapshot(
     await other.close()
     assert got.state == {"a": 3, "b": 2, "c": 4}
     assert recent.state == {"a": 3, "b": 2, "c": 4}
+
+
+async def test_the_state_snapshot_trails_the_latest_change_by_fewer_than_snapshot_every_events(
+    server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = app()
+    service = StepwiseSessionService(base_url=server.url, cache_events=False)
+    session = await service.create_session(app_name=name, user_id="u", state={"n": 0})
+    saved: list[tuple[int, dict[str, Any]]] = []
+    real_save = service._save_session_state
+
+    async def save(stepwise_id: str, state: Any, version: int) -> None:
+        saved.append((version, dict(state)))
+        await real_save(stepwise_id, state, version)
+
+    monkeypatch.setattr(service, "_save_session_state", save)
+    changes = {3, 5, 20, 36}
+    for i in range(1, 41):
+        delta = {"n": i, "temp:t": i} if i in changes else {}
+        await service.append_event(session, Event(author="agent", invocation_id=str(i), actions=EventActions(state_delta=delta)))
+    # A snapshot once the state changed and the last one is SNAPSHOT_EVERY events old.
+    assert SNAPSHOT_EVERY == 16
+    assert saved == [(16, {"n": 5}), (32, {"n": 20})]
+    limits: list[Any] = []
+    real_raw = _Wire.raw
+
+    async def spy(self: _Wire, path: str, params: Any = None) -> bytes:
+        limits.append((params or {}).get("limit"))
+        return await real_raw(self, path, params)
+
+    monkeypatch.setattr(_Wire, "raw", spy)
+    reader = await fresh(server)
+    latest = await reader.get_session(
+        app_name=name, user_id="u", session_id=session.id, config=GetSessionConfig(num_recent_events=0)
+    )
+    assert latest.state == {"n": 36}
+    assert limits == [1, 8]  # the latest event, then the 8 events after the snapshot of 32
+    whole = await reader.get_session(app_name=name, user_id="u", session_id=session.id)
+    assert whole.state == {"n": 36} and len(whole.events) == 40
+    # The reader's session knows which snapshot it folded from: its writes keep the bound.
+    saved.clear()
+    monkeypatch.setattr(reader, "_save_session_state", save)
+    for i in range(41, 49):
+        await reader.append_event(latest, Event(author="agent", invocation_id=str(i)))
+    assert saved == [(48, {"n": 36})]
+    await reader.close()
+    await service.close()
+
+
+async def test_an_event_delivered_again_is_stored_once(service: StepwiseSessionService, server: LocalServer) -> None:
+    name = app()
+    session = await service.create_session(app_name=name, user_id="u")
+    first = Event(author="user", invocation_id="1", content=user_text("hi"))
+    second = Event(author="agent", invocation_id="1", content=types.Content(role="model", parts=[types.Part.from_text(text="hello")]))
+    await service.append_event(session, first)
+    await service.append_event(session, second)
+    assert await service.append_event(session, first) is first
+    await service.append_event(session, first.model_copy(deep=True))  # an equal copy
+    session.events = list(session.events)  # another list of the same events
+    await service.append_event(session, second.model_copy(deep=True))
+    assert len(session.events) == 2
+    # The same id with other content is another event.
+    await service.append_event(session, first.model_copy(update={"invocation_id": "2"}))
+    other = await fresh(server)
+    got = await other.get_session(app_name=name, user_id="u", session_id=session.id)
+    await other.close()
+    assert [(e.id, e.invocation_id) for e in got.events] == [(first.id, "1"), (second.id, "1"), (first.id, "2")]
+    assert got.events == session.events
 
 
 # --- concurrency ------------------------------------------------------------------------------------

@@ -67,7 +67,8 @@ def request_target(prefix: str, path: str, params: Mapping[str, Any] | None, quo
 
 def request_bytes(method: str, target: str, head: bytes, json_body: Any = None) -> bytes:
     """One request: `target` is the quoted path and query, `head` from `fixed_head`; a JSON
-    body when `json_body` is not ``None`` (NaN and infinities are refused, as httpx does)."""
+    body when `json_body` is not ``None`` (NaN and infinities are refused, as httpx does), sent
+    as it is when it is ``bytes`` (JSON its caller encoded)."""
     if any(c in target for c in " \r\n\t\x00"):
         raise ValueError(f"a request target cannot hold spaces or control characters: {target!r}")
     start = f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + head
@@ -75,7 +76,10 @@ def request_bytes(method: str, target: str, head: bytes, json_body: Any = None) 
         if method in ("POST", "PUT", "PATCH"):
             return start + b"Content-Length: 0\r\n\r\n"
         return start + b"\r\n"
-    body = json.dumps(json_body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if isinstance(json_body, bytes):
+        body = json_body
+    else:
+        body = json.dumps(json_body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     return start + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
 
 
