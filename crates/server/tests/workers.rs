@@ -918,3 +918,159 @@ async fn the_page_a_message_came_from_reaches_the_workers_claim() {
         .await;
     assert_eq!(body["execution"]["input"], json!({"message": "hi"}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_step_agents_step_goes_with_its_completion_and_a_refused_one_writes_nothing() {
+    let server = TestServer::start().await;
+    let (session, execution) = message_for(&server, "echo", "Ada").await;
+    let c = claim(&server, "echo", 1, 0.0).await.remove(0);
+    assert_eq!(c["complete_takes_steps"], true);
+    let lease = text(&c, "lease");
+    let complete = format!("/v1/executions/{execution}/complete");
+    let body = json!({"output": "Echo: Ada",
+        "steps": [{"model_output": "Echoing", "tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}],
+                   "observations": "Ada"}]});
+
+    // Refused before anything is written: no lease, a forged one, a step that is not one,
+    // an empty list. The execution still runs, without a step.
+    let (status, answer) = leased(&server, &complete, None, body.clone()).await;
+    assert_error(status, &answer, 409, "lease_lost", "no lease");
+    let forged = "lease_0000000000000000000000000000000000";
+    let (status, answer) = leased(&server, &complete, Some(forged), body.clone()).await;
+    assert_error(status, &answer, 409, "lease_lost", "a forged lease");
+    let (status, answer) = leased(
+        &server,
+        &complete,
+        Some(&lease),
+        json!({"output": "x", "steps": [{"model_output": "fine"}, {"kind": "nonsense"}]}),
+    )
+    .await;
+    assert_error(status, &answer, 400, "invalid_request", "a bad step");
+    assert_eq!(answer["error"]["field"], "steps[1].kind");
+    let (status, answer) = leased(
+        &server,
+        &complete,
+        Some(&lease),
+        json!({"output": "x", "steps": []}),
+    )
+    .await;
+    assert_error(status, &answer, 400, "invalid_request", "no steps");
+    assert_eq!(step_count(&server, &execution).await, 0);
+    assert_eq!(server.execution(&execution).await["status"], "running");
+
+    // The owner: the step is saved and the execution completes, in one request.
+    let (status, done) = leased(&server, &complete, Some(&lease), body.clone()).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["step_count"], 1);
+    assert_eq!(done["output"], "Echo: Ada");
+    let (_, steps) = server
+        .get(&format!("/v1/executions/{execution}/steps"))
+        .await;
+    let steps = steps["items"].as_array().unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0]["step_number"], 1);
+    assert_eq!(steps[0]["observations"], "Ada");
+    let (_, snapshots) = server
+        .get(&format!("/v1/executions/{execution}/snapshots"))
+        .await;
+    let last = snapshots["items"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["is_final"], true);
+    assert_eq!(last["step_number"], 1, "{last}");
+
+    // Told as a step and then a completion: the step's events before execution.completed,
+    // its status line and the answer as messages.
+    let mut events = server.events(&session, None).await;
+    let seen: Vec<String> = events
+        .until("execution.completed")
+        .await
+        .into_iter()
+        .map(|e| e.event)
+        .filter(|e| e.starts_with("step.") || e.starts_with("tool.") || e == "execution.completed")
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "step.started",
+            "tool.called",
+            "tool.completed",
+            "step.completed",
+            "execution.completed"
+        ]
+    );
+    let messages = server.messages(&session).await;
+    let contents: Vec<&str> = messages
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        contents.contains(&"Step 1: called echo · Echoing"),
+        "{contents:?}"
+    );
+    assert_eq!(contents.last(), Some(&"Echo: Ada"), "{contents:?}");
+
+    // Sent again (a retry after a lost answer): the lease ended with the execution.
+    let (status, answer) = leased(&server, &complete, Some(&lease), body).await;
+    assert_error(status, &answer, 409, "lease_lost", "after completing");
+    assert_eq!(step_count(&server, &execution).await, 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_workers_complete_with_steps_is_fenced_and_writes_nothing() {
+    let server = TestServer::start().await; // 5 s leases
+    let (_, execution) = message_for(&server, "echo", "Ada").await;
+    let first = claim(&server, "echo", 1, 0.0).await.remove(0);
+    let old = text(&first, "lease");
+    // The first worker freezes past its lease; another claim takes the execution over.
+    let second = wait_for(|| async {
+        let mut claims = claim(&server, "echo", 1, 1.0).await;
+        (!claims.is_empty()).then(|| claims.remove(0))
+    })
+    .await;
+    assert_eq!(second["attempt"], 2);
+    let new = text(&second, "lease");
+    let complete = format!("/v1/executions/{execution}/complete");
+
+    // The old worker wakes and sends its step with its answer: refused, nothing written.
+    let (status, answer) = leased(
+        &server,
+        &complete,
+        Some(&old),
+        json!({"output": "old", "steps": [{"model_output": "from the old worker"}]}),
+    )
+    .await;
+    assert_error(status, &answer, 409, "lease_lost", "the old lease");
+    assert_eq!(step_count(&server, &execution).await, 0);
+    let now = server.execution(&execution).await;
+    assert_eq!(now["status"], "running");
+    assert_eq!(now["output"], Value::Null);
+
+    // The new owner's step and answer.
+    let (status, done) = leased(
+        &server,
+        &complete,
+        Some(&new),
+        json!({"output": "new", "steps": [{"model_output": "from the new worker"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"], "new");
+    let (_, steps) = server
+        .get(&format!("/v1/executions/{execution}/steps"))
+        .await;
+    let outputs: Vec<&str> = steps["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["model_output"].as_str().unwrap())
+        .collect();
+    assert_eq!(outputs, ["from the new worker"]);
+    server.stop().await;
+}

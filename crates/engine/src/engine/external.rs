@@ -375,6 +375,41 @@ impl<S: Store> Engine<S> {
         self.end_external(tenant, execution, outcome).await
     }
 
+    /// Saves an external agent's last steps and completes its execution, for one request
+    /// (`complete` with `steps`): a transition the lifecycle refuses writes nothing; the
+    /// steps are saved as [`Engine::append_external_steps`] saves a batch (one wait for
+    /// durability, `step.completed` for the new ones), then the execution completes as
+    /// [`Engine::complete_external`] completes it. A step the store refuses (another body
+    /// at a stored number) stops there: the steps before it are saved, the execution is
+    /// not completed.
+    pub async fn complete_external_with_steps(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        steps: Vec<ExternalStep>,
+        output: Value,
+        final_message: Option<String>,
+    ) -> Result<Execution> {
+        let outcome = Outcome::Completed {
+            output,
+            answer: final_message,
+        };
+        Self::check_can_end(execution, &outcome)?;
+        if steps.is_empty() {
+            return self.end_external(tenant, execution, outcome).await;
+        }
+        let appended = self.append_external_steps(tenant, execution, steps).await?;
+        // The final snapshot names the last step: the execution as it is now.
+        let mut execution = execution.clone();
+        let last = appended
+            .iter()
+            .map(|a| u64::from(a.step.step_number))
+            .max()
+            .unwrap_or(0);
+        execution.step_count = execution.step_count.max(last);
+        self.end_external(tenant, &execution, outcome).await
+    }
+
     /// Fails an external execution with the agent's reason.
     pub async fn fail_external(
         &self,

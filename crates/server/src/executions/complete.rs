@@ -1,5 +1,8 @@
 //! `POST /v1/executions/{id}/complete`: an external agent completes its execution; the
-//! optional `final_message` becomes the assistant's message to the session.
+//! optional `final_message` becomes the assistant's message to the session. The optional
+//! `steps` are its last steps, saved first (as `POST /v1/executions/{id}/steps/batch`
+//! saves them) under the same lease check: a one-step agent's step and its answer in one
+//! request.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -9,6 +12,8 @@ use stepwise_core::Execution;
 use stepwise_engine::EXTERNAL_AGENT;
 use stepwise_store::Store;
 
+use super::append_step::{StepInput, StepWire, check};
+use super::append_steps::MAX_BATCH_STEPS;
 use super::{LeaseHeader, load_external, schema};
 use crate::AppState;
 use crate::auth::Caller;
@@ -23,6 +28,12 @@ pub struct CompleteBody {
     pub output: Value,
     #[schema(schema_with = schema::final_message)]
     pub final_message: Option<String>,
+    /// The agent's last steps (1 to 1,000), saved before it completes, in order, as
+    /// `POST /v1/executions/{id}/steps/batch` saves them; one without `step_number` takes the
+    /// number after the step before it.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<StepInput>>, min_items = 1, max_items = 1000)]
+    pub steps: Option<Vec<StepWire>>,
 }
 
 pub async fn complete<S: Store>(
@@ -32,6 +43,14 @@ pub async fn complete<S: Store>(
     lease: LeaseHeader,
     ApiJson(body): ApiJson<CompleteBody>,
 ) -> ApiResult<Json<Execution>> {
+    if let Some(steps) = &body.steps
+        && (steps.is_empty() || steps.len() > MAX_BATCH_STEPS)
+    {
+        return Err(ApiError::invalid(
+            "steps",
+            format!("steps holds 1 to {MAX_BATCH_STEPS} steps"),
+        ));
+    }
     let execution = load_external(&state, &caller, &id, &lease).await?;
     if let Some(text) = &body.final_message
         && text.chars().count() > MAX_CONTENT_CHARS
@@ -41,6 +60,17 @@ pub async fn complete<S: Store>(
             format!("final_message is longer than {MAX_CONTENT_CHARS} characters"),
         ));
     }
+    // Every step is checked before anything is written.
+    let mut steps = Vec::new();
+    let mut last = execution.step_count;
+    for (n, input) in body.steps.into_iter().flatten().enumerate() {
+        let step = check(input.into(), last).map_err(|e| {
+            let field = format!("steps[{n}].{}", e.field.as_deref().unwrap_or("step"));
+            e.with_field(field)
+        })?;
+        last = u64::from(step.step_number);
+        steps.push(step);
+    }
     // A worker's string output is its answer to the user when it names none.
     let final_message = match (&body.final_message, &body.output) {
         (None, Value::String(text)) if execution.agent_type != EXTERNAL_AGENT => {
@@ -48,15 +78,29 @@ pub async fn complete<S: Store>(
         }
         _ => body.final_message,
     };
-    let done = state
-        .engine
-        .complete_external(&caller.tenant, &execution, body.output, final_message)
-        .await?;
+    let done = if steps.is_empty() {
+        state
+            .engine
+            .complete_external(&caller.tenant, &execution, body.output, final_message)
+            .await?
+    } else {
+        state
+            .engine
+            .complete_external_with_steps(
+                &caller.tenant,
+                &execution,
+                steps,
+                body.output,
+                final_message,
+            )
+            .await?
+    };
     Ok(Json(done))
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/complete", tag = "external agents", operation_id = "complete_execution",
     params(IdLease), request_body = CompleteBody,
-    responses((status = 200, body = Execution), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Execution), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}

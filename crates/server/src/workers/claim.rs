@@ -82,6 +82,9 @@ pub struct ClaimedExecution {
     pub memory: Option<Memory>,
     /// This execution's latest snapshot.
     pub snapshot: Option<Snapshot>,
+    /// Always `true`: this server's `POST /v1/executions/{id}/complete` takes `steps` (the
+    /// last steps, saved with the completion), which an older server would ignore.
+    pub complete_takes_steps: bool,
 }
 
 /// The claimed executions, oldest first (empty when none was runnable within `wait_s`).
@@ -232,6 +235,7 @@ fn answer(claim: WorkerClaim, lease: Duration) -> ClaimedExecution {
         steps: claim.steps,
         memory: claim.memory,
         snapshot: claim.snapshot,
+        complete_takes_steps: true,
         session: claim.session,
         execution: claim.execution,
     }
