@@ -26,6 +26,7 @@ from .wire import (
     Answer,
     Failed,
     after_first_try,
+    extra_head,
     fixed_head,
     read_answer,
     request_bytes,
@@ -47,6 +48,7 @@ class Connection:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.sock = open_socket(host, port, unix, timeout, tls)
+        self.timeout = timeout
         self.buffer = bytearray()
 
     def close(self) -> None:
@@ -145,13 +147,23 @@ class FastHTTP:
             conn.close()
 
     def request(
-        self, method: str, path: str, *, json_body: Any = None, params: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> Any:
-        """Sends one request (`path` quoted already) and returns the parsed JSON answer."""
-        message = request_bytes(method, request_target(self.prefix, path, params, True), self._head, json_body)
+        """Sends one request (`path` quoted already) and returns the parsed JSON answer.
+        `headers` are added to the client's (a worker's lease); `timeout` replaces the pool's
+        for this request."""
+        head = self._head if not headers else self._head + extra_head(headers)
+        message = request_bytes(method, request_target(self.prefix, path, params, True), head, json_body)
         flow, op = after_first_try(
             self._policy,
-            self._exchange(message),
+            self._exchange(message, timeout),
             method,
             path,
             self._shown,
@@ -161,7 +173,7 @@ class FastHTTP:
         try:
             while flow is not None:
                 if op is SEND:
-                    op = flow.send(self._exchange(message))
+                    op = flow.send(self._exchange(message, timeout))
                 elif op is REVIVE:
                     op = flow.send(self._revive is not None and self._revive())
                 else:
@@ -171,22 +183,28 @@ class FastHTTP:
             return done.value
         return op
 
-    def _exchange(self, message: bytes) -> Answer | Failed:
+    def _exchange(self, message: bytes, timeout: float | None = None) -> Answer | Failed:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         reused = conn is not None
+        wanted = self.timeout if timeout is None else timeout
         try:
             if conn is None:
-                conn = Connection(self.host, self.port, self.timeout, self.unix)
+                conn = Connection(self.host, self.port, wanted, self.unix)
+            elif conn.timeout != wanted:
+                conn.sock.settimeout(wanted)
+                conn.timeout = wanted
             answer = conn.exchange(message)
         except _FAILURES as exc:
             if conn is not None:
                 conn.close()
             # A kept-alive connection the server closed meanwhile (a restart, an idle
-            # timeout) fails at once, and so will the other idle ones: drop them.
-            if reused:
+            # timeout) fails at once, and so will the other idle ones: drop them. An answer
+            # that did not come in time is no such thing (not tried again at once).
+            stale = reused and not isinstance(exc, TimeoutError)
+            if stale:
                 self.close()
-            return Failed(exc, reused)
+            return Failed(exc, stale)
         if answer[3]:
             conn.close()
         else:

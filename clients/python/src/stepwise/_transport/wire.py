@@ -28,6 +28,7 @@ __all__ = [
     "fixed_head",
     "read_answer",
     "after_first_try",
+    "extra_head",
     "request_bytes",
     "request_flow",
     "request_target",
@@ -54,6 +55,19 @@ def fixed_head(host: str, port: int, headers: Mapping[str, str]) -> bytes:
         if key.lower() not in _SKIPPED:
             lines.append(f"{key}: {value}")
     return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+
+def extra_head(headers: Mapping[str, str]) -> bytes:
+    """Header lines for one request (a worker's lease), each ending in CRLF; `ValueError`
+    for a name or value that would break the request (a line break, a character outside
+    Latin-1)."""
+    lines = []
+    for key, value in headers.items():
+        line = f"{key}: {value}"
+        if any(c in line for c in "\r\n\x00"):
+            raise ValueError(f"a header cannot hold a line break: {key!r}")
+        lines.append(line + "\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 def request_target(prefix: str, path: str, params: Mapping[str, Any] | None, quoted: bool) -> str:

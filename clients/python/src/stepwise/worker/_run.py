@@ -191,6 +191,10 @@ class Run:
         self._answers = [_answer_in(s) for s in self.steps if is_answer(s)]
         self._answer_at = [i for i, s in enumerate(self.steps) if is_answer(s)]  # their indexes in `steps`
         self._cursor = 0  # the index in `steps` of the next saved step `step` or `call` replays
+        # A `step(last=True)` held back to go with the completion (`complete` with `steps`,
+        # when the server takes it): written first by any other write.
+        self._held: dict[str, Any] | None = None
+        self._complete_takes_steps = claim.get("complete_takes_steps") is True
 
     def __repr__(self) -> str:
         return (
@@ -256,6 +260,8 @@ class Run:
             raise Paused("the run paused")
         if self._dead:
             raise _LeaseLost(self._cancel_reason or "lease_lost")
+        if self._held is not None and suffix != "/complete":
+            self._write_held()
         path = f"/v1/executions/{seg(self.execution_id, 'execution_id')}{suffix}"
 
         def send() -> Any:
@@ -275,7 +281,43 @@ class Run:
                 raise _LeaseLost("lease_lost") from error
             raise
 
-    def step(self, **fields: Any) -> dict[str, Any]:
+    def _write_held(self) -> None:
+        """Writes the step `step(last=True)` held back, as any step is written (before
+        another write, or when the run does not complete after all)."""
+        with self._lock:
+            held, self._held = self._held, None
+            if held is None:
+                return
+            try:
+                stored = self._write("POST", "/steps", held)
+            except BaseException:
+                if not self._dead:
+                    self._held = held  # written by the next write, or the completion
+                raise
+            for index in range(len(self.steps) - 1, -1, -1):
+                if self.steps[index] is held:
+                    self.steps[index] = dict(stored) if isinstance(stored, dict) else held
+                    break
+
+    def _complete(self, body: dict[str, Any]) -> Any:
+        """Completes the execution (``POST .../complete``) with the held step, if any, in
+        the same request. When that request is refused for its step (400, 413, 422), the
+        step is written alone, which raises its error, and the completion follows it."""
+        with self._lock:
+            held = self._held
+            if held is None:
+                return self._write("POST", "/complete", body)
+            try:
+                answer = self._write("POST", "/complete", {**body, "steps": [held]})
+            except StepwiseError as error:
+                if error.status not in (400, 413, 422):
+                    raise
+                self._write_held()
+                return self._write("POST", "/complete", body)
+            self._held = None
+            return answer
+
+    def step(self, *, last: bool = False, **fields: Any) -> dict[str, Any]:
         """Saves the next step of this execution and returns it as stored, or replays it.
 
         `fields` are the Step fields of ``POST /v1/executions/{id}/steps``: ``kind``
@@ -291,6 +333,13 @@ class Run:
         returns the next one as stored and writes nothing; when `fields` differ from it, a
         warning names both. The ``user_input`` steps of questions and answers are left to
         `ask` (a ``user_input`` step of your own is replayed by a call of that kind).
+
+        ``last=True`` says it is the run's last step: it is held back and sent with the
+        completion, in one request, when the function returns right after it (any other
+        write first writes it alone, as does a function that raises). It returns the step
+        as sent (``step_number``, ``kind`` and the fields; no ``id`` or ``created_at``).
+        Until the function returns, the step is neither saved nor shown: a worker lost
+        meanwhile runs the function again from the steps saved before it.
         """
         with self._lock:
             body = {k: v for k, v in fields.items() if v is not None}
@@ -308,6 +357,17 @@ class Run:
                         self.execution_id, saved.get("step_number"), _short(called), _short(stored),
                     )
                 return saved
+            if last and self._complete_takes_steps and not self._dead and not self._paused:
+                if self._held is not None:
+                    self._write_held()
+                number = self._next_number()
+                if "step_number" in body and body["step_number"] != number:
+                    raise ValueError(f"the next step is number {number}, not {body['step_number']}")
+                body["step_number"] = number
+                self._held = body
+                self.steps.append(body)
+                self._cursor = len(self.steps)
+                return dict(body)
             stored_step = self._append(body)
             self._cursor = len(self.steps)
             return stored_step
@@ -615,6 +675,8 @@ class Run:
         if config is not None:
             body["agent_config"] = config
         self.check()
+        if self._held is not None:
+            self._write_held()
         child = self._api.call(
             "POST", f"/v1/sessions/{seg(self.session_id, 'session_id')}/executions", body
         )

@@ -788,7 +788,7 @@ class Worker:
                     body = None
                     kind, value = "fail", (f"the answer is not JSON: {error_summary(error)}", False)
                 if body is not None:
-                    run._write("POST", "/complete", body)
+                    run._complete(body)
                     logger.info("execution %s completed", run.execution_id)
                     return
             message, retry = value
@@ -810,6 +810,10 @@ class Worker:
             if active.released:
                 return
             active.released = True
+        try:
+            run._write_held()  # a step the run held back is saved before it goes back
+        except (StepwiseError, Cancelled):
+            pass
         try:
             self._api.call(
                 "POST",
