@@ -7,14 +7,19 @@
   time; p50 and p99.
 - **throughput**: `--executions` one-step executions (each message in its own session) through a
   Python `stepwise.worker.Worker` (`--concurrency`, default 16) whose agent saves one step and
-  answers, beside the same number through the built-in demo agent (`hi`: one step, then
+  answers, the same agent with its step marked `last=True` (sent with the completion, one
+  request), beside the same number through the built-in demo agent (`hi`: one step, then
   `Echo: hi`), on the same server; executions per second from the first post to the last
-  completion.
+  completion. `--repeat N` alternates the three batches N times and gives medians; beside the
+  rates, each execution's CPU milliseconds in the server and in the worker process (less
+  disturbed by other load on the machine than the rates) and the worker's requests per
+  execution by route.
 - **idle cost**: a `Worker` with nothing to do for `--idle-s` seconds: its requests (the
   server's `stepwise_http_requests_total`) and the server process's CPU seconds in that time.
 
     pip install ./clients/python
     python clients/python/bench/bench_worker.py --stepwise-bin target/release/stepwise
+    python clients/python/bench/bench_worker.py --stepwise-bin target/release/stepwise --parts throughput --repeat 5
 
 Prints one JSON object.
 """
@@ -42,6 +47,7 @@ from stepwise.testing import local_server
 from stepwise.worker import Worker
 
 AGENT = "bench-echo"
+AGENT_LAST = "bench-echo-last"  # the same agent, its step sent with the completion
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -118,11 +124,33 @@ def run_batch(client: Stepwise, executions: int, agent: str | None, pool: Thread
     return executions / (time.perf_counter() - t0)
 
 
-def throughput(url: str, executions: int, concurrency: int) -> dict[str, Any]:
-    """The worker runs in a process of its own (`worker_echo.py`), as a deployment runs it."""
+def throughput(url: str, executions: int, concurrency: int, server_pid: int | None, repeat: int = 1) -> dict[str, Any]:
+    """The worker runs in a process of its own (`worker_echo.py`), as a deployment runs it.
+    The demo agent's batch and the worker's alternate `repeat` times; beside the rates come
+    the CPU milliseconds each execution cost the server (and the worker process), a figure
+    that other load on the machine disturbs less than the rates, and the worker's requests
+    per execution by route (the bench's own posts and waits left out)."""
     env = {**os.environ, "STEPWISE_URL": url, "STEPWISE_BENCH_CONCURRENCY": str(concurrency),
            "PYTHONPATH": str(Path(__file__).resolve().parent)}
     process = subprocess.Popen([sys.executable, "-m", "stepwise.worker", "worker_echo:worker"], env=env)
+    rounds: list[dict[str, Any]] = []
+    worker_routes: dict[str, dict[str, float]] = {AGENT: {}, AGENT_LAST: {}}
+
+    def measured(client: Stepwise, agent: str | None, pool: ThreadPoolExecutor) -> dict[str, float]:
+        server_cpu = cpu_seconds(server_pid) if server_pid else None
+        worker_cpu = cpu_seconds(process.pid)
+        routes = requests_by_route(url)
+        rate = run_batch(client, executions, agent, pool)
+        figures = {"per_s": rate,
+                   "server_cpu_ms": (cpu_seconds(server_pid) - server_cpu) * 1000 / executions if server_pid else None,
+                   "worker_cpu_ms": (cpu_seconds(process.pid) - worker_cpu) * 1000 / executions}
+        if agent:
+            for route, total in requests_by_route(url).items():
+                delta = total - routes.get(route, 0.0)
+                if delta and route not in BENCH_ROUTES:
+                    worker_routes[agent][route] = worker_routes[agent].get(route, 0.0) + delta
+        return figures
+
     try:
         with Stepwise(url) as client, ThreadPoolExecutor(16) as pool:
             deadline = time.monotonic() + 60
@@ -132,20 +160,67 @@ def throughput(url: str, executions: int, concurrency: int) -> dict[str, Any]:
             while not online():
                 assert time.monotonic() < deadline, "the worker did not connect"
                 time.sleep(0.2)
-            run_batch(client, 20, None, pool)  # warm up both paths
+            run_batch(client, 20, None, pool)  # warm up the paths
             run_batch(client, 20, AGENT, pool)
-            demo = run_batch(client, executions, None, pool)
-            workers = run_batch(client, executions, AGENT, pool)
+            run_batch(client, 20, AGENT_LAST, pool)
+            for _ in range(repeat):
+                demo = measured(client, None, pool)
+                workers = measured(client, AGENT, pool)
+                last = measured(client, AGENT_LAST, pool)
+                rounds.append({"demo": demo, "worker": workers, "last": last,
+                               "ratio": workers["per_s"] / demo["per_s"],
+                               "ratio_last": last["per_s"] / demo["per_s"]})
     finally:
         process.terminate()
         process.wait(30)
-    return {
+
+    def median(key: str, side: str | None = None) -> float | None:
+        values = [r[key] if side is None else r[side][key] for r in rounds]
+        if any(v is None for v in values):
+            return None
+        return round(statistics.median(values), 2)
+
+    result: dict[str, Any] = {
         "executions": executions,
         "worker_concurrency": concurrency,
-        "demo_per_s": round(demo, 1),
-        "python_worker_per_s": round(workers, 1),
-        "ratio": round(workers / demo, 2),
+        "demo_per_s": median("per_s", "demo"),
+        "python_worker_per_s": median("per_s", "worker"),
+        "ratio": median("ratio"),
+        "python_worker_last_step_per_s": median("per_s", "last"),
+        "ratio_last_step": median("ratio_last"),
+        "server_cpu_ms_per_execution": {"demo": median("server_cpu_ms", "demo"),
+                                        "worker": median("server_cpu_ms", "worker"),
+                                        "worker_last_step": median("server_cpu_ms", "last")},
+        "worker_process_cpu_ms_per_execution": {"worker": median("worker_cpu_ms", "worker"),
+                                                "worker_last_step": median("worker_cpu_ms", "last")},
+        "worker_requests_per_execution": {
+            side: {route: round(count / (executions * len(rounds)), 2) for route, count in sorted(routes.items())}
+            for side, routes in (("worker", worker_routes[AGENT]), ("worker_last_step", worker_routes[AGENT_LAST]))
+        },
     }
+    if repeat > 1:
+        result["rounds"] = [
+            {"demo_per_s": round(r["demo"]["per_s"], 1), "python_worker_per_s": round(r["worker"]["per_s"], 1),
+             "python_worker_last_step_per_s": round(r["last"]["per_s"], 1),
+             "ratio": round(r["ratio"], 2), "ratio_last_step": round(r["ratio_last"], 2)}
+            for r in rounds
+        ]
+    return result
+
+
+# The bench's own requests (its posts, its waits, the metrics it reads), not the worker's.
+BENCH_ROUTES = frozenset({"POST /v1/messages", "GET /v1/executions/{id}", "GET /metrics", "GET /v1/agents"})
+
+
+def requests_by_route(url: str) -> dict[str, float]:
+    """The server's `stepwise_http_requests_total`, summed by method and route."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    pattern = r'^stepwise_http_requests_total\{method="([^"]*)",route="([^"]*)",status="[^"]*"\} (\S+)$'
+    for m in re.finditer(pattern, text, re.M):
+        key = f"{m.group(1)} {m.group(2)}"
+        out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
 
 
 def requests_total(url: str) -> float:
@@ -188,17 +263,28 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="the Python worker's concurrency (default 16)")
     parser.add_argument("--idle-s", type=float, default=60.0, help="seconds of idle worker (default 60)")
     parser.add_argument("--database", default=None, help="the server's database URL (default: a temporary SQLite file)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="throughput: demo and worker batches alternate this many times; medians (default 1)")
+    parser.add_argument("--parts", default="start_latency,throughput,idle_worker",
+                        help="which measures to run, comma-separated (default: all three)")
     args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    unknown = parts - {"start_latency", "throughput", "idle_worker"}
+    if unknown:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
 
     with local_server(binary=args.stepwise_bin, database=args.database, args=["--workers", "16"]) as server:
         pid = server.pid
-        result = {
+        result: dict[str, Any] = {
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "database": (args.database or "sqlite (temporary file)").split("@")[-1],
-            "start_latency": start_latency(server.url, args.rounds),
-            "throughput": throughput(server.url, args.executions, args.concurrency),
-            "idle_worker": idle_cost(server.url, pid, args.idle_s),
         }
+        if "start_latency" in parts:
+            result["start_latency"] = start_latency(server.url, args.rounds)
+        if "throughput" in parts:
+            result["throughput"] = throughput(server.url, args.executions, args.concurrency, pid, args.repeat)
+        if "idle_worker" in parts:
+            result["idle_worker"] = idle_cost(server.url, pid, args.idle_s)
     print(json.dumps(result, indent=2))
 
 
