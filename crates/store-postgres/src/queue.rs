@@ -27,9 +27,11 @@ const RECLAIM_EXPIRED: &str = concat!(
 /// The oldest runnable heads (see `migrations/V3__queue_heads.sql`), read without locks:
 /// each is then taken with its session's advisory lock, tried, not waited for.
 /// A claim limited to some agent types or a tenant passes over the heads it may not take.
-const NEXT_HEADS: &str = "SELECT h.queue_key FROM queue_heads h JOIN executions e ON e.id = h.execution_id WHERE h.queue_key <> ALL($1) \
-     AND ($3::text[] IS NULL OR e.agent_type = ANY($3)) AND ($4::text IS NULL OR e.tenant_id = $4) \
-     ORDER BY h.created_at, h.execution_id LIMIT $2";
+/// `queue_heads` alone, no join (`V9__queue_heads_own_columns.sql`): whatever the planner
+/// knows of the tables, the read costs the heads it walks, never the queue's depth.
+const NEXT_HEADS: &str = "SELECT queue_key FROM queue_heads WHERE queue_key <> ALL($1) \
+     AND ($3::text[] IS NULL OR agent_type = ANY($3)) AND ($4::text IS NULL OR tenant_id = $4) \
+     ORDER BY created_at, execution_id LIMIT $2";
 /// The session's lock, if no other transaction holds it.
 const TRY_LOCK_HEAD: &str = "SELECT pg_try_advisory_xact_lock(queue_head_lock($1)) AS locked";
 /// The session's head as it is now (under its lock), with what the claim answers.
