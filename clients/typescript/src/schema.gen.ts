@@ -150,6 +150,11 @@ export type ClaimList = {
 export type ClaimedExecution = {
   /** 1 for the first run, more after a lost worker. */
   attempt: number;
+  /**
+   * Always `true`: this server's `POST /v1/executions/{id}/complete` takes `steps` (the
+   * last steps, saved with the completion), which an older server would ignore.
+   */
+  complete_takes_steps: boolean;
   execution: Execution;
   /** How often to renew the lease, in seconds (a third of it). */
   heartbeat_interval_s: number;
@@ -175,6 +180,12 @@ export type ClaimedExecution = {
 export type CompleteBody = {
   final_message?: string | null;
   output?: unknown;
+  /**
+   * The agent's last steps (1 to 1,000), saved before it completes, in order, as
+   * `POST /v1/executions/{id}/steps/batch` saves them; one without `step_number` takes the
+   * number after the step before it.
+   */
+  steps?: StepInput[] | null;
 };
 
 /** What restore gives an agent when some of the stored memory could not be decoded. */
