@@ -927,9 +927,12 @@ async fn a_one_step_agents_step_goes_with_its_completion_and_a_refused_one_write
     assert_eq!(c["complete_takes_steps"], true);
     let lease = text(&c, "lease");
     let complete = format!("/v1/executions/{execution}/complete");
+    // Whole numbers written as floats (`1.0`, an integer to JSON Schema) are taken, as
+    // `/steps/batch` takes them.
     let body = json!({"output": "Echo: Ada",
-        "steps": [{"model_output": "Echoing", "tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}],
-                   "observations": "Ada"}]});
+        "steps": [{"step_number": 1.0, "model_output": "Echoing",
+                   "tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}],
+                   "observations": "Ada", "token_usage": {"input": 3.0, "output": 2, "total": 5.0}}]});
 
     // Refused before anything is written: no lease, a forged one, a step that is not one,
     // an empty list. The execution still runs, without a step.

@@ -133,6 +133,14 @@ fn read_batch(body: Value) -> ApiResult<BatchWire> {
         .map(Vec::len)
         .ok_or_else(|| ApiError::invalid("steps", "steps must be an array of steps"))?;
     check_count(count)?;
+    let pointers = step_integers(count);
+    let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
+    typed_body(body, &pointers)
+}
+
+/// The pointers of the integers of a body's `steps` (the first `count`), where a whole
+/// number written as a float (`3.0`) is taken.
+pub(super) fn step_integers(count: usize) -> Vec<String> {
     let mut pointers = Vec::with_capacity(count * 4);
     for n in 0..count {
         for field in [
@@ -144,8 +152,7 @@ fn read_batch(body: Value) -> ApiResult<BatchWire> {
             pointers.push(format!("/steps/{n}/{field}"));
         }
     }
-    let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
-    typed_body(body, &pointers)
+    pointers
 }
 
 #[utoipa::path(post, path = "/v1/executions/{id}/steps/batch", tag = "external agents", operation_id = "append_steps",

@@ -13,11 +13,11 @@ use stepwise_engine::EXTERNAL_AGENT;
 use stepwise_store::Store;
 
 use super::append_step::{StepInput, StepWire, check};
-use super::append_steps::MAX_BATCH_STEPS;
-use super::{LeaseHeader, load_external, schema};
+use super::append_steps::{MAX_BATCH_STEPS, step_integers};
+use super::{LeaseHeader, load_external, schema, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult, ErrorBody, JsonBody};
 use crate::schemas::IdLease;
 use crate::sessions::MAX_CONTENT_CHARS;
 
@@ -41,8 +41,21 @@ pub async fn complete<S: Store>(
     caller: Caller,
     Path(id): Path<String>,
     lease: LeaseHeader,
-    ApiJson(body): ApiJson<CompleteBody>,
+    body: JsonBody<CompleteBody>,
 ) -> ApiResult<Json<Execution>> {
+    let body = match body {
+        JsonBody::Typed(body) => body,
+        // Not a `CompleteBody` as written: its steps' whole numbers may be floats (`3.0`).
+        JsonBody::Value(body) => {
+            let count = body
+                .get("steps")
+                .and_then(Value::as_array)
+                .map_or(0, |steps| steps.len().min(MAX_BATCH_STEPS + 1));
+            let pointers = step_integers(count);
+            let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
+            typed_body(body, &pointers)?
+        }
+    };
     if let Some(steps) = &body.steps
         && (steps.is_empty() || steps.len() > MAX_BATCH_STEPS)
     {
