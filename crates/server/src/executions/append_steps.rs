@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use stepwise_core::Step;
+use stepwise_engine::ExternalStep;
 use stepwise_store::Store;
 use utoipa::IntoParams;
 use utoipa::openapi::path::{Parameter, ParameterIn};
@@ -91,16 +92,7 @@ pub async fn append_steps<S: Store>(
         JsonBody::Value(body) => read_batch(body)?,
     };
     let execution = load_external(&state, &caller, &id, &lease).await?;
-    let mut last = execution.step_count;
-    let mut steps = Vec::with_capacity(batch.steps.len());
-    for (n, input) in batch.steps.into_iter().enumerate() {
-        let step = check(input.into(), last).map_err(|e| {
-            let field = format!("steps[{n}].{}", e.field.as_deref().unwrap_or("step"));
-            e.with_field(field)
-        })?;
-        last = u64::from(step.step_number);
-        steps.push(step);
-    }
+    let steps = check_steps(batch.steps, execution.step_count)?;
     let appended = state
         .engine
         .append_external_steps(&caller.tenant, &execution, steps)
@@ -112,6 +104,21 @@ pub async fn append_steps<S: Store>(
         Vec::new()
     };
     Ok((StatusCode::CREATED, Json(StepsAppended { items, created })))
+}
+
+/// Checks a request's `steps` in order (each without a number takes the one after the
+/// step before it, the first after `last`), naming a bad one's field as `steps[N].field`.
+pub(super) fn check_steps(inputs: Vec<StepWire>, mut last: u64) -> ApiResult<Vec<ExternalStep>> {
+    let mut steps = Vec::with_capacity(inputs.len());
+    for (n, input) in inputs.into_iter().enumerate() {
+        let step = check(input.into(), last).map_err(|e| {
+            let field = format!("steps[{n}].{}", e.field.as_deref().unwrap_or("step"));
+            e.with_field(field)
+        })?;
+        last = u64::from(step.step_number);
+        steps.push(step);
+    }
+    Ok(steps)
 }
 
 fn check_count(count: usize) -> ApiResult<()> {

@@ -12,8 +12,8 @@ use stepwise_core::Execution;
 use stepwise_engine::EXTERNAL_AGENT;
 use stepwise_store::Store;
 
-use super::append_step::{StepInput, StepWire, check};
-use super::append_steps::{MAX_BATCH_STEPS, step_integers};
+use super::append_step::{StepInput, StepWire};
+use super::append_steps::{MAX_BATCH_STEPS, check_steps, step_integers};
 use super::{LeaseHeader, load_external, schema, typed_body};
 use crate::AppState;
 use crate::auth::Caller;
@@ -74,16 +74,7 @@ pub async fn complete<S: Store>(
         ));
     }
     // Every step is checked before anything is written.
-    let mut steps = Vec::new();
-    let mut last = execution.step_count;
-    for (n, input) in body.steps.into_iter().flatten().enumerate() {
-        let step = check(input.into(), last).map_err(|e| {
-            let field = format!("steps[{n}].{}", e.field.as_deref().unwrap_or("step"));
-            e.with_field(field)
-        })?;
-        last = u64::from(step.step_number);
-        steps.push(step);
-    }
+    let steps = check_steps(body.steps.unwrap_or_default(), execution.step_count)?;
     // A worker's string output is its answer to the user when it names none.
     let final_message = match (&body.final_message, &body.output) {
         (None, Value::String(text)) if execution.agent_type != EXTERNAL_AGENT => {
