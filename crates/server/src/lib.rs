@@ -210,6 +210,7 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
         )
         .route("/sessions/{id}/events", get(events::stream::<S>))
         .route("/sessions/{id}/export", get(sessions::export::export::<S>))
+        .route("/sessions/{id}/fork", post(sessions::fork::fork::<S>))
         .route(
             "/sessions/{id}/items",
             get(items::list::list::<S>)

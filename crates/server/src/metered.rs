@@ -300,6 +300,15 @@ impl<S: Store> ExecutionStore for Metered<S> {
             .transition_execution(tenant, id, transition)
             .await
     }
+
+    async fn remove_executions(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        ids: Vec<Id>,
+    ) -> Result<u64> {
+        self.inner.remove_executions(tenant, session_id, ids).await
+    }
 }
 
 impl<S: Store> QueueStore for Metered<S> {

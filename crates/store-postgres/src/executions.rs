@@ -3,7 +3,7 @@
 //! `queue`.
 
 use stepwise_core::{Execution, ExecutionStatus, Id, Message};
-use stepwise_store::rules::{check_execution_with_messages, check_transition};
+use stepwise_store::rules::{check_execution_with_messages, check_transition, removal_set};
 use stepwise_store::{
     NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition, message_created,
 };
@@ -34,6 +34,25 @@ const SESSION_EXECUTIONS: &str = concat!(
     execution_cols!(),
     " FROM executions WHERE session_id = $1 AND tenant_id = $2 ORDER BY created_at, id"
 );
+/// Holds the session's row while its executions are removed (appends to it wait).
+const LOCK_SESSION: &str = "SELECT id FROM sessions WHERE id = $1 AND tenant_id = $2 FOR UPDATE";
+/// What goes with removed executions (`$1` their ids, `$2` their session).
+const REMOVE_EXECUTION_ROWS: [&str; 5] = [
+    "DELETE FROM steps WHERE execution_id = ANY($1) AND $2::uuid IS NOT NULL",
+    "DELETE FROM snapshots WHERE execution_id = ANY($1) AND $2::uuid IS NOT NULL",
+    "DELETE FROM messages WHERE session_id = $2 AND execution_id = ANY($1)",
+    "DELETE FROM events WHERE session_id = $2 AND execution_id = ANY($1)",
+    "DELETE FROM executions WHERE session_id = $2 AND id = ANY($1)",
+];
+/// The session once executions went: its last root execution (`$1`), its message count,
+/// and its last snapshot when that one went (the newest of a remaining root execution).
+const SESSION_AFTER_REMOVAL: &str = "UPDATE sessions SET last_execution_id = $1, updated_at = $2, \
+     message_count = (SELECT COUNT(*) FROM messages WHERE session_id = $3), \
+     last_snapshot_id = CASE WHEN last_snapshot_id IS NULL OR EXISTS (SELECT 1 FROM snapshots WHERE id = sessions.last_snapshot_id) \
+       THEN last_snapshot_id \
+       ELSE (SELECT s.id FROM snapshots s JOIN executions e ON e.id = s.execution_id \
+             WHERE e.session_id = $3 AND e.parent_execution_id IS NULL ORDER BY s.created_at DESC, s.id DESC LIMIT 1) END \
+     WHERE id = $3 AND tenant_id = $4";
 /// A state change; the lease goes, and a pause starts the attempt count afresh.
 const TRANSITION_EXECUTION: &str = concat!(
     "UPDATE executions SET status = $1, output = COALESCE($2, output), error_message = COALESCE($3, error_message), \
@@ -187,6 +206,50 @@ impl stepwise_store::ExecutionStore for PgStore {
             .await
             .map_err(map_pg)?;
         sql::collect(&rows, sql::execution)
+    }
+
+    async fn remove_executions(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        ids: Vec<Id>,
+    ) -> Result<u64> {
+        // Saves queued before this call land first: none is left to write a removed row back.
+        self.inner.writer.flush().await?;
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        let owner = tenant.as_str();
+        if tx
+            .query_typed_opt(LOCK_SESSION, args![session_id, owner])
+            .await
+            .map_err(map_pg)?
+            .is_none()
+        {
+            return Ok(0);
+        }
+        let rows = tx
+            .query_typed(SESSION_EXECUTIONS, args![session_id, owner])
+            .await
+            .map_err(map_pg)?;
+        let executions = sql::collect(&rows, sql::execution)?;
+        let (gone, last_root) = removal_set(&executions, &ids)?;
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        for statement in REMOVE_EXECUTION_ROWS {
+            tx.query_typed(statement, args![gone.clone(), session_id])
+                .await
+                .map_err(map_pg)?;
+        }
+        tx.query_typed(
+            SESSION_AFTER_REMOVAL,
+            args![last_root, now.0, session_id, owner],
+        )
+        .await
+        .map_err(map_pg)?;
+        tx.commit().await.map_err(map_pg)?;
+        Ok(gone.len() as u64)
     }
 
     /// Checks the move against the current state (row locked), applies it and rings the

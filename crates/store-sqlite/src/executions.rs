@@ -3,7 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwise_core::{Execution, Id, Message};
-use stepwise_store::rules::{check_execution_with_messages, check_transition};
+use stepwise_store::rules::{check_execution_with_messages, check_transition, removal_set};
 use stepwise_store::{NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition};
 
 use crate::SqliteStore;
@@ -30,6 +30,25 @@ const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?
      resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
      attempts = CASE WHEN ?1 = 'paused' THEN 0 ELSE attempts END \
      WHERE id = ?7 AND tenant_id = ?8";
+
+/// What goes with a removed execution (`?1` its id, `?2` its session).
+const REMOVE_EXECUTION_ROWS: [&str; 6] = [
+    "DELETE FROM steps WHERE execution_id = ?1 AND ?2 IS NOT NULL",
+    "DELETE FROM snapshots WHERE execution_id = ?1 AND ?2 IS NOT NULL",
+    "DELETE FROM messages WHERE session_id = ?2 AND execution_id = ?1",
+    "DELETE FROM events WHERE session_id = ?2 AND execution_id = ?1",
+    "DELETE FROM queue_heads WHERE execution_id = ?1 AND ?2 IS NOT NULL",
+    "DELETE FROM executions WHERE id = ?1 AND session_id = ?2",
+];
+/// The session once executions went: its last root execution (`?1`), its message count,
+/// and its last snapshot when that one went (the newest of a remaining root execution).
+const SESSION_AFTER_REMOVAL: &str = "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2, \
+     message_count = (SELECT COUNT(*) FROM messages WHERE session_id = ?3), \
+     last_snapshot_id = CASE WHEN last_snapshot_id IS NULL OR EXISTS (SELECT 1 FROM snapshots WHERE id = sessions.last_snapshot_id) \
+       THEN last_snapshot_id \
+       ELSE (SELECT s.id FROM snapshots s JOIN executions e ON e.id = s.execution_id \
+             WHERE e.session_id = ?3 AND e.parent_execution_id IS NULL ORDER BY s.created_at DESC, s.id DESC LIMIT 1) END \
+     WHERE id = ?3 AND tenant_id = ?4";
 
 /// Inserts `e`, held by `lease_owner` until its `lease_expires_at` when it starts leased.
 fn insert_execution(conn: &Connection, e: &Execution, lease_owner: Option<&str>) -> Result<()> {
@@ -159,6 +178,49 @@ impl stepwise_store::ExecutionStore for SqliteStore {
                 .map_err(map_sqlite)
         })
         .await
+    }
+
+    async fn remove_executions(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        ids: Vec<Id>,
+    ) -> Result<u64> {
+        let now = self.now();
+        let owner = tenant.as_str().to_string();
+        let removed = self
+            .write(move |conn, _| {
+                let executions: Vec<Execution> = conn
+                    .prepare_cached(LIST_EXECUTIONS)
+                    .and_then(|mut s| {
+                        s.query_map(params![bid(session_id), owner], rows::execution)?
+                            .collect()
+                    })
+                    .map_err(map_sqlite)?;
+                let (gone, last_root) = removal_set(&executions, &ids)?;
+                if gone.is_empty() {
+                    return Ok(0);
+                }
+                for id in &gone {
+                    for sql in REMOVE_EXECUTION_ROWS {
+                        conn.prepare_cached(sql)
+                            .and_then(|mut s| s.execute(params![bid(*id), bid(session_id)]))
+                            .map_err(map_sqlite)?;
+                    }
+                }
+                conn.prepare_cached(SESSION_AFTER_REMOVAL)
+                    .and_then(|mut s| {
+                        s.execute(params![opt_bid(last_root), now.0, bid(session_id), owner])
+                    })
+                    .map_err(map_sqlite)?;
+                Ok(gone.len() as u64)
+            })
+            .await?;
+        if removed > 0 {
+            // Rows went from the middle of the session's lists: its cached lists are stale.
+            self.inner.session_cache.remove(tenant, session_id);
+        }
+        Ok(removed)
     }
 
     async fn transition_execution(

@@ -15,8 +15,9 @@ use crate::{Result, StoreError, Tenant};
 /// (pending or running) is cancelled, since an imported run has no worker. Refused: another
 /// `format_version`, a name breaking the rules, steps or snapshots of an execution the
 /// document does not hold, a step number that is 0 or repeated, a LangGraph thread whose
-/// checkpoints break the rules of [`validate_thread`] (the thread id is kept: the backend
-/// refuses it with `Conflict` when the tenant already has that thread).
+/// checkpoints break the rules of [`validate_thread`]. The thread id is kept (the backend
+/// refuses it with `Conflict` when the tenant already has that thread), except a thread
+/// named after its session (a worker's LangGraph thread): it takes the new session's id.
 pub fn rekey_document(
     tenant: &Tenant,
     user_id: &str,
@@ -54,6 +55,12 @@ pub fn rekey_document(
     let map = |old: Option<Id>| old.and_then(|o| ids.get(&o).copied());
     let renamed = |old: Id| ids.get(&old).copied().unwrap_or(old);
 
+    // A thread named after its session (a worker's LangGraph thread) follows the session.
+    if let Some(thread) = doc.thread.as_mut()
+        && thread.thread_id == doc.session.id.to_string()
+    {
+        thread.thread_id = session_id.to_string();
+    }
     let s = &mut doc.session;
     s.id = session_id;
     s.tenant_id = tenant.as_str().to_string();

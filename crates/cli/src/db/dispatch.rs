@@ -123,6 +123,7 @@ dispatch! {
     fn get_execution(tenant: &Tenant, id: Id) -> Result<Option<Execution>>;
     fn list_executions(tenant: &Tenant, session_id: Id) -> Result<Vec<Execution>>;
     fn transition_execution(tenant: &Tenant, id: Id, transition: Transition) -> Result<Execution>;
+    fn remove_executions(tenant: &Tenant, session_id: Id, ids: Vec<Id>) -> Result<u64>;
 }
 
 dispatch! {

@@ -8,6 +8,7 @@
 //! HTTP by an agent outside the server), [`finish`] (the one way an execution ends, whoever
 //! drives it), [`snapshots`] and [`publish`] (messages and events).
 
+mod busy;
 mod cancel;
 mod decisions;
 mod external;

@@ -2,9 +2,10 @@
 //! execution queued for it.
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
-use stepwise_core::SessionStatus;
+use stepwise_core::{Session, SessionStatus};
 use stepwise_store::Store;
 
 use super::{AgentBody, MessageAccepted, MessageFields};
@@ -28,11 +29,31 @@ pub struct MessageBody {
     #[schema(schema_with = crate::schemas::object_or_null)]
     pub metadata: Option<Value>,
     pub agent: Option<AgentBody>,
+    /// What the message does while the session has an execution queued or running:
+    /// `enqueue` (the default) queues it behind them; `reject` answers 409
+    /// `session_busy`; `interrupt` cancels them (a running one at its next step
+    /// boundary; both kept) and the new one runs next; `rollback` cancels them and removes
+    /// them with everything they wrote, then the new one runs. A paused execution is not
+    /// busy: the message is its answer.
+    #[serde(default)]
+    pub on_busy: Option<OnBusy>,
+}
+
+/// `on_busy`: see [`MessageBody::on_busy`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBusy {
+    #[default]
+    Enqueue,
+    Reject,
+    Interrupt,
+    Rollback,
 }
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "messages", operation_id = "post_message",
     params(IdPath), request_body = MessageBody,
     responses((status = 202, body = MessageAccepted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "`session_busy`: `on_busy` is `reject` and an execution of the session is queued or running"),
               (status = 422, body = ErrorBody, description = "`unknown_agent`: no worker announced `agent.type` in the last 24 hours (send `agent.wait: true` to queue anyway); `invalid_state`: the session is deleted")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}
@@ -47,6 +68,7 @@ pub async fn post<S: Store>(
     let id = path_id(&id, "id")?;
     let wait = query.duration()?;
     let agent_wait = body.agent.as_ref().and_then(|a| a.wait).unwrap_or(false);
+    let on_busy = body.on_busy.unwrap_or_default();
     let input = MessageFields {
         content: body.content,
         related_type: body.related_type,
@@ -61,9 +83,56 @@ pub async fn post<S: Store>(
     if session.status == SessionStatus::Deleted {
         return Err(ApiError::invalid_state("the session is deleted"));
     }
+    let session = make_room(&state, &caller, session, on_busy).await?;
     let submitted = state
         .engine
         .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
         .await?;
     super::wait::respond(&state, &caller, MessageAccepted::from(submitted), wait).await
+}
+
+/// Applies `on_busy` to the session's queued and running executions; answers the session
+/// as the new message finds it.
+async fn make_room<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: Session,
+    on_busy: OnBusy,
+) -> ApiResult<Session> {
+    if on_busy == OnBusy::Enqueue {
+        return Ok(session);
+    }
+    let engine = &state.engine;
+    let busy = engine.busy_executions(&caller.tenant, session.id).await?;
+    if busy.is_empty() {
+        return Ok(session);
+    }
+    match on_busy {
+        OnBusy::Enqueue => return Ok(session),
+        OnBusy::Reject => {
+            let ids: Vec<String> = busy
+                .iter()
+                .map(|e| format!("{} ({})", e.id, e.status))
+                .collect();
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "session_busy",
+                format!(
+                    "the session is busy: execution {} (send on_busy: enqueue, interrupt or rollback to go on)",
+                    ids.join(", ")
+                ),
+            ));
+        }
+        OnBusy::Interrupt => {
+            engine
+                .make_room(&caller.tenant, session.id, &busy, false)
+                .await?
+        }
+        OnBusy::Rollback => {
+            engine
+                .make_room(&caller.tenant, session.id, &busy, true)
+                .await?
+        }
+    }
+    load_session(state, caller, session.id).await
 }

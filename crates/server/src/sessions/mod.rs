@@ -9,6 +9,7 @@
 pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod export;
+pub(crate) mod fork;
 pub(crate) mod get;
 pub(crate) mod import;
 pub(crate) mod list;

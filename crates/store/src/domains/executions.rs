@@ -53,6 +53,27 @@ pub trait ExecutionStore: Send + Sync {
         id: Id,
         transition: Transition,
     ) -> impl Future<Output = Result<Execution>> + Send;
+
+    /// Hard delete (a rollback, `on_busy: rollback`): the finished executions `ids` of the
+    /// session, each with its sub-executions ([`crate::rules::removal_set`]), their steps,
+    /// snapshots, messages and events, in one write. The session's last execution, last
+    /// snapshot and message count follow what remains. Ids that are no execution of the
+    /// session are skipped; an execution not finished is `InvalidState` and nothing is
+    /// deleted. Returns how many executions went. A backend that cannot answers
+    /// `InvalidState`.
+    fn remove_executions(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        ids: Vec<Id>,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        let _ = (tenant, session_id, ids);
+        async {
+            Err(crate::StoreError::InvalidState(
+                "this storage backend cannot remove executions".into(),
+            ))
+        }
+    }
 }
 
 /// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
@@ -102,5 +123,15 @@ impl<L: PassExecutions> ExecutionStore for L {
     ) -> impl Future<Output = Result<Execution>> + Send {
         self.layer_inner()
             .transition_execution(tenant, id, transition)
+    }
+
+    fn remove_executions(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        ids: Vec<Id>,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        self.layer_inner()
+            .remove_executions(tenant, session_id, ids)
     }
 }

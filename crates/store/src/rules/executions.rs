@@ -84,3 +84,46 @@ mod tests {
         assert_eq!(check_step_number(1), Ok(()));
     }
 }
+
+/// What [`ExecutionStore::remove_executions`](crate::ExecutionStore::remove_executions)
+/// deletes of a session holding `executions`: the listed ones that belong to it and every
+/// sub-execution below them. `InvalidState` when one of them is not finished (nothing is
+/// deleted). Also answers the session's last root execution once they are gone.
+pub fn removal_set(
+    executions: &[stepwise_core::Execution],
+    ids: &[Id],
+) -> Result<(Vec<Id>, Option<Id>)> {
+    let mut gone: Vec<Id> = executions
+        .iter()
+        .filter(|e| ids.contains(&e.id))
+        .map(|e| e.id)
+        .collect();
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for e in executions {
+            if let Some(parent) = e.parent_execution_id
+                && gone.contains(&parent)
+                && !gone.contains(&e.id)
+            {
+                gone.push(e.id);
+                grew = true;
+            }
+        }
+    }
+    if let Some(running) = executions
+        .iter()
+        .find(|e| gone.contains(&e.id) && !e.status.is_finished())
+    {
+        return Err(StoreError::InvalidState(format!(
+            "execution {} is {}: only a finished execution can be removed",
+            running.id, running.status
+        )));
+    }
+    let last_root = executions
+        .iter()
+        .filter(|e| e.parent_execution_id.is_none() && !gone.contains(&e.id))
+        .max_by_key(|e| (e.created_at, e.id))
+        .map(|e| e.id);
+    Ok((gone, last_root))
+}

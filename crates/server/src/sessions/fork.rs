@@ -1,0 +1,132 @@
+//! `POST /v1/sessions/{id}/fork`: a new session holding the session as it was at a point
+//! (after an execution, or at one of its steps; the latest when none is given): its
+//! messages, executions, steps and snapshots up to there, and for a LangGraph thread its
+//! checkpoints up to there. Its agent memory restores exactly at that point; the original
+//! is untouched. The fork belongs to the caller.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde_json::Value;
+use stepwise_core::name::validate_name;
+use stepwise_core::{Id, Session};
+use stepwise_store::rules::{ForkPoint, cut_document};
+use stepwise_store::{Store, StoreError, export_session};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, ErrorBody, path_id};
+use crate::schemas::IdPath;
+
+/// Where the fork ends, and its name. Every field is optional; an empty body (or none)
+/// forks the whole session.
+#[derive(Debug, Default, utoipa::ToSchema)]
+#[allow(dead_code)] // the schema of a body read by `fork_point`
+pub struct ForkBody {
+    /// A root execution of the session: the fork ends after it (the latest when absent).
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub execution_id: Option<Id>,
+    /// A step of that execution: the fork holds what the execution had written up to
+    /// this step, and shows the execution as cancelled there.
+    #[schema(minimum = 1, maximum = 4294967295_u64)]
+    pub step_number: Option<u32>,
+    /// The new session's name (unique in the tenant; none when absent).
+    #[schema(schema_with = crate::schemas::name)]
+    pub name: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/sessions/{id}/fork", tag = "sessions", operation_id = "fork_session",
+    params(IdPath), request_body(content = Option<ForkBody>, description = "optional: an empty body forks the whole session"),
+    responses((status = 201, body = Session, description = "the new session"),
+              (status = 400, body = ErrorBody, description = "a field is invalid, or `step_number` is not a step of the execution"),
+              (status = 404, body = ErrorBody, description = "no such session, or `execution_id` is not a root execution of it"),
+              (status = 409, body = ErrorBody, description = "`name` is taken")))]
+#[allow(dead_code)]
+pub(crate) fn doc() {}
+
+pub async fn fork<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<impl IntoResponse> {
+    let id = path_id(&id, "id")?;
+    let (point, name) = fork_body(&headers, &body)?;
+    let document = export_session(state.store(), &caller.tenant, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    let mut document = cut_document(document, point).map_err(|e| match e {
+        StoreError::NotFound(_) => ApiError::not_found("execution").with_field("execution_id"),
+        other => other.into(),
+    })?;
+    document.session.name = name;
+    let session = state
+        .store()
+        .import_document(&caller.tenant, &caller.user_id, document)
+        .await?;
+    Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// Reads the body: none or empty is `{}`; otherwise a JSON object of [`ForkBody`]'s fields
+/// (whole numbers may be written as floats).
+fn fork_body(headers: &HeaderMap, body: &Bytes) -> ApiResult<(ForkPoint, Option<String>)> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok((ForkPoint::default(), None));
+    }
+    crate::error::check_charset(headers)?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(fields) = value else {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    };
+    let execution_id = match fields.get("execution_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(path_id(text, "execution_id")?),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "execution_id",
+                "execution_id must be an execution's id",
+            ));
+        }
+    };
+    let step_number = match fields.get("step_number") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(
+            n.as_u64()
+                .or_else(|| {
+                    n.as_f64()
+                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                        .map(|f| f as u64)
+                })
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    ApiError::invalid("step_number", "step_number must be a whole number from 1")
+                })?,
+        ),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "step_number",
+                "step_number must be a whole number from 1",
+            ));
+        }
+    };
+    let name = match fields.get("name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => {
+            validate_name(name).map_err(|e| ApiError::invalid("name", e.to_string()))?;
+            Some(name.clone())
+        }
+        Some(_) => return Err(ApiError::invalid("name", "name must be a string")),
+    };
+    Ok((
+        ForkPoint {
+            execution_id,
+            step_number,
+        },
+        name,
+    ))
+}
