@@ -2,7 +2,7 @@
 //! is `queue.rs`).
 
 use stepwise_core::{Execution, Id};
-use stepwise_store::rules::check_transition;
+use stepwise_store::rules::{check_transition, removal_set};
 use stepwise_store::{NewExecution, Result, StoreError, Tenant, Transition};
 
 use crate::state::{ExecEntry, Key, Lease};
@@ -99,6 +99,79 @@ impl stepwise_store::ExecutionStore for FileStore {
             .collect())
     }
 
+    async fn remove_executions(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        ids: Vec<Id>,
+    ) -> Result<u64> {
+        let now = self.now();
+        let ack = {
+            let mut state = self.lock();
+            let Some(container) = state.session_mut(tenant.as_str(), session_id) else {
+                return Ok(0);
+            };
+            let executions: Vec<Execution> = container
+                .executions
+                .iter()
+                .map(|e| e.execution.clone())
+                .collect();
+            let (gone, last_root) = removal_set(&executions, &ids)?;
+            if gone.is_empty() {
+                return Ok(0);
+            }
+            let went = |id: &Option<Id>| id.is_some_and(|id| gone.contains(&id));
+            container
+                .executions
+                .retain(|e| !gone.contains(&e.execution.id));
+            let dropped_snapshots: Vec<Id> = container
+                .snapshots
+                .iter()
+                .filter(|s| gone.contains(&s.execution_id))
+                .map(|s| s.id)
+                .collect();
+            container
+                .snapshots
+                .retain(|s| !gone.contains(&s.execution_id));
+            container.messages.retain(|m| !went(&m.execution_id));
+            container.events.retain(|e| !went(&e.execution_id));
+            let remaining_roots: Vec<Id> = container
+                .executions
+                .iter()
+                .filter(|e| e.execution.parent_execution_id.is_none())
+                .map(|e| e.execution.id)
+                .collect();
+            let newest_snapshot = container
+                .snapshots
+                .iter()
+                .filter(|s| remaining_roots.contains(&s.execution_id))
+                .max_by_key(|s| (s.created_at, s.id))
+                .map(|s| s.id);
+            let message_count = container.messages.len() as u64;
+            if let Some(session) = container.session.as_mut() {
+                session.last_execution_id = last_root;
+                if went_snapshot(session.last_snapshot_id, &dropped_snapshots) {
+                    session.last_snapshot_id = newest_snapshot;
+                }
+                session.message_count = message_count;
+                session.updated_at = now;
+            }
+            for id in &gone {
+                state.executions.remove(id);
+            }
+            for id in &dropped_snapshots {
+                state.snapshots.remove(id);
+            }
+            let key = Key {
+                tenant: tenant.as_str().to_string(),
+                session: Some(session_id),
+            };
+            state.touch(&key, true);
+            self.enqueue(&mut state, gone.len() as u64)
+        };
+        ack.await
+    }
+
     async fn transition_execution(
         &self,
         tenant: &Tenant,
@@ -146,4 +219,9 @@ impl stepwise_store::ExecutionStore for FileStore {
         };
         ack.await
     }
+}
+
+/// Whether the session's last snapshot is one of those removed.
+fn went_snapshot(last: Option<Id>, dropped: &[Id]) -> bool {
+    last.is_some_and(|id| dropped.contains(&id))
 }

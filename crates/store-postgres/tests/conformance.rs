@@ -131,6 +131,7 @@ pg_conformance! {
     executions
     execution_transitions
     execution_with_messages
+    remove_executions
     queue_claims
     queue_leases
     queue_resume

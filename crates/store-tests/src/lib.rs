@@ -81,6 +81,7 @@ macro_rules! __with_cases {
             executions
             execution_transitions
             execution_with_messages
+            remove_executions
             queue_claims
             queue_leases
             queue_resume

@@ -514,3 +514,150 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
         );
     }
 }
+
+/// A rollback's hard delete: finished executions go with their sub-executions, steps,
+/// snapshots, messages and events; the session's last execution, last snapshot and message
+/// count follow what remains; an unfinished one is refused and nothing goes; another
+/// session's execution and another tenant are never reached.
+pub async fn remove_executions<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, Some("rolled")).await;
+    let other = create_session(&store, &acme, Some("kept")).await;
+    let finish = |id: Id| {
+        let store = &store;
+        let acme = &acme;
+        async move {
+            ok(
+                store
+                    .transition_execution(acme, id, Transition::Cancel)
+                    .await,
+                "cancel",
+            )
+        }
+    };
+    let kept = create_execution(&store, &acme, Some(session.id), ExecutionStatus::Running).await;
+    add_step(&store, &acme, kept.id, 1).await;
+    let kept_snapshot = add_snapshot(&store, &acme, kept.id, 1, None).await;
+    store.flush().await.ok();
+    let mut message = NewMessage::new(session.id, Role::User, "kept");
+    message.execution_id = Some(kept.id);
+    ok(store.append_message(&acme, message).await, "append_message");
+    finish(kept.id).await;
+
+    let gone = create_execution(&store, &acme, Some(session.id), ExecutionStatus::Running).await;
+    let mut child = new_execution(Some(session.id), ExecutionStatus::Running);
+    child.parent_execution_id = Some(gone.id);
+    let child = ok(store.create_execution(&acme, child).await, "subagent");
+    add_step(&store, &acme, gone.id, 1).await;
+    add_step(&store, &acme, child.id, 1).await;
+    add_snapshot(&store, &acme, gone.id, 1, None).await;
+    let mut message = NewMessage::new(session.id, Role::User, "gone");
+    message.execution_id = Some(gone.id);
+    ok(store.append_message(&acme, message).await, "append_message");
+    let mut event = new_event(session.id, EventType::StepCompleted, "gone step");
+    event.execution_id = Some(gone.id);
+    ok(
+        append_event_durable(&store, &acme, event).await,
+        "append_event",
+    );
+    let elsewhere = create_execution(&store, &acme, Some(other.id), ExecutionStatus::Running).await;
+    store.flush().await.ok();
+
+    // Running: refused, nothing goes.
+    assert_err!(
+        store
+            .remove_executions(&acme, session.id, vec![gone.id])
+            .await,
+        StoreError::InvalidState(_),
+        "a running execution"
+    );
+    assert!(some(store.get_execution(&acme, gone.id).await, "get").id == gone.id);
+    finish(gone.id).await;
+    assert_err!(
+        store
+            .remove_executions(&acme, session.id, vec![gone.id])
+            .await,
+        StoreError::InvalidState(_),
+        "its running sub-execution holds it"
+    );
+    finish(child.id).await;
+    finish(elsewhere.id).await;
+
+    // Another tenant, and another session's execution: nothing.
+    let removed = ok(
+        store
+            .remove_executions(&tenant("other"), session.id, vec![gone.id])
+            .await,
+        "remove_executions (other tenant)",
+    );
+    assert_eq!(removed, 0);
+    let removed = ok(
+        store
+            .remove_executions(&acme, session.id, vec![elsewhere.id])
+            .await,
+        "remove_executions (another session's)",
+    );
+    assert_eq!(removed, 0);
+    assert!(
+        store
+            .get_execution(&acme, elsewhere.id)
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    );
+
+    let removed = ok(
+        store
+            .remove_executions(&acme, session.id, vec![gone.id])
+            .await,
+        "remove_executions",
+    );
+    assert_eq!(removed, 2, "the execution and its subagent");
+    for id in [gone.id, child.id] {
+        assert!(
+            ok(store.get_execution(&acme, id).await, "get_execution").is_none(),
+            "removed"
+        );
+    }
+    let listed = ok(store.list_executions(&acme, session.id).await, "list");
+    assert_eq!(
+        listed.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![kept.id]
+    );
+    let messages = ok(
+        store
+            .list_messages(&acme, session.id, MessageQuery::default())
+            .await,
+        "list_messages",
+    );
+    assert_eq!(
+        messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>(),
+        vec!["kept"]
+    );
+    let steps = ok(store.list_steps(&acme, gone.id).await, "list_steps");
+    assert!(steps.items.is_empty(), "its steps went");
+    let snapshots = ok(store.list_snapshots(&acme, gone.id).await, "list_snapshots");
+    assert!(snapshots.is_empty(), "its snapshots went");
+    let events = ok(store.list_events(&acme, session.id, 0, 100).await, "events");
+    assert!(events.iter().all(|e| e.execution_id != Some(gone.id)));
+    let after = some(store.get_session(&acme, session.id).await, "get_session");
+    assert_eq!(after.last_execution_id, Some(kept.id));
+    assert_eq!(after.message_count, 1);
+    assert!(
+        after.last_snapshot_id.is_none() || after.last_snapshot_id == Some(kept_snapshot.id),
+        "the last snapshot is one that remains: {:?}",
+        after.last_snapshot_id
+    );
+    assert_eq!(
+        ok(store.list_steps(&acme, kept.id).await, "list_steps")
+            .items
+            .len(),
+        1,
+        "the kept execution's steps stay"
+    );
+}

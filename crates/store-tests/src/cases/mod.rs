@@ -27,7 +27,9 @@ pub use checkpoints::{
 };
 pub use corruption::corruption_recovery;
 pub use events::{events, events_live};
-pub use executions::{execution_transitions, execution_with_messages, executions};
+pub use executions::{
+    execution_transitions, execution_with_messages, executions, remove_executions,
+};
 pub use import::import_document;
 pub use isolation::tenant_isolation;
 pub use messages::messages;
