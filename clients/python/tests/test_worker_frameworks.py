@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from stepwise import Stepwise
+from stepwise import Stepwise, StepwiseError
 from stepwise.testing import LocalServer
 
 from _worker_support import (  # noqa: F401 - start_worker is a fixture
@@ -290,6 +290,41 @@ def test_langgraph_run_taken_over_saves_the_step_a_lost_worker_stored_the_checkp
         again._write("POST", "/complete", {"output": answer})
     steps = steps_of(client, execution["id"])
     assert [s["model_output"] for s in steps] == ["a done", "b done", "c done"]
+
+
+def test_langgraph_rollback_removes_the_busy_run_and_its_checkpoints(wserver, client):
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage
+
+    from stepwise.langgraph import StepwiseSaver
+    from stepwise.worker._langgraph import langgraph_handler
+
+    agent_type = f"relay-{uuid.uuid4().hex[:8]}"
+    agent = {"type": agent_type, "wait": True}
+    execution = send(client, "go", agent)
+    session = execution["session_id"]
+    with StepwiseSaver(base_url=wserver.url) as saver:
+        run = claim_run(wserver, agent_type)
+        with pytest.raises(_Crash):  # still running (leased), its thread half-way: node a done
+            langgraph_handler(relay_graph(saver, {"b"}))(run)
+        thread = {"configurable": {"thread_id": session}}
+        assert relay_graph(saver, set()).get_state(thread).values["messages"][-1].content == "a done"
+
+        answer = client.post_message(session, "again", agent=agent, on_busy="rollback")
+        with pytest.raises(StepwiseError) as gone:
+            client.get_execution(execution["id"])
+        assert gone.value.status == 404
+        assert relay_graph(saver, set()).get_state(thread).values == {}, "its checkpoints went with it"
+
+        again = claim_run(wserver, agent_type)
+        assert again.execution_id == answer["execution"]["id"]
+        graph = relay_graph(saver, set())
+        result = langgraph_handler(graph)(again)
+        again._write("POST", "/complete", {"output": result})
+        state = graph.get_state(thread)
+    texts = [(type(m) is HumanMessage, m.content) for m in state.values["messages"]]
+    assert texts == [(True, "again"), (False, "a done"), (False, "b done"), (False, "c done")]
+    assert [m["content"] for m in client.list_messages(session, roles="user")] == ["again"]
 
 
 # --- OpenAI Agents SDK ----------------------------------------------------------------------

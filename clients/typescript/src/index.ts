@@ -29,6 +29,7 @@ import type {
   Event,
   Execution,
   ExecutionList,
+  ForkBody,
   FailBody,
   HeartbeatAnswer,
   HeartbeatBody,
@@ -363,7 +364,11 @@ export class Stepwise {
     return this.pages((cursor) => this.listMessages(sessionId, { ...query, ...(cursor ? { cursor } : {}) }));
   }
 
-  /** `POST /v1/sessions/{id}/messages`: answers a paused execution, or queues a new one. */
+  /**
+   * `POST /v1/sessions/{id}/messages`: answers a paused execution, or queues a new one. While
+   * the session is busy, `on_busy` says what happens: `enqueue` (default), `reject` (409
+   * `session_busy`), `interrupt` (the busy run cancelled and kept) or `rollback` (removed).
+   */
   postMessage(sessionId: string, body: MessageBody): Promise<MessageAccepted> {
     return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/messages`, body });
   }
@@ -403,6 +408,15 @@ export class Stepwise {
   /** `GET /v1/sessions/{id}/export`: the session document. */
   exportSession(sessionId: string): Promise<SessionDocument> {
     return this.json({ method: 'GET', path: `/v1/sessions/${enc(sessionId)}/export` });
+  }
+
+  /**
+   * `POST /v1/sessions/{id}/fork`: a new session holding this one up to a point (after
+   * `execution_id`, the latest when absent; at its step `step_number` when given), its agent
+   * memory restoring exactly there; the original is untouched.
+   */
+  forkSession(sessionId: string, body: ForkBody = {}): Promise<Session> {
+    return this.json({ method: 'POST', path: `/v1/sessions/${enc(sessionId)}/fork`, body });
   }
 
   /** `POST /v1/sessions/import`: a session document (or a legacy session file). */

@@ -370,6 +370,21 @@ export type FailBody = {
   retry?: boolean | null;
 };
 
+/**
+ * Where the fork ends, and its name. Every field is optional; an empty body (or none)
+ * forks the whole session.
+ */
+export type ForkBody = {
+  /** A root execution of the session: the fork ends after it (the latest when absent). */
+  execution_id?: string | null;
+  name?: string | null;
+  /**
+   * A step of that execution: the fork holds what the execution had written up to
+   * this step, and shows the execution as cancelled there.
+   */
+  step_number?: number | null;
+};
+
 export type FullBlob = {
   channel: string;
   data: string;
@@ -501,6 +516,7 @@ export type MessageBody = {
   content: string;
   context_url?: string | null;
   metadata?: { [key: string]: unknown } | null;
+  on_busy?: null | OnBusy;
   related_id?: string | null;
   related_type?: string | null;
 };
@@ -554,6 +570,12 @@ export type NewSessionMessageBody = {
   related_type?: string | null;
   session?: null | CreateSessionBody;
 };
+
+/**
+ * What a message does while its session has an execution queued or running (see
+ * `on_busy` of a message).
+ */
+export type OnBusy = "enqueue" | "reject" | "interrupt" | "rollback";
 
 /** The execution to open. */
 export type OpenExecutionBody = {
@@ -973,6 +995,7 @@ export const OPERATIONS = {
   events: { method: "GET", path: "/v1/sessions/{id}/events", params: ["path:id","query:after","header:Last-Event-ID","query:include"] },
   export_session: { method: "GET", path: "/v1/sessions/{id}/export", params: ["path:id"] },
   fail_execution: { method: "POST", path: "/v1/executions/{id}/fail", params: ["path:id","header:Stepwise-Lease"] },
+  fork_session: { method: "POST", path: "/v1/sessions/{id}/fork", params: ["path:id"] },
   get_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", params: ["path:thread_id","path:checkpoint_id","query:checkpoint_ns","query:have"] },
   get_execution: { method: "GET", path: "/v1/executions/{id}", params: ["path:id"] },
   get_latest_checkpoint: { method: "GET", path: "/v1/threads/{thread_id}/checkpoints/latest", params: ["path:thread_id","query:checkpoint_ns","query:have"] },

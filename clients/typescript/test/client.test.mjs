@@ -37,7 +37,7 @@ const METHODS = {
   send_delta: 'sendDelta', release_execution: 'release', append_steps: 'appendSteps',
   create_token: 'createToken', create_key: 'createKey', list_keys: 'listKeys', delete_key: 'deleteKey',
   get_limits: 'limits', post_execution_message: 'postExecutionMessage', stop_worker: 'stopWorker',
-  get_retention: 'retention', put_retention: 'setRetention',
+  get_retention: 'retention', put_retention: 'setRetention', fork_session: 'forkSession',
 };
 
 /** Reads a session's events until `done(event)` (with the stream's own reconnects). */
@@ -118,6 +118,34 @@ test('messages, executions, steps, memory, events, export and import', async () 
   assert.equal(imported.message_count, document.session.message_count);
   // Finished: a cancel is a conflict.
   await assert.rejects(client.cancelExecution(execution.id), (e) => e instanceof StepwiseError && e.status === 409 && e.code === 'conflict');
+});
+
+test('on_busy: reject is 409 session_busy, rollback removes the busy run; a fork at a step', async () => {
+  const busy = await client.postMessageNewSession({ content: 'steps: 1000', session: { title: 'busy' } });
+  const sessionId = busy.session_id;
+  await until(sessionId, (e) => e.event_type === 'step.completed');
+  await assert.rejects(
+    client.postMessage(sessionId, { content: '2+2', on_busy: 'reject' }),
+    (e) => e instanceof StepwiseError && e.status === 409 && e.code === 'session_busy',
+  );
+  const next = await client.postMessage(sessionId, { content: '2+2', on_busy: 'rollback' });
+  await assert.rejects(client.getExecution(busy.execution.id), (e) => e instanceof StepwiseError && e.status === 404);
+  let done = await client.getExecution(next.execution.id);
+  while (done.status !== 'completed') done = await client.getExecution(next.execution.id);
+  const users = [];
+  for await (const m of client.messages(sessionId, { roles: 'user' })) users.push(m.content);
+  assert.deepEqual(users, ['2+2']);
+
+  const counted = await client.postMessageNewSession({ content: 'steps: 3', session: { title: 'to fork' } });
+  let run = await client.getExecution(counted.execution.id);
+  while (run.status !== 'completed') run = await client.getExecution(counted.execution.id);
+  const fork = await client.forkSession(counted.session_id, { execution_id: run.id, step_number: 2 });
+  assert.notEqual(fork.id, counted.session_id);
+  const [cut] = (await client.listExecutions(fork.id)).items;
+  assert.equal(cut.status, 'cancelled');
+  assert.deepEqual((await client.listSteps(cut.id)).items.map((s) => s.step_number), [1, 2]);
+  const whole = await client.forkSession(counted.session_id);
+  assert.equal(whole.message_count, (await client.getSession(counted.session_id)).message_count);
 });
 
 test('an external agent: its execution, steps, snapshots, pause, complete and fail', async () => {

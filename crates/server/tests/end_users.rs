@@ -258,6 +258,7 @@ async fn another_users_session_is_not_found_on_every_family_and_the_owners_is_th
         ("GET", format!("/v1/sessions/{s}/memory"), None),
         ("GET", format!("/v1/sessions/{s}/executions"), None),
         ("GET", format!("/v1/sessions/{s}/export"), None),
+        ("POST", format!("/v1/sessions/{s}/fork"), Some(json!({}))),
         ("GET", format!("/v1/sessions/{s}/items"), None),
         (
             "POST",
@@ -395,7 +396,11 @@ async fn another_users_session_is_not_found_on_every_family_and_the_owners_is_th
         None,
     )
     .await;
-    assert_eq!(ids(&list), vec!["alice"]);
+    assert_eq!(
+        ids(&list),
+        vec!["alice", "alice"],
+        "hers and the fork she made of it"
+    );
     let (_, list) = call(
         &server,
         &admin,
@@ -404,7 +409,7 @@ async fn another_users_session_is_not_found_on_every_family_and_the_owners_is_th
         None,
     )
     .await;
-    assert_eq!(ids(&list).len(), 2, "the admin sees the tenant: {list}");
+    assert_eq!(ids(&list).len(), 3, "the admin sees the tenant: {list}");
     let (_, list) = call(&server, &admin, "GET", "/v1/sessions?user_id=bob", None).await;
     assert_eq!(ids(&list), vec!["bob"]);
     let (status, _) = call(

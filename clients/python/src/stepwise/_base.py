@@ -48,6 +48,10 @@ _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 # --- the client surface ---------------------------------------------------------------
 
 _D = TypeVar("_D")  # a dict answer: dict, or Awaitable[dict]
+
+OnBusy = Literal["enqueue", "reject", "interrupt", "rollback"]
+"""What a message does to its session's queued or running executions (`post_message`)."""
+ON_BUSY: tuple[str, ...] = ("enqueue", "reject", "interrupt", "rollback")
 _OptD = TypeVar("_OptD")  # dict | None, or Awaitable[dict | None]
 _None = TypeVar("_None")  # None, or Awaitable[None]
 _Raw = TypeVar("_Raw")  # Any, or Awaitable[Any]
@@ -404,20 +408,28 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         related_id: str | None = None,
         context_url: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        on_busy: OnBusy | None = None,
     ) -> _D:
         """Posts a user message to a session; the server's agent answers it.
 
         Returns the 202 answer ``{session_id, message, execution}``; use
         ``wait(answer["execution"]["id"])`` for the result. `agent` is an agent type
         (``"demo"``) or ``{"type": ..., "config": {...}}``. On a session whose latest
-        execution is paused, the message is the answer that resumes it. Not retried.
+        execution is paused, the message is the answer that resumes it.
+
+        `on_busy` says what happens while an execution of the session is queued or
+        running: ``"enqueue"`` (the server's default) queues behind it; ``"reject"`` raises
+        `StepwiseError` with status 409 and code ``session_busy``; ``"interrupt"`` cancels it (kept) and runs
+        this one next; ``"rollback"`` cancels it and removes it with everything it wrote.
+        Not retried.
         """
+        body = _message_body(content, agent, related_type, related_id, context_url, metadata)
+        if on_busy is not None:
+            if on_busy not in ON_BUSY:
+                raise ValueError(f"on_busy must be one of {', '.join(ON_BUSY)}, got {on_busy!r}")
+            body["on_busy"] = on_busy
         return self._dict(
-            Call(
-                "POST",
-                f"/v1/sessions/{seg(session_id, 'session_id')}/messages",
-                json=_message_body(content, agent, related_type, related_id, context_url, metadata),
-            )
+            Call("POST", f"/v1/sessions/{seg(session_id, 'session_id')}/messages", json=body)
         )
 
     def send_message(
@@ -468,6 +480,33 @@ class BaseClient(Generic[_D, _OptD, _None, _Raw, _Items, _Events]):
         ``messages``, ``executions``, ``steps``, ``snapshots``), importable as it is."""
         return self._dict(
             Call("GET", f"/v1/sessions/{seg(session_id, 'session_id')}/export", idempotent=True)
+        )
+
+    def fork_session(
+        self,
+        session_id: str,
+        *,
+        execution_id: str | None = None,
+        step_number: int | None = None,
+        name: str | None = None,
+    ) -> _D:
+        """Forks a session: a new session (returned) holding its messages, executions, steps
+        and snapshots up to a point, with its agent memory restoring exactly there; the
+        original is untouched.
+
+        The point is after the root execution `execution_id` (the latest when ``None``) or,
+        with `step_number`, at that step of it. `name` names the new session. Not retried
+        (it could fork twice).
+        """
+        body: dict[str, Any] = {}
+        if execution_id is not None:
+            body["execution_id"] = execution_id
+        if step_number is not None:
+            body["step_number"] = step_number
+        if name is not None:
+            body["name"] = name
+        return self._dict(
+            Call("POST", f"/v1/sessions/{seg(session_id, 'session_id')}/fork", json=body)
         )
 
     def import_session(self, document: Mapping[str, Any]) -> _D:

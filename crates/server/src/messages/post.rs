@@ -39,7 +39,8 @@ pub struct MessageBody {
     pub on_busy: Option<OnBusy>,
 }
 
-/// `on_busy`: see [`MessageBody::on_busy`].
+/// What a message does while its session has an execution queued or running (see
+/// `on_busy` of a message).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnBusy {

@@ -214,7 +214,13 @@ def langgraph_handler(
         run.skip_replay()  # the graph goes on from its checkpoint: new steps only
         thread_id = thread_fn(run) if thread_fn is not None else run.session_id or run.execution_id
         configurable = {**dict(extra.get("configurable") or {}), "thread_id": str(thread_id)}
-        metadata = {**dict(extra.get("metadata") or {}), EXECUTION_KEY: run.execution_id}
+        # `run_id` names the checkpoints this run writes: a rollback (`on_busy: rollback`)
+        # removes them with the execution.
+        metadata = {
+            "run_id": run.execution_id,
+            **dict(extra.get("metadata") or {}),
+            EXECUTION_KEY: run.execution_id,
+        }
         run_config: dict[str, Any] = {**extra, "configurable": configurable, "metadata": metadata}
         steps = _Steps(run)
 
