@@ -327,6 +327,40 @@ def test_langgraph_rollback_removes_the_busy_run_and_its_checkpoints(wserver, cl
     assert [m["content"] for m in client.list_messages(session, roles="user")] == ["again"]
 
 
+def test_langgraph_fork_after_a_run_holds_the_thread_as_it_was_and_goes_on_from_there(wserver, client):
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage
+
+    from stepwise.langgraph import StepwiseSaver
+    from stepwise.worker._langgraph import langgraph_handler
+
+    agent_type = f"relay-{uuid.uuid4().hex[:8]}"
+    agent = {"type": agent_type, "wait": True}
+
+    def run_next(saver: Any) -> None:
+        run = claim_run(wserver, agent_type)
+        run._write("POST", "/complete", {"output": langgraph_handler(relay_graph(saver, set()))(run)})
+
+    def texts(saver: Any, thread_id: str) -> list[tuple[bool, str]]:
+        state = relay_graph(saver, set()).get_state({"configurable": {"thread_id": thread_id}})
+        return [(type(m) is HumanMessage, m.content) for m in state.values.get("messages", [])]
+
+    first = send(client, "one", agent)
+    session = first["session_id"]
+    with StepwiseSaver(base_url=wserver.url) as saver:
+        run_next(saver)
+        send(client, "two", agent, session_id=session)
+        run_next(saver)
+        assert [t for t in texts(saver, session) if t[0]] == [(True, "one"), (True, "two")]
+
+        fork = client.fork_session(session, execution_id=first["id"])
+        assert texts(saver, fork["id"]) == [(True, "one"), (False, "a done"), (False, "b done"), (False, "c done")]
+        send(client, "three", agent, session_id=fork["id"])
+        run_next(saver)
+        assert [t for t in texts(saver, fork["id"]) if t[0]] == [(True, "one"), (True, "three")]
+        assert [t for t in texts(saver, session) if t[0]] == [(True, "one"), (True, "two")], "the original is untouched"
+
+
 # --- OpenAI Agents SDK ----------------------------------------------------------------------
 
 

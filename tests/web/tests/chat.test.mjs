@@ -138,6 +138,35 @@ describe('chat panel', () => {
     }
   });
 
+  it('stops a long run and sends the new message with Stop and send, keeping both', async () => {
+    const { context, page } = await openPage(browser);
+    try {
+      await page.goto(`${BASE}/`);
+      assert.equal(await page.locator('#btn-stop-send').isVisible(), false, 'no run: only Send');
+      await send(page, 'steps: 200');
+      await page.locator('#runbar[data-state="running"]').waitFor();
+      await page.locator('#btn-stop-send').waitFor();
+      await waitFor(async () => countStepLines(await stepLineTexts(page)) >= 1, 'the run to start');
+      await page.locator('#input').fill('2+2');
+      await page.locator('#btn-stop-send').click();
+      await page.locator('#stream .msg-user', { hasText: '2+2' }).waitFor();
+      await page.locator('#stream .exec[data-status="cancelled"]').waitFor();
+      const sessionId = sessionIdOf(page);
+      const execs = await waitFor(async () => {
+        const all = await executionsOf(sessionId);
+        return all.length === 2 && all[1].status === 'completed' && all;
+      }, 'the new message to be answered');
+      assert.equal(execs[0].status, 'cancelled');
+      assert.ok(execs[0].step_count < 200);
+      await page.locator('#runbar').waitFor({ state: 'hidden' });
+      assert.equal(await page.locator('#btn-stop-send').isVisible(), false);
+      assert.equal(await page.locator('#stream .msg-user').count(), 2);
+      assert.deepEqual(page.errors, []);
+    } finally {
+      await context.close();
+    }
+  });
+
   it('cancels with Esc', async () => {
     const { context, page } = await openPage(browser);
     try {

@@ -12,8 +12,8 @@ use axum::response::IntoResponse;
 use serde_json::Value;
 use stepwise_core::name::validate_name;
 use stepwise_core::{Id, Session};
-use stepwise_store::rules::{ForkPoint, cut_document};
-use stepwise_store::{Store, StoreError, export_session};
+use stepwise_store::rules::{ForkCut, ForkPoint, cut_document};
+use stepwise_store::{CheckpointStore, Store, StoreError, export_session};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -58,16 +58,64 @@ pub async fn fork<S: Store>(
     let document = export_session(state.store(), &caller.tenant, id)
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
-    let mut document = cut_document(document, point).map_err(|e| match e {
+    let (mut document, cut) = cut_document(document, point).map_err(|e| match e {
         StoreError::NotFound(_) => ApiError::not_found("execution").with_field("execution_id"),
         other => other.into(),
     })?;
     document.session.name = name;
-    let session = state
-        .store()
+    let own_thread = document.thread.is_some();
+    let store = state.store();
+    let session = store
         .import_document(&caller.tenant, &caller.user_id, document)
         .await?;
+    if !own_thread && let Err(e) = fork_worker_thread(&state, &caller, id, session.id, &cut).await {
+        // The fork is all or nothing: without its thread it goes again.
+        if let Err(cleanup) = store.delete_session(&caller.tenant, session.id).await {
+            tracing::warn!(session = %session.id, error = %cleanup, "a fork whose thread failed could not be deleted");
+        }
+        return Err(e);
+    }
     Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// A worker's LangGraph agent keeps its thread apart, named after the session
+/// (`thread_id` = the session id): the fork gets that thread too, cut at the same point and
+/// named after the fork, so the agent goes on from there.
+async fn fork_worker_thread<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    source: Id,
+    fork: Id,
+    cut: &ForkCut,
+) -> ApiResult<()> {
+    let store = state.store();
+    let Some(checkpoints) = store.checkpoints() else {
+        return Ok(());
+    };
+    let Some(thread) = checkpoints
+        .get_thread(&caller.tenant, &source.to_string())
+        .await?
+    else {
+        return Ok(());
+    };
+    let Some(mut document) = export_session(store, &caller.tenant, thread.session_id).await? else {
+        return Ok(());
+    };
+    let Some(mut rows) = document.thread.take() else {
+        return Ok(());
+    };
+    cut.cut_thread(&mut rows);
+    rows.thread_id = fork.to_string();
+    document.thread = Some(rows);
+    document.session.name = Some(fork.to_string());
+    document.messages.clear();
+    document.executions.clear();
+    document.steps.clear();
+    document.snapshots.clear();
+    store
+        .import_document(&caller.tenant, &caller.user_id, document)
+        .await?;
+    Ok(())
 }
 
 /// Reads the body: none or empty is `{}`; otherwise a JSON object of [`ForkBody`]'s fields

@@ -174,8 +174,11 @@ async function drainEvents(current) {
   }
 }
 
-/** Sends a user message (creating the session first when none is open) and shows it at once. */
-export async function sendMessage(text) {
+/**
+ * Sends a user message (creating the session first when none is open) and shows it at once.
+ * `onBusy` ('interrupt' for "Stop and send") says what the server does with a run still going.
+ */
+export async function sendMessage(text, { onBusy } = {}) {
   const content = text.trim();
   if (!content) return;
   const current = view;
@@ -212,7 +215,9 @@ export async function sendMessage(text) {
       if (current.closed) return;
       announceSession(true);
     }
-    const answer = await api('POST', `/v1/sessions/${current.sessionId}/messages`, { content, ...ctx });
+    const body = { content, ...ctx };
+    if (onBusy && !isNew) body.on_busy = onBusy;
+    const answer = await api('POST', `/v1/sessions/${current.sessionId}/messages`, body);
     if (current.closed) return;
     const at = current.optimistic.indexOf(pending);
     if (at >= 0) {

@@ -21,8 +21,8 @@ function autosize(textarea) {
 
 function init() {
   const input = $('input');
-  $('composer').addEventListener('submit', (e) => {
-    e.preventDefault();
+  // Sends the composer's text; `onBusy: 'interrupt'` stops a running run first ("Stop and send").
+  const submit = (options = {}) => {
     const text = input.value;
     if (!text.trim()) return;
     // Refused here, with the server's limit: it would be refused there, after the page had
@@ -35,9 +35,20 @@ function init() {
     }
     input.value = '';
     autosize(input);
-    sendMessage(text);
+    sendMessage(text, options);
+  };
+  $('composer').addEventListener('submit', (e) => {
+    e.preventDefault();
+    submit();
   });
+  $('btn-stop-send').addEventListener('click', () => submit({ onBusy: 'interrupt' }));
   input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !e.isComposing) {
+      e.preventDefault();
+      if (!$('btn-stop-send').hidden) submit({ onBusy: 'interrupt' });
+      else $('composer').requestSubmit();
+      return;
+    }
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
       $('composer').requestSubmit();

@@ -597,6 +597,8 @@ export function refreshRunState() {
     bar.dataset.state = 'idle';
   }
   $('input').placeholder = paused.length && !active.length ? 'Answer the agent…' : 'Message the agent…';
+  // "Stop and send" while a run goes or waits: the message cancels it and runs next.
+  $('btn-stop-send').hidden = !active.length;
   watchLeases();
 }
 

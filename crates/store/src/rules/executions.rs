@@ -58,33 +58,6 @@ pub fn check_execution_with_messages(
     Ok(session_id)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_finished_execution_cannot_move_on() {
-        let cancel = Transition::Cancel;
-        assert_eq!(check_transition(ExecutionStatus::Running, &cancel), Ok(()));
-        assert!(matches!(
-            check_transition(ExecutionStatus::Completed, &cancel),
-            Err(StoreError::InvalidState(m)) if m.contains("completed")
-        ));
-    }
-
-    #[test]
-    fn step_numbers_start_at_one() {
-        assert!(matches!(
-            check_step_number(0),
-            Err(StoreError::Invalid {
-                field: Some("step_number"),
-                ..
-            })
-        ));
-        assert_eq!(check_step_number(1), Ok(()));
-    }
-}
-
 /// What [`ExecutionStore::remove_executions`](crate::ExecutionStore::remove_executions)
 /// deletes of a session holding `executions`: the listed ones that belong to it and every
 /// sub-execution below them. `InvalidState` when one of them is not finished (nothing is
@@ -126,4 +99,31 @@ pub fn removal_set(
         .max_by_key(|e| (e.created_at, e.id))
         .map(|e| e.id);
     Ok((gone, last_root))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_execution_cannot_move_on() {
+        let cancel = Transition::Cancel;
+        assert_eq!(check_transition(ExecutionStatus::Running, &cancel), Ok(()));
+        assert!(matches!(
+            check_transition(ExecutionStatus::Completed, &cancel),
+            Err(StoreError::InvalidState(m)) if m.contains("completed")
+        ));
+    }
+
+    #[test]
+    fn step_numbers_start_at_one() {
+        assert!(matches!(
+            check_step_number(0),
+            Err(StoreError::Invalid {
+                field: Some("step_number"),
+                ..
+            })
+        ));
+        assert_eq!(check_step_number(1), Ok(()));
+    }
 }

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
+use stepwise_core::document::DocumentThread;
 use stepwise_core::{ExecutionStatus, Id, SessionDocument, Timestamp, TokenUsage};
 
 use crate::{Result, StoreError};
@@ -28,7 +29,10 @@ pub struct ForkPoint {
 /// the same point, and is renamed after the session, so the fork's thread follows the new
 /// session. `NotFound("execution")` when the execution is not a root execution of the
 /// session; `InvalidInput` for a step number it does not have.
-pub fn cut_document(mut doc: SessionDocument, point: ForkPoint) -> Result<SessionDocument> {
+pub fn cut_document(
+    mut doc: SessionDocument,
+    point: ForkPoint,
+) -> Result<(SessionDocument, ForkCut)> {
     doc.executions.sort_by_key(|e| (e.created_at, e.id));
     let roots: Vec<Id> = doc
         .executions
@@ -48,7 +52,7 @@ pub fn cut_document(mut doc: SessionDocument, point: ForkPoint) -> Result<Sessio
                     "the session has no execution to cut at a step",
                 ));
             }
-            return Ok(renamed_thread(doc));
+            return Ok((renamed_thread(doc), ForkCut::everything()));
         }
         None => roots.len() - 1,
     };
@@ -203,18 +207,63 @@ pub fn cut_document(mut doc: SessionDocument, point: ForkPoint) -> Result<Sessio
         .map(|s| s.id);
     session.message_count = doc.messages.len() as u64;
 
+    let cut = ForkCut {
+        everything: false,
+        kept: kept.iter().map(Id::to_string).collect(),
+        target: target_id.to_string(),
+        cut_at,
+        next_root_at,
+    };
     if let Some(thread) = doc.thread.as_mut() {
-        let kept_text: HashSet<String> = kept.iter().map(Id::to_string).collect();
-        let target_text = target_id.to_string();
+        cut.cut_thread(thread);
+    }
+    Ok((renamed_thread(doc), cut))
+}
+
+/// Where a fork cut a session, for the LangGraph thread that goes with it (the session's
+/// own, or a worker's thread named after the session).
+#[derive(Debug, Clone)]
+pub struct ForkCut {
+    /// The session had no execution: the whole thread is kept.
+    everything: bool,
+    /// The kept executions' ids.
+    kept: HashSet<String>,
+    target: String,
+    cut_at: Option<Timestamp>,
+    next_root_at: Option<Timestamp>,
+}
+
+impl ForkCut {
+    fn everything() -> Self {
+        ForkCut {
+            everything: true,
+            kept: HashSet::new(),
+            target: String::new(),
+            cut_at: None,
+            next_root_at: None,
+        }
+    }
+
+    /// Keeps the checkpoints written up to the cut: those a kept execution's run wrote
+    /// (metadata `stepwise_execution_id`; of the cut execution, up to its cut step), others
+    /// by the time they were written; then the pending writes of kept checkpoints only.
+    pub fn cut_thread(&self, thread: &mut DocumentThread) {
+        if self.everything {
+            return;
+        }
         thread.checkpoints.retain(|c| {
             match c
                 .metadata
                 .get(CHECKPOINT_EXECUTION_KEY)
                 .and_then(Value::as_str)
             {
-                Some(e) if e == target_text => cut_at.is_none_or(|cut| c.created_at <= cut),
-                Some(e) => kept_text.contains(e),
-                None => before_horizon(c.created_at),
+                Some(e) if e == self.target => self.cut_at.is_none_or(|cut| c.created_at <= cut),
+                Some(e) => self.kept.contains(e),
+                None => match (self.cut_at, self.next_root_at) {
+                    (Some(cut), _) => c.created_at <= cut,
+                    (None, Some(next)) => c.created_at < next,
+                    (None, None) => true,
+                },
             }
         });
         let checkpoint_ids: HashSet<(String, String)> = thread
@@ -234,7 +283,6 @@ pub fn cut_document(mut doc: SessionDocument, point: ForkPoint) -> Result<Sessio
             }
         }
     }
-    Ok(renamed_thread(doc))
 }
 
 /// The thread of a fork is named after its session: [`crate::rekey_document`] renames a

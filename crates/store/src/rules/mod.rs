@@ -14,7 +14,7 @@ mod retention;
 pub use executions::{
     check_execution_with_messages, check_step_number, check_transition, removal_set,
 };
-pub use fork::{CHECKPOINT_EXECUTION_KEY, ForkPoint, cut_document};
+pub use fork::{CHECKPOINT_EXECUTION_KEY, ForkCut, ForkPoint, cut_document};
 pub use import_plan::ImportPlan;
 pub use lease::{
     FORGET_WORKERS_AFTER, attempts_exhausted, gave_up_message, lease_expired, lease_until,
