@@ -299,7 +299,7 @@ async fn a_fork_holds_the_session_up_to_its_point_and_leaves_the_original() {
     let (status, body) = fork(Some(json!({"execution_id": second, "step_number": 99}))).await;
     assert_eq!(
         (status, body["error"]["field"].clone()),
-        (400, json!("step_number")),
+        (404, json!("step_number")),
         "{body}"
     );
     let (status, body) = fork(Some(json!({"name": "no spaces allowed"}))).await;

@@ -40,8 +40,8 @@ pub struct ForkBody {
 #[utoipa::path(post, path = "/v1/sessions/{id}/fork", tag = "sessions", operation_id = "fork_session",
     params(IdPath), request_body(content = Option<ForkBody>, description = "optional: an empty body forks the whole session"),
     responses((status = 201, body = Session, description = "the new session"),
-              (status = 400, body = ErrorBody, description = "a field is invalid, or `step_number` is not a step of the execution"),
-              (status = 404, body = ErrorBody, description = "no such session, or `execution_id` is not a root execution of it"),
+              (status = 400, body = ErrorBody, description = "a field is invalid"),
+              (status = 404, body = ErrorBody, description = "no such session; `execution_id` is not a root execution of it, or `step_number` not a step of that execution (`field` names which)"),
               (status = 409, body = ErrorBody, description = "`name` is taken")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}
@@ -59,6 +59,7 @@ pub async fn fork<S: Store>(
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
     let (mut document, cut) = cut_document(document, point).map_err(|e| match e {
+        StoreError::NotFound("step") => ApiError::not_found("step").with_field("step_number"),
         StoreError::NotFound(_) => ApiError::not_found("execution").with_field("execution_id"),
         other => other.into(),
     })?;

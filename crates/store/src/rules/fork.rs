@@ -28,7 +28,7 @@ pub struct ForkPoint {
 /// token counts of its kept steps). A LangGraph thread keeps the checkpoints written up to
 /// the same point, and is renamed after the session, so the fork's thread follows the new
 /// session. `NotFound("execution")` when the execution is not a root execution of the
-/// session; `InvalidInput` for a step number it does not have.
+/// session; `NotFound("step")` for a step number it does not have.
 pub fn cut_document(
     mut doc: SessionDocument,
     point: ForkPoint,
@@ -47,10 +47,7 @@ pub fn cut_document(
             .ok_or(StoreError::NotFound("execution"))?,
         None if roots.is_empty() => {
             if point.step_number.is_some() {
-                return Err(StoreError::invalid(
-                    "step_number",
-                    "the session has no execution to cut at a step",
-                ));
+                return Err(StoreError::NotFound("step"));
             }
             return Ok((renamed_thread(doc), ForkCut::everything()));
         }
@@ -73,12 +70,7 @@ pub fn cut_document(
         .collect();
     let cut_step = match point.step_number {
         None => None,
-        Some(n) if !target_steps.contains(&n) => {
-            return Err(StoreError::invalid(
-                "step_number",
-                format!("the execution has no step {n}"),
-            ));
-        }
+        Some(n) if !target_steps.contains(&n) => return Err(StoreError::NotFound("step")),
         Some(n) if target_steps.iter().all(|s| *s <= n) => None,
         Some(n) => Some(n),
     };
