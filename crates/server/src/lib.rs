@@ -7,7 +7,6 @@
 mod ag_ui;
 mod ai_sdk;
 mod auth;
-pub mod bench;
 mod checkpoints;
 pub mod cleaner;
 mod connections;

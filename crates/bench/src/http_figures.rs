@@ -1,7 +1,7 @@
 //! HTTP figures of the real server over loopback.
 //!
 //! [`run_http_bench`] measures three figures with server and clients in one process (the
-//! ignored test `cargo test --release -p stepwise-server --test bench_http -- --ignored
+//! ignored test `cargo test --release -p stepwise-bench --test bench_http -- --ignored
 //! --nocapture` runs it on a fresh SQLite database):
 //!
 //! - messages accepted per second: `POST /v1/sessions/{id}/messages` from N concurrent
@@ -29,10 +29,9 @@ use serde::Serialize;
 use serde_json::json;
 use stepwise_core::EventType;
 use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent};
+use stepwise_server::{LOCAL_TENANT, LOCAL_USER, Node, NodeError, NodeSettings};
 use stepwise_store::{NewEvent, NewSession, Store, StoreError, Tenant};
 use tokio::sync::Mutex;
-
-use crate::{LOCAL_TENANT, LOCAL_USER, Node, NodeError, NodeSettings};
 
 #[derive(Debug, Clone)]
 pub struct HttpBenchOptions {

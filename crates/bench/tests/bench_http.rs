@@ -1,9 +1,9 @@
 //! The HTTP benchmark runs end to end (tiny sizes here; the real figures come from
-//! `cargo test --release -p stepwise-server --test bench_http -- --ignored --nocapture`).
+//! `cargo test --release -p stepwise-bench --test bench_http -- --ignored --nocapture`).
 
 use std::time::Duration;
 
-use stepwise_server::bench::{HttpBenchOptions, run_http_bench};
+use stepwise_bench::http_figures::{HttpBenchOptions, run_http_bench};
 use stepwise_store_sqlite::SqliteStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +45,7 @@ async fn full_http_benchmark() {
 }
 
 /// Memory of a separately started server: `STEPWISE_BENCH_URL=http://127.0.0.1:PORT
-/// STEPWISE_BENCH_PID=PID cargo test --release -p stepwise-server --test bench_http -- --ignored idle`.
+/// STEPWISE_BENCH_PID=PID cargo test --release -p stepwise-bench --test bench_http -- --ignored idle`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a running server; run explicitly"]
 async fn idle_subscribers_rss_of_a_running_server() {
@@ -56,7 +56,7 @@ async fn idle_subscribers_rss_of_a_running_server() {
         return;
     };
     let pid: u32 = pid.parse().expect("a pid");
-    let figure = stepwise_server::bench::idle_server_rss(&url, pid, 1000)
+    let figure = stepwise_bench::http_figures::idle_server_rss(&url, pid, 1000)
         .await
         .expect("bench");
     println!(
