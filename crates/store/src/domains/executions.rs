@@ -59,21 +59,13 @@ pub trait ExecutionStore: Send + Sync {
     /// snapshots, messages and events, in one write. The session's last execution, last
     /// snapshot and message count follow what remains. Ids that are no execution of the
     /// session are skipped; an execution not finished is `InvalidState` and nothing is
-    /// deleted. Returns how many executions went. A backend that cannot answers
-    /// `InvalidState`.
+    /// deleted. Returns how many executions went.
     fn remove_executions(
         &self,
         tenant: &Tenant,
         session_id: Id,
         ids: Vec<Id>,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        let _ = (tenant, session_id, ids);
-        async {
-            Err(crate::StoreError::InvalidState(
-                "this storage backend cannot remove executions".into(),
-            ))
-        }
-    }
+    ) -> impl Future<Output = Result<u64>> + Send;
 }
 
 /// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
