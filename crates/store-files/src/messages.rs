@@ -40,6 +40,19 @@ impl stepwise_store::MessageStore for FileStore {
         ack.await
     }
 
+    /// No session cache here: every message of the session is new.
+    async fn list_session_messages_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        _after: i64,
+    ) -> Result<stepwise_store::MessagesAfter> {
+        let messages = self
+            .list_messages(tenant, session_id, MessageQuery::default())
+            .await?;
+        Ok(stepwise_store::cache::whole_messages(messages))
+    }
+
     async fn list_messages(
         &self,
         tenant: &Tenant,

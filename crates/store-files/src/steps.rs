@@ -120,4 +120,15 @@ impl stepwise_store::StepStore for FileStore {
         self.count_skipped(loaded.skipped);
         Ok(loaded)
     }
+
+    /// No session cache here: every row of the session is new.
+    async fn list_session_steps_after(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        _after: i64,
+    ) -> Result<stepwise_store::StepsAfter> {
+        let loaded = self.list_session_steps(tenant, session_id).await?;
+        Ok(stepwise_store::cache::whole_session(loaded))
+    }
 }

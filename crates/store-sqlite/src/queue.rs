@@ -182,4 +182,10 @@ impl stepwise_store::QueueStore for SqliteStore {
     async fn queue_depth(&self) -> Result<u64> {
         self.read(|conn, _| count(conn, QUEUE_DEPTH, [])).await
     }
+
+    /// One process owns the file: its runners hear of new work from the in-process
+    /// doorbell, never from here.
+    async fn queue_signal(&self) {
+        std::future::pending().await
+    }
 }

@@ -196,9 +196,9 @@ impl<O: RowOrder> Default for RowsAfter<O> {
 pub type StepsAfter = RowsAfter<StepOrder>;
 pub type MessagesAfter = RowsAfter<MessageOrder>;
 
-/// A whole session's steps read without positions (the trait's default answer): every
+/// A whole session's steps read without positions (the answer of a backend without a cache): every
 /// row is new, in memory order.
-pub(crate) fn whole_session(loaded: crate::Loaded<Step>) -> StepsAfter {
+pub fn whole_session(loaded: crate::Loaded<Step>) -> StepsAfter {
     let skipped = loaded.skipped;
     let mut read = whole_list(loaded.items, |k, step: &Step| StepOrder {
         // The read's own order stands in for the execution order.
@@ -211,8 +211,8 @@ pub(crate) fn whole_session(loaded: crate::Loaded<Step>) -> StepsAfter {
     read
 }
 
-/// A whole session's messages read without positions (the trait's default answer).
-pub(crate) fn whole_messages(messages: Vec<Message>) -> MessagesAfter {
+/// A whole session's messages read without positions (the answer of a backend without a cache).
+pub fn whole_messages(messages: Vec<Message>) -> MessagesAfter {
     whole_list(messages, |_, message: &Message| MessageOrder::of(message))
 }
 

@@ -48,9 +48,9 @@ pub use checkpoints::{
     PruneStrategy, PutWrites, ResolvedBlob, ThreadInfo, TypedValue, WriteRecord,
 };
 pub use domains::{
-    CheckpointStore, EventStore, ExecutionStore, KeyStore, MessageStore, NoCheckpoints,
-    OperationsStore, QueueStore, RetentionStore, SessionStore, SnapshotStore, StepStore,
-    WorkerStore,
+    CheckpointStore, CheckpointStoreExt, EventStore, ExecutionStore, KeyStore, MessageStore,
+    NoCheckpoints, OperationsStore, QueueStore, QueueStoreExt, RetentionStore, SessionStore,
+    SnapshotStore, StepStore, WorkerStore,
 };
 pub use domains::{
     PassEvents, PassExecutions, PassKeys, PassMessages, PassOperations, PassQueue, PassRetention,
@@ -104,7 +104,8 @@ pub trait Store:
 /// `use stepwise_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        CheckpointStore, EventStore, ExecutionStore, KeyStore, MessageStore, OperationsStore,
-        QueueStore, RetentionStore, SessionStore, SnapshotStore, StepStore, Store, WorkerStore,
+        CheckpointStore, CheckpointStoreExt, EventStore, ExecutionStore, KeyStore, MessageStore,
+        OperationsStore, QueueStore, QueueStoreExt, RetentionStore, SessionStore, SnapshotStore,
+        StepStore, Store, WorkerStore,
     };
 }

@@ -129,8 +129,6 @@ dispatch! {
 dispatch! {
     QueueStore;
     fn claim_matching(filter: &ClaimFilter, workers: &[String], lease: Duration, max_attempts: u32) -> Result<Vec<Claim>>;
-    fn claim_next(worker: &str, lease: Duration, max_attempts: u32) -> Result<Option<Claim>>;
-    fn claim_batch(workers: &[String], lease: Duration, max_attempts: u32) -> Result<Vec<Claim>>;
     fn renew_leases(worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>>;
     fn release(worker: &str, id: Id) -> Result<()>;
     fn requeue(worker: &str, id: Id) -> Result<()>;
@@ -216,7 +214,6 @@ dispatch! {
     CheckpointStore, without files: Err(stepwise_store::checkpoints::unsupported());
     fn put_checkpoint(tenant: &Tenant, new: NewCheckpoint) -> Result<CheckpointPut>;
     fn put_checkpoint_writes(tenant: &Tenant, writes: PutWrites) -> Result<Id>;
-    fn get_checkpoint(tenant: &Tenant, thread_id: &str, checkpoint_ns: &str, checkpoint_id: Option<&str>) -> Result<Option<CheckpointRecord>>;
     fn get_checkpoint_since(tenant: &Tenant, thread_id: &str, checkpoint_ns: &str, checkpoint_id: Option<&str>, have: &std::collections::BTreeMap<String, String>) -> Result<Option<CheckpointRecord>>;
     fn list_checkpoints(tenant: &Tenant, query: CheckpointQuery) -> Result<Page<CheckpointRecord>>;
     fn get_thread(tenant: &Tenant, thread_id: &str) -> Result<Option<ThreadInfo>>;

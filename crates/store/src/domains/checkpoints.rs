@@ -31,22 +31,8 @@ pub trait CheckpointStore: Send + Sync {
         writes: PutWrites,
     ) -> impl Future<Output = Result<Id>> + Send;
 
-    /// One checkpoint (the latest of the namespace when `checkpoint_id` is `None`).
-    fn get_checkpoint(
-        &self,
-        tenant: &Tenant,
-        thread_id: &str,
-        checkpoint_ns: &str,
-        checkpoint_id: Option<&str>,
-    ) -> impl Future<Output = Result<Option<CheckpointRecord>>> + Send {
-        async move {
-            let have = std::collections::BTreeMap::new();
-            self.get_checkpoint_since(tenant, thread_id, checkpoint_ns, checkpoint_id, &have)
-                .await
-        }
-    }
-
-    /// [`Self::get_checkpoint`] for a reader that already holds some values: for a channel
+    /// One checkpoint (the latest of the namespace when `checkpoint_id` is `None`), for a
+    /// reader that already holds some values: for a channel
     /// in `have` (channel -> version) whose append chain reaches that version, the value is
     /// [`ResolvedBlob::Since`](crate::ResolvedBlob::Since), only the items appended after it.
     fn get_checkpoint_since(
@@ -115,6 +101,28 @@ pub trait CheckpointStore: Send + Sync {
         strategy: PruneStrategy,
     ) -> impl Future<Output = Result<u64>> + Send;
 }
+
+/// The reads every checkpoint store answers through
+/// [`CheckpointStore::get_checkpoint_since`]: derived for every store, so no backend or layer
+/// has one of its own to forward or to shadow.
+pub trait CheckpointStoreExt: CheckpointStore {
+    /// One checkpoint (the latest of the namespace when `checkpoint_id` is `None`).
+    fn get_checkpoint(
+        &self,
+        tenant: &Tenant,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> impl Future<Output = Result<Option<CheckpointRecord>>> + Send {
+        async move {
+            let have = std::collections::BTreeMap::new();
+            self.get_checkpoint_since(tenant, thread_id, checkpoint_ns, checkpoint_id, &have)
+                .await
+        }
+    }
+}
+
+impl<T: CheckpointStore + ?Sized> CheckpointStoreExt for T {}
 
 /// The checkpoint store of a backend that keeps no checkpoints: a type with no values, so
 /// [`crate::Store::checkpoints`] can only be `None` and none of these methods can be called.

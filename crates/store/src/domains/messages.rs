@@ -4,7 +4,7 @@ use std::future::Future;
 
 use stepwise_core::{Id, Message};
 
-use crate::{MessageQuery, MessagesAfter, NewMessage, Result, Tenant, cache};
+use crate::{MessageQuery, MessagesAfter, NewMessage, Result, Tenant};
 
 pub trait MessageStore: Send + Sync {
     /// Appends a message and bumps the session's `message_count` and `updated_at`.
@@ -25,22 +25,14 @@ pub trait MessageStore: Send + Sync {
     /// The session's message rows past `after` (a position from an earlier answer, or
     /// [`START_POSITION`](crate::START_POSITION)), with the number of messages the session
     /// has, read together: what the [`SessionCache`](crate::SessionCache) asks on each
-    /// [`list_session_messages`](crate::list_session_messages). The default reads all the
-    /// session's messages (every row counts as new).
+    /// [`list_session_messages`](crate::list_session_messages). A backend without a cache
+    /// may answer every message as new ([`crate::cache::whole_messages`]).
     fn list_session_messages_after(
         &self,
         tenant: &Tenant,
         session_id: Id,
         after: i64,
-    ) -> impl Future<Output = Result<MessagesAfter>> + Send {
-        let _ = after;
-        async move {
-            let messages = self
-                .list_messages(tenant, session_id, MessageQuery::default())
-                .await?;
-            Ok(cache::whole_messages(messages))
-        }
-    }
+    ) -> impl Future<Output = Result<MessagesAfter>> + Send;
 }
 
 /// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).

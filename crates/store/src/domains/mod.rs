@@ -19,13 +19,13 @@ mod snapshots;
 mod steps;
 mod workers;
 
-pub use checkpoints::{CheckpointStore, NoCheckpoints};
+pub use checkpoints::{CheckpointStore, CheckpointStoreExt, NoCheckpoints};
 pub use events::{EventStore, PassEvents};
 pub use executions::{ExecutionStore, PassExecutions};
 pub use keys::{KeyStore, PassKeys};
 pub use messages::{MessageStore, PassMessages};
 pub use operations::{OperationsStore, PassOperations};
-pub use queue::{PassQueue, QueueStore};
+pub use queue::{PassQueue, QueueStore, QueueStoreExt};
 pub use retention::{PassRetention, RetentionStore};
 pub use sessions::{PassSessions, SessionStore};
 pub use snapshots::{PassSnapshots, SnapshotStore};

@@ -25,6 +25,36 @@ pub trait QueueStore: Send + Sync {
         max_attempts: u32,
     ) -> impl Future<Output = Result<Vec<Claim>>> + Send;
 
+    /// Extends the leases this worker holds on these executions; returns the ids it no
+    /// longer holds (cancelled, finished, or taken over).
+    fn renew_leases(
+        &self,
+        worker: &str,
+        ids: Vec<Id>,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<Id>>> + Send;
+
+    /// Gives a claimed execution back to the queue at once (graceful shutdown); the
+    /// attempt it was claimed with does not count.
+    fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
+
+    /// Puts a claimed execution back in the queue to be tried again (its agent failed
+    /// and asked for a retry); unlike [`Self::release`], the attempt counts.
+    fn requeue(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
+
+    /// Executions waiting to run.
+    fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Resolves when another process may have queued work for the workers (PostgreSQL:
+    /// a `NOTIFY` on the queue channel). Stores without such a doorbell never resolve
+    /// (`std::future::pending()`): their workers rely on the in-process doorbell and the
+    /// fallback poll. Required, so that a layer forwards the backend's own.
+    fn queue_signal(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// The claims every queue answers through [`QueueStore::claim_matching`]: derived for every
+/// store, so no backend or layer has one of its own to forward or to shadow.
+pub trait QueueStoreExt: QueueStore {
     /// Claims the next runnable execution of any agent type and tenant (see
     /// [`Self::claim_matching`]); `None` when there is nothing to do.
     fn claim_next(
@@ -55,34 +85,9 @@ pub trait QueueStore: Send + Sync {
                 .await
         }
     }
-
-    /// Extends the leases this worker holds on these executions; returns the ids it no
-    /// longer holds (cancelled, finished, or taken over).
-    fn renew_leases(
-        &self,
-        worker: &str,
-        ids: Vec<Id>,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Vec<Id>>> + Send;
-
-    /// Gives a claimed execution back to the queue at once (graceful shutdown); the
-    /// attempt it was claimed with does not count.
-    fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
-
-    /// Puts a claimed execution back in the queue to be tried again (its agent failed
-    /// and asked for a retry); unlike [`Self::release`], the attempt counts.
-    fn requeue(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
-
-    /// Executions waiting to run.
-    fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send;
-
-    /// Resolves when another process may have queued work for the workers (PostgreSQL:
-    /// a `NOTIFY` on the queue channel). Stores without such a doorbell never resolve:
-    /// their workers rely on the in-process doorbell and the fallback poll.
-    fn queue_signal(&self) -> impl Future<Output = ()> + Send {
-        std::future::pending()
-    }
 }
+
+impl<T: QueueStore + ?Sized> QueueStoreExt for T {}
 
 /// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
 pub trait PassQueue: crate::Layer {}
@@ -97,24 +102,6 @@ impl<L: PassQueue> QueueStore for L {
     ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
         self.layer_inner()
             .claim_matching(filter, workers, lease, max_attempts)
-    }
-
-    fn claim_next(
-        &self,
-        worker: &str,
-        lease: Duration,
-        max_attempts: u32,
-    ) -> impl Future<Output = Result<Option<Claim>>> + Send {
-        self.layer_inner().claim_next(worker, lease, max_attempts)
-    }
-
-    fn claim_batch(
-        &self,
-        workers: &[String],
-        lease: Duration,
-        max_attempts: u32,
-    ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
-        self.layer_inner().claim_batch(workers, lease, max_attempts)
     }
 
     fn renew_leases(

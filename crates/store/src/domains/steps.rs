@@ -4,7 +4,7 @@ use std::future::Future;
 
 use stepwise_core::{Id, Step};
 
-use crate::{Ack, Loaded, NewStep, Result, StepAppend, StepMirror, StepsAfter, Tenant, cache};
+use crate::{Ack, Loaded, NewStep, Result, StepAppend, StepMirror, StepsAfter, Tenant};
 
 pub trait StepStore: Send + Sync {
     /// Queues a step. The same `(execution, step_number)` with the same body again
@@ -48,20 +48,14 @@ pub trait StepStore: Send + Sync {
     /// The session's step rows past `after` (a position from an earlier answer, or
     /// [`START_POSITION`](crate::START_POSITION)), with the number of rows the session has,
     /// read together: what the [`SessionCache`](crate::SessionCache) asks on each restore.
-    /// The default reads the whole session (every row counts as new); backends with a cache
-    /// answer with an indexed query.
+    /// A backend without a cache may answer every row as new
+    /// ([`crate::cache::whole_session`]); backends with one answer with an indexed query.
     fn list_session_steps_after(
         &self,
         tenant: &Tenant,
         session_id: Id,
         after: i64,
-    ) -> impl Future<Output = Result<StepsAfter>> + Send {
-        let _ = after;
-        async move {
-            let loaded = self.list_session_steps(tenant, session_id).await?;
-            Ok(cache::whole_session(loaded))
-        }
-    }
+    ) -> impl Future<Output = Result<StepsAfter>> + Send;
 }
 
 /// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
