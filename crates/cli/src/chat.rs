@@ -7,7 +7,7 @@
 //! execution finishes before the next line is read.
 
 mod api;
-pub(crate) mod sse;
+pub(crate) use stepwise_cli_support::sse;
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};

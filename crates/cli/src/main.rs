@@ -5,15 +5,12 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod agents;
-mod bench;
 mod chat;
 mod cleanup;
 mod config;
-mod db;
 mod keys;
 mod serve;
 mod sessions;
-mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,7 +19,10 @@ use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::db::{DatabaseUrl, with_store};
+use stepwise_bench::commands as bench;
+use stepwise_cli_support::db::DatabaseUrl;
+use stepwise_cli_support::with_store;
+use stepwise_cli_support::{db, table};
 use stepwise_store::prelude::*;
 
 const AFTER_HELP: &str = "\

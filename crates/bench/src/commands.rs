@@ -17,8 +17,8 @@ use stepwise_core::{ExecutionStatus, Id, Restored, StepBody, StepKind};
 use stepwise_store::{NewExecution, NewSession, NewStep, Store, Tenant, restore_memory};
 use stepwise_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 
-use crate::db::{self, DatabaseUrl};
 use corpus::{Corpus, find_corpus, load_corpus};
+use stepwise_cli_support::db::{self, DatabaseUrl};
 use stepwise_store::prelude::*;
 
 mod corpus;
@@ -539,7 +539,7 @@ async fn run_steps(
     eprintln!();
     eprint!(
         "{}",
-        crate::table::render(&["RUN", "WHAT", "RESULT", "GOAL"], &rows)
+        stepwise_cli_support::table::render(&["RUN", "WHAT", "RESULT", "GOAL"], &rows)
     );
     Ok(())
 }

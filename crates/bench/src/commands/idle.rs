@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::remote::{client, create_session};
 use super::{percentile_ms, round};
-use crate::chat::sse::EventStream;
+use stepwise_cli_support::sse::EventStream;
 
 #[derive(Args, Debug, Clone)]
 pub struct IdleArgs {

@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use super::remote::{client, create_session, viewer_client};
-use crate::chat::sse::EventStream;
+use stepwise_cli_support::sse::EventStream;
 
 #[derive(Args, Debug, Clone)]
 pub struct FanoutArgs {
@@ -65,7 +65,7 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         "latency": latency,
     });
     if let Some(pid) = args.server_pid {
-        let idle = stepwise_bench::http_figures::idle_server_rss(&base, pid, args.idle_viewers)
+        let idle = crate::http_figures::idle_server_rss(&base, pid, args.idle_viewers)
             .await
             .context("measuring idle memory")?;
         let per_viewer_kb = (idle.rss_with_subscribers_mb - idle.rss_before_mb) * 1024.0

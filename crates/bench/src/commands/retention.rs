@@ -36,7 +36,7 @@ use stepwise_store::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::db::DatabaseUrl;
+use stepwise_cli_support::db::DatabaseUrl;
 
 #[derive(Args, Debug, Clone)]
 pub struct RetentionArgs {
@@ -84,7 +84,7 @@ pub async fn run(args: RetentionArgs, database: Option<&str>) -> anyhow::Result<
             .context("the database open task failed")?
             .context("cannot open the SQLite database")?;
             // As the opened store: the one type the binary's server is compiled for.
-            let store = crate::db::OpenedStore::Sqlite(store);
+            let store = stepwise_cli_support::db::OpenedStore::Sqlite(store);
             let report = measure(&store, &clock, &args, "sqlite").await;
             store.close().await?;
             report?
@@ -99,7 +99,7 @@ pub async fn run(args: RetentionArgs, database: Option<&str>) -> anyhow::Result<
             )
             .await
             .context("cannot open the PostgreSQL database")?;
-            let store = crate::db::OpenedStore::Postgres(store);
+            let store = stepwise_cli_support::db::OpenedStore::Postgres(store);
             let report = measure(&store, &clock, &args, "postgres").await;
             store.close().await?;
             report?
@@ -115,7 +115,7 @@ pub async fn run(args: RetentionArgs, database: Option<&str>) -> anyhow::Result<
 }
 
 async fn measure(
-    store: &crate::db::OpenedStore,
+    store: &stepwise_cli_support::db::OpenedStore,
     clock: &Arc<ManualClock>,
     args: &RetentionArgs,
     backend: &str,

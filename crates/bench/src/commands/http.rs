@@ -38,7 +38,7 @@ pub async fn run(args: HttpArgs) -> anyhow::Result<()> {
     if args.clients == 0 || args.seconds == 0 {
         anyhow::bail!("--clients and --seconds must be at least 1");
     }
-    let figure = stepwise_bench::http_figures::accept_messages(
+    let figure = crate::http_figures::accept_messages(
         &args.url,
         args.clients,
         Duration::from_secs(args.seconds),

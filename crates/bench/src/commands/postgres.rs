@@ -14,7 +14,7 @@ use super::{
     Corpus, Progress, StepsArgs, ms, per_s, percentile_ms, restore_w1, round, run_w1, run_w2,
     run_w2c,
 };
-use crate::db::DatabaseUrl;
+use stepwise_cli_support::db::DatabaseUrl;
 use stepwise_store::prelude::*;
 
 async fn open(url: &str) -> anyhow::Result<PgStore> {

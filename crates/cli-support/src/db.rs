@@ -13,8 +13,6 @@ use anyhow::{Context, bail};
 use stepwise_store_files::FileStore;
 use stepwise_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 
-use crate::config;
-
 /// The file name of the default SQLite database inside the data directory.
 pub const DEFAULT_DB_FILE: &str = "stepwise.db";
 
@@ -162,7 +160,7 @@ impl DatabaseUrl {
         match setting.filter(|s| !s.trim().is_empty()) {
             Some(text) => Self::parse(text),
             None => {
-                let dir = config::data_dir(data_dir)?;
+                let dir = crate::data_dir(data_dir)?;
                 std::fs::create_dir_all(&dir).with_context(|| {
                     format!("cannot create the data directory {}", dir.display())
                 })?;
@@ -345,6 +343,7 @@ pub async fn close_sqlite(store: SqliteStore) -> anyhow::Result<()> {
 
 /// Runs `$body` with `$store` bound to the opened store, then closes the store whatever the
 /// body returned. Evaluates to the body's `anyhow::Result`.
+#[macro_export]
 macro_rules! with_store {
     ($opened:expr, |$store:ident| $body:expr) => {{
         let opened: $crate::db::OpenedStore = $opened;
@@ -355,7 +354,7 @@ macro_rules! with_store {
         $crate::db::first_error(result, opened.close().await)
     }};
 }
-pub(crate) use with_store;
+pub use with_store;
 
 /// The command's result, unless it succeeded and closing the store failed.
 pub fn first_error<T>(result: anyhow::Result<T>, closed: anyhow::Result<()>) -> anyhow::Result<T> {

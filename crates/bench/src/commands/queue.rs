@@ -25,7 +25,7 @@ use stepwise_store_sqlite::{Durability, SqliteOptions};
 
 use super::{Progress, ms, per_s, percentile_ms, round};
 
-use crate::db::{self, DatabaseUrl, OpenedStore};
+use stepwise_cli_support::db::{self, DatabaseUrl, OpenedStore};
 use stepwise_store::prelude::*;
 
 #[derive(Args, Debug, Clone)]
