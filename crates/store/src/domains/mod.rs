@@ -1,12 +1,15 @@
 //! The storage API, one trait per domain. A backend implements each domain's trait in its
 //! own file for that domain; [`crate::Store`] is all of them together.
 //!
-//! Adding a domain: a module here with its trait (every call takes the [`crate::Tenant`]
-//! unless the domain serves every tenant, like the queue and retention), a supertrait of
-//! [`crate::Store`], an `impl` in each backend's file for it, a pass-through in the server's
-//! metering, and cases in the conformance suite.
+//! Each domain is declared once with [`crate::domain!`] (`declare.rs`): its trait, the
+//! pass-through of a layer, and the list of its methods the binary's dispatch is generated
+//! from. Adding a domain: a module here with its declaration (every call takes the
+//! [`crate::Tenant`] unless the domain serves every tenant, like the queue and retention), a
+//! supertrait of [`crate::Store`], an `impl` in each backend's file for it, its line in the
+//! binary's dispatch and in the server's metering, and cases in the conformance suite.
 
 mod checkpoints;
+mod declare;
 mod events;
 mod executions;
 mod keys;

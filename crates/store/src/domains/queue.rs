@@ -9,47 +9,39 @@ use stepwise_core::Id;
 
 use crate::{Claim, ClaimFilter, Result};
 
-pub trait QueueStore: Send + Sync {
-    /// Claims up to one execution for each of `workers` among those `filter` allows, in
-    /// one transaction where the backend can: the `k`th claim's lease owner is
-    /// `workers[k]`. A claim takes a `running` execution whose worker's lease expired
-    /// first (attempts over `max_attempts` fail it instead), else the oldest `pending`
-    /// top-level execution of a session with no other execution running (subagents are
-    /// run inline by their parent's worker, never claimed). Fewer claims than workers
-    /// means nothing else was runnable.
-    fn claim_matching(
-        &self,
-        filter: &ClaimFilter,
-        workers: &[String],
-        lease: Duration,
-        max_attempts: u32,
-    ) -> impl Future<Output = Result<Vec<Claim>>> + Send;
+crate::domain! {
+    $
+    pub trait QueueStore, pass PassQueue, methods queue_store_methods {
+        /// Claims up to one execution for each of `workers` among those `filter` allows, in
+        /// one transaction where the backend can: the `k`th claim's lease owner is
+        /// `workers[k]`. A claim takes a `running` execution whose worker's lease expired
+        /// first (attempts over `max_attempts` fail it instead), else the oldest `pending`
+        /// top-level execution of a session with no other execution running (subagents are
+        /// run inline by their parent's worker, never claimed). Fewer claims than workers
+        /// means nothing else was runnable.
+        fn claim_matching(&self, filter: &ClaimFilter, workers: &[String], lease: Duration, max_attempts: u32) -> Result<Vec<Claim>>;
 
-    /// Extends the leases this worker holds on these executions; returns the ids it no
-    /// longer holds (cancelled, finished, or taken over).
-    fn renew_leases(
-        &self,
-        worker: &str,
-        ids: Vec<Id>,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Vec<Id>>> + Send;
+        /// Extends the leases this worker holds on these executions; returns the ids it no
+        /// longer holds (cancelled, finished, or taken over).
+        fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>>;
 
-    /// Gives a claimed execution back to the queue at once (graceful shutdown); the
-    /// attempt it was claimed with does not count.
-    fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
+        /// Gives a claimed execution back to the queue at once (graceful shutdown); the
+        /// attempt it was claimed with does not count.
+        fn release(&self, worker: &str, id: Id) -> Result<()>;
 
-    /// Puts a claimed execution back in the queue to be tried again (its agent failed
-    /// and asked for a retry); unlike [`Self::release`], the attempt counts.
-    fn requeue(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send;
+        /// Puts a claimed execution back in the queue to be tried again (its agent failed
+        /// and asked for a retry); unlike [`Self::release`], the attempt counts.
+        fn requeue(&self, worker: &str, id: Id) -> Result<()>;
 
-    /// Executions waiting to run.
-    fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send;
+        /// Executions waiting to run.
+        fn queue_depth(&self) -> Result<u64>;
 
-    /// Resolves when another process may have queued work for the workers (PostgreSQL:
-    /// a `NOTIFY` on the queue channel). Stores without such a doorbell never resolve
-    /// (`std::future::pending()`): their workers rely on the in-process doorbell and the
-    /// fallback poll. Required, so that a layer forwards the backend's own.
-    fn queue_signal(&self) -> impl Future<Output = ()> + Send;
+        /// Resolves when another process may have queued work for the workers (PostgreSQL:
+        /// a `NOTIFY` on the queue channel). Stores without such a doorbell never resolve
+        /// (`std::future::pending()`): their workers rely on the in-process doorbell and the
+        /// fallback poll. Required, so that a layer forwards the backend's own.
+        fn queue_signal(&self) -> ();
+    }
 }
 
 /// The claims every queue answers through [`QueueStore::claim_matching`]: derived for every
@@ -88,44 +80,3 @@ pub trait QueueStoreExt: QueueStore {
 }
 
 impl<T: QueueStore + ?Sized> QueueStoreExt for T {}
-
-/// Passes the whole domain through to the wrapped store (see [`crate::Layer`]).
-pub trait PassQueue: crate::Layer {}
-
-impl<L: PassQueue> QueueStore for L {
-    fn claim_matching(
-        &self,
-        filter: &ClaimFilter,
-        workers: &[String],
-        lease: Duration,
-        max_attempts: u32,
-    ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
-        self.layer_inner()
-            .claim_matching(filter, workers, lease, max_attempts)
-    }
-
-    fn renew_leases(
-        &self,
-        worker: &str,
-        ids: Vec<Id>,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Vec<Id>>> + Send {
-        self.layer_inner().renew_leases(worker, ids, lease)
-    }
-
-    fn release(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send {
-        self.layer_inner().release(worker, id)
-    }
-
-    fn requeue(&self, worker: &str, id: Id) -> impl Future<Output = Result<()>> + Send {
-        self.layer_inner().requeue(worker, id)
-    }
-
-    fn queue_depth(&self) -> impl Future<Output = Result<u64>> + Send {
-        self.layer_inner().queue_depth()
-    }
-
-    fn queue_signal(&self) -> impl Future<Output = ()> + Send {
-        self.layer_inner().queue_signal()
-    }
-}
