@@ -212,6 +212,7 @@ impl<S: Store> PassRetention for Metered<S> {}
 impl<S: Store> PassKeys for Metered<S> {}
 impl<S: Store> PassOperations for Metered<S> {}
 impl<S: Store> PassWorkers for Metered<S> {}
+impl<S: Store> stepwise_store::PassLangGraphStore for Metered<S> {}
 
 impl<S: Store> Store for Metered<S> {
     type Checkpoints = S::Checkpoints;

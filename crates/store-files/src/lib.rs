@@ -21,6 +21,7 @@ mod events;
 mod executions;
 mod import;
 mod keys;
+mod langgraph_store;
 mod load;
 mod messages;
 mod operations;

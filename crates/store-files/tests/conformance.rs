@@ -134,8 +134,9 @@ impl Harness for FilesHarness {
     }
 }
 
-// Checkpoints (LangGraph) need the SQLite or PostgreSQL backend: this one answers every
-// checkpoint call with `InvalidState` (see `files_refuse_checkpoints` in tests/files.rs).
+// Checkpoints and the store (LangGraph) need the SQLite or PostgreSQL backend: this one
+// answers every checkpoint call with `InvalidState` (see `files_refuse_checkpoints` in
+// tests/files.rs), and every store call too (`langgraph_store.rs`).
 stepwise_store_tests::conformance_tests!(FilesHarness::new(); skip = [
     checkpoints_put_get,
     checkpoint_writes,
@@ -145,4 +146,8 @@ stepwise_store_tests::conformance_tests!(FilesHarness::new(); skip = [
     checkpoint_export_import,
     checkpoint_write_refs,
     checkpoint_events,
+    langgraph_store_items,
+    langgraph_store_search,
+    langgraph_store_ttl,
+    langgraph_store_isolation,
 ]);

@@ -17,6 +17,7 @@ mod events;
 mod executions;
 mod import;
 mod keys;
+mod langgraph_store;
 mod messages;
 mod mirrored;
 mod operations;

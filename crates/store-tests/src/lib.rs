@@ -122,6 +122,10 @@ macro_rules! __with_cases {
             checkpoint_export_import
             checkpoint_write_refs
             checkpoint_events
+            langgraph_store_items
+            langgraph_store_search
+            langgraph_store_ttl
+            langgraph_store_isolation
         }
     };
 }

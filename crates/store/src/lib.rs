@@ -28,6 +28,7 @@ pub mod checkpoints;
 pub mod domains;
 mod error;
 mod hub;
+pub mod langgraph_store;
 mod layer;
 mod mirror;
 mod records;
@@ -52,12 +53,14 @@ pub use domains::{
     NoCheckpoints, OperationsStore, QueueStore, QueueStoreExt, RetentionStore, SessionStore,
     SnapshotStore, StepStore, WorkerStore,
 };
+pub use domains::{LangGraphStore, PassLangGraphStore};
 pub use domains::{
     PassEvents, PassExecutions, PassKeys, PassMessages, PassOperations, PassQueue, PassRetention,
     PassSessions, PassSnapshots, PassSteps, PassWorkers,
 };
 pub use error::{Result, StoreError};
 pub use hub::{EventHub, SUBSCRIBER_BUFFER};
+pub use langgraph_store::{NamespaceQuery, StoreItem, StoreItemPut, StoreItemSearch};
 pub use layer::Layer;
 pub use mirror::{NOTE_KEYS, StepMirror, message_created};
 pub use rekey::rekey_document;
@@ -81,6 +84,7 @@ pub trait Store:
     + EventStore
     + RetentionStore
     + KeyStore
+    + LangGraphStore
     + OperationsStore
     + Clone
     + 'static
@@ -104,8 +108,8 @@ pub trait Store:
 /// `use stepwise_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        CheckpointStore, CheckpointStoreExt, EventStore, ExecutionStore, KeyStore, MessageStore,
-        OperationsStore, QueueStore, QueueStoreExt, RetentionStore, SessionStore, SnapshotStore,
-        StepStore, Store, WorkerStore,
+        CheckpointStore, CheckpointStoreExt, EventStore, ExecutionStore, KeyStore, LangGraphStore,
+        MessageStore, OperationsStore, QueueStore, QueueStoreExt, RetentionStore, SessionStore,
+        SnapshotStore, StepStore, Store, WorkerStore,
     };
 }

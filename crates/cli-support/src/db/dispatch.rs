@@ -22,6 +22,7 @@ use stepwise_store::{
     SessionFilter, SessionPatch, SigningKey, StatusCounts, StepAppend, StepMirror, StepsAfter,
     StoreStats, Tenant, TenantScope, ThreadInfo, Transition, WorkerSeen,
 };
+use stepwise_store::{NamespaceQuery, StoreItem, StoreItemPut, StoreItemSearch};
 use tokio::sync::broadcast;
 
 use super::OpenedStore;
@@ -118,3 +119,4 @@ stepwise_store::retention_store_methods!(dispatch);
 stepwise_store::key_store_methods!(dispatch);
 stepwise_store::operations_store_methods!(dispatch);
 stepwise_store::checkpoint_store_methods!(dispatch, without files: Err(stepwise_store::checkpoints::unsupported()));
+stepwise_store::langgraph_store_methods!(dispatch);

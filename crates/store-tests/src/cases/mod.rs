@@ -9,6 +9,7 @@ mod events;
 mod executions;
 mod import;
 mod isolation;
+mod langgraph_store;
 mod messages;
 mod mirrored;
 mod queue;
@@ -32,6 +33,9 @@ pub use executions::{
 };
 pub use import::import_document;
 pub use isolation::tenant_isolation;
+pub use langgraph_store::{
+    langgraph_store_isolation, langgraph_store_items, langgraph_store_search, langgraph_store_ttl,
+};
 pub use messages::messages;
 pub use mirrored::step_mirrored;
 pub use queue::{
