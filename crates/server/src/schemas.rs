@@ -127,6 +127,11 @@ pub fn uuid() -> Schema {
     uuid_of(false).build().into()
 }
 
+/// A uuid, or `null`.
+pub fn uuid_or_null() -> Schema {
+    uuid_of(true).build().into()
+}
+
 /// `limit` of a list: 1 to [`stepwise_store::MAX_PAGE_LIMIT`].
 pub fn page_limit() -> Schema {
     ObjectBuilder::new()

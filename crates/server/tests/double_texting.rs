@@ -236,6 +236,11 @@ async fn a_fork_holds_the_session_up_to_its_point_and_leaves_the_original() {
     };
     let (status, whole) = fork(None).await;
     assert_eq!(status, 201, "{whole}");
+    let (status, nulled) = fork(Some(Value::Null)).await;
+    assert_eq!(
+        status, 201,
+        "a null body forks the whole session too: {nulled}"
+    );
     assert_ne!(whole["id"], json!(session));
     let copied = server
         .messages(whole["id"].as_str().unwrap_or_default())
@@ -300,6 +305,12 @@ async fn a_fork_holds_the_session_up_to_its_point_and_leaves_the_original() {
     assert_eq!(
         (status, body["error"]["field"].clone()),
         (404, json!("step_number")),
+        "{body}"
+    );
+    let (status, body) = fork(Some(json!({"execution_id": ""}))).await;
+    assert_eq!(
+        (status, body["error"]["field"].clone()),
+        (400, json!("execution_id")),
         "{body}"
     );
     let (status, body) = fork(Some(json!({"name": "no spaces allowed"}))).await;

@@ -26,7 +26,7 @@ use crate::schemas::IdPath;
 #[allow(dead_code)] // the schema of a body read by `fork_point`
 pub struct ForkBody {
     /// A root execution of the session: the fork ends after it (the latest when absent).
-    #[schema(value_type = Option<String>, format = Uuid)]
+    #[schema(schema_with = crate::schemas::uuid_or_null)]
     pub execution_id: Option<Id>,
     /// A step of that execution: the fork holds what the execution had written up to
     /// this step, and shows the execution as cancelled there.
@@ -119,8 +119,8 @@ async fn fork_worker_thread<S: Store>(
     Ok(())
 }
 
-/// Reads the body: none or empty is `{}`; otherwise a JSON object of [`ForkBody`]'s fields
-/// (whole numbers may be written as floats).
+/// Reads the body: none, empty or `null` is `{}`; otherwise a JSON object of [`ForkBody`]'s
+/// fields (whole numbers may be written as floats).
 fn fork_body(headers: &HeaderMap, body: &Bytes) -> ApiResult<(ForkPoint, Option<String>)> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok((ForkPoint::default(), None));
@@ -128,8 +128,10 @@ fn fork_body(headers: &HeaderMap, body: &Bytes) -> ApiResult<(ForkPoint, Option<
     crate::error::check_charset(headers)?;
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(fields) = value else {
-        return Err(ApiError::bad_request("the body must be a JSON object"));
+    let fields = match value {
+        Value::Object(fields) => fields,
+        Value::Null => return Ok((ForkPoint::default(), None)),
+        _ => return Err(ApiError::bad_request("the body must be a JSON object")),
     };
     let execution_id = match fields.get("execution_id") {
         None | Some(Value::Null) => None,
