@@ -16,6 +16,7 @@ mod executions;
 mod http_metrics;
 mod items;
 mod keys;
+mod langgraph;
 pub mod limits;
 mod listeners;
 mod messages;
@@ -340,6 +341,7 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
 
     Router::new()
         .nest("/v1", v1)
+        .nest("/langgraph", langgraph::router(&state))
         .route("/healthz", get(ops::healthz::healthz))
         .route("/readyz", get(ops::readyz::readyz::<S>))
         .route("/metrics", get(ops::metrics::metrics::<S>))

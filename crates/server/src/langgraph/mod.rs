@@ -1,0 +1,51 @@
+//! The LangGraph Server API, mounted at `/langgraph`, so that `langgraph_sdk.get_client(
+//! url="http://host:7777/langgraph", api_key=...)` talks to Stepwise unchanged. It is
+//! LangGraph's contract, not Stepwise's (so it is not in `/openapi.json`; docs/api.md lists
+//! it): its paths, bodies and answers are those of `langgraph-sdk`.
+//!
+//! Callers are who they are on `/v1` (an API key or token, or the open server's `local`
+//! admin); the SDK sends its key as `x-api-key`, which is taken as `Authorization: Bearer`
+//! when the request has no `Authorization` header.
+
+mod store;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use stepwise_store::Store;
+
+use crate::{AppState, auth, limits};
+
+/// The LangGraph SDK's key header.
+const X_API_KEY: &str = "x-api-key";
+
+/// The routes under `/langgraph`, with auth and the rate limit of `/v1`.
+pub(crate) fn router<S: Store>(state: &AppState<S>) -> Router<AppState<S>> {
+    store::router::<S>()
+        .method_not_allowed_fallback(crate::method_not_allowed)
+        .fallback(crate::not_found)
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            limits::rate_limit::<S>,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_caller::<S>,
+        ))
+        .route_layer(middleware::from_fn(x_api_key_as_bearer))
+}
+
+/// Takes the SDK's `x-api-key` as the request's `Authorization: Bearer` (an `Authorization`
+/// header already there wins).
+async fn x_api_key_as_bearer(mut request: Request, next: Next) -> Response {
+    let headers = request.headers_mut();
+    if !headers.contains_key(header::AUTHORIZATION)
+        && let Some(key) = headers.get(X_API_KEY).and_then(|v| v.to_str().ok())
+        && let Ok(value) = HeaderValue::from_str(&format!("Bearer {}", key.trim()))
+    {
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    next.run(request).await
+}

@@ -1,0 +1,269 @@
+//! LangGraph's store (`client.store` of `langgraph-sdk`): items by namespace and key, kept
+//! per tenant ([`stepwise_store::LangGraphStore`]). The tenant's `admin` and `worker`
+//! callers reach it; a `user` (an end-user token or key) gets 403 `forbidden`.
+//!
+//! - `PUT /store/items` `{namespace, key, value, index?, ttl?}` → 204 (`ttl` in minutes;
+//!   `index` is accepted and ignored: there is no vector index).
+//! - `GET /store/items?namespace=a.b&key=k&refresh_ttl=` → 200 the item, or `null`.
+//! - `DELETE /store/items` `{namespace, key}` → 204.
+//! - `POST /store/items/search` `{namespace_prefix, filter?, limit?, offset?, query?,
+//!   refresh_ttl?}` → 200 `{"items": [...]}`; a `query` (semantic search) is 400: no
+//!   embedding function is configured.
+//! - `POST /store/namespaces` `{prefix?, suffix?, max_depth?, limit?, offset?}` → 200
+//!   `{"namespaces": [[...]]}`.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{post, put};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use stepwise_store::prelude::*;
+use stepwise_store::{AccessRole, NamespaceQuery, StoreItem, StoreItemPut, StoreItemSearch};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult};
+
+/// A search answers 10 items unless asked, a listing 100 (the SDK's defaults).
+const DEFAULT_SEARCH_LIMIT: u32 = 10;
+const DEFAULT_NAMESPACE_LIMIT: u32 = 100;
+
+pub(super) fn router<S: Store>() -> Router<AppState<S>> {
+    Router::new()
+        .route(
+            "/store/items",
+            put(put_item::<S>)
+                .get(get_item::<S>)
+                .delete(delete_item::<S>),
+        )
+        .route("/store/items/search", post(search_items::<S>))
+        .route("/store/namespaces", post(list_namespaces::<S>))
+}
+
+/// 403 for a `user`: the store is the tenant's, shared by its agents, not one user's.
+fn require_tenant_caller(caller: &Caller) -> ApiResult<()> {
+    if caller.role == AccessRole::User {
+        return Err(ApiError::forbidden(format!(
+            "the LangGraph store is the tenant's: it needs an admin or worker key; this {} is a `user`",
+            caller.credential_name()
+        )));
+    }
+    Ok(())
+}
+
+/// An item as LangGraph answers it (`Item`; a search's also carries `score`).
+#[derive(Serialize)]
+struct ItemBody {
+    namespace: Vec<String>,
+    key: String,
+    value: Value,
+    created_at: String,
+    updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<Option<f64>>,
+}
+
+impl ItemBody {
+    fn new(item: StoreItem, searched: bool) -> Self {
+        ItemBody {
+            namespace: item.namespace,
+            key: item.key,
+            value: item.value,
+            created_at: item.created_at.to_rfc3339(),
+            updated_at: item.updated_at.to_rfc3339(),
+            score: searched.then_some(None),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutItem {
+    namespace: Vec<String>,
+    key: String,
+    value: Value,
+    /// `false`, a list of fields, or absent: there is no vector index, so it changes nothing.
+    #[serde(default)]
+    #[allow(dead_code)]
+    index: Option<Value>,
+    #[serde(default)]
+    ttl: Option<f64>,
+}
+
+async fn put_item<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<PutItem>,
+) -> ApiResult<StatusCode> {
+    require_tenant_caller(&caller)?;
+    let put = StoreItemPut {
+        namespace: body.namespace,
+        key: body.key,
+        value: body.value,
+        ttl_minutes: body.ttl,
+    };
+    state.store().put_store_item(&caller.tenant, put).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct GetItem {
+    namespace: Option<String>,
+    key: Option<String>,
+    refresh_ttl: Option<String>,
+}
+
+/// A query flag as httpx writes a Python bool (`true`/`false`), or `1`/`0`.
+fn flag(field: &str, text: Option<&str>, default: bool) -> ApiResult<bool> {
+    match text.map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(default),
+        Some("true" | "1") => Ok(true),
+        Some("false" | "0") => Ok(false),
+        Some(_) => Err(ApiError::invalid(
+            field,
+            format!("{field} is true or false"),
+        )),
+    }
+}
+
+/// A namespace as the SDK sends it in a query: its labels joined with `.`.
+fn split_namespace(text: &str) -> Vec<String> {
+    if text.is_empty() {
+        Vec::new()
+    } else {
+        text.split('.').map(str::to_string).collect()
+    }
+}
+
+async fn get_item<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiQuery(query): ApiQuery<GetItem>,
+) -> ApiResult<Json<Option<ItemBody>>> {
+    require_tenant_caller(&caller)?;
+    let namespace = split_namespace(query.namespace.as_deref().unwrap_or(""));
+    let key = query
+        .key
+        .ok_or_else(|| ApiError::invalid("key", "key is required"))?;
+    let refresh = flag("refresh_ttl", query.refresh_ttl.as_deref(), true)?;
+    let item = state
+        .store()
+        .get_store_item(&caller.tenant, &namespace, &key, refresh)
+        .await?;
+    Ok(Json(item.map(|item| ItemBody::new(item, false))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteItem {
+    namespace: Vec<String>,
+    key: String,
+}
+
+async fn delete_item<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<DeleteItem>,
+) -> ApiResult<StatusCode> {
+    require_tenant_caller(&caller)?;
+    state
+        .store()
+        .delete_store_item(&caller.tenant, &body.namespace, &body.key)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchItems {
+    #[serde(default)]
+    namespace_prefix: Vec<String>,
+    #[serde(default)]
+    filter: Option<Map<String, Value>>,
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    offset: Option<u32>,
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    refresh_ttl: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct SearchAnswer {
+    items: Vec<ItemBody>,
+}
+
+async fn search_items<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<SearchItems>,
+) -> ApiResult<Json<SearchAnswer>> {
+    require_tenant_caller(&caller)?;
+    if body.query.as_deref().is_some_and(|q| !q.is_empty()) {
+        return Err(ApiError::invalid(
+            "query",
+            "semantic search (query) needs an embedding index, and this store has none: search by namespace_prefix and filter",
+        ));
+    }
+    let search = StoreItemSearch {
+        namespace_prefix: body.namespace_prefix,
+        filter: body.filter,
+        limit: body.limit.unwrap_or(DEFAULT_SEARCH_LIMIT),
+        offset: body.offset.unwrap_or(0),
+        refresh_ttl: body.refresh_ttl.unwrap_or(true),
+    };
+    let items = state
+        .store()
+        .search_store_items(&caller.tenant, search)
+        .await?;
+    Ok(Json(SearchAnswer {
+        items: items
+            .into_iter()
+            .map(|item| ItemBody::new(item, true))
+            .collect(),
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListNamespaces {
+    #[serde(default)]
+    prefix: Option<Vec<String>>,
+    #[serde(default)]
+    suffix: Option<Vec<String>>,
+    #[serde(default)]
+    max_depth: Option<u32>,
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    offset: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct NamespacesAnswer {
+    namespaces: Vec<Vec<String>>,
+}
+
+async fn list_namespaces<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<ListNamespaces>,
+) -> ApiResult<Json<NamespacesAnswer>> {
+    require_tenant_caller(&caller)?;
+    let query = NamespaceQuery {
+        prefix: body.prefix,
+        suffix: body.suffix,
+        max_depth: body.max_depth,
+        limit: body.limit.unwrap_or(DEFAULT_NAMESPACE_LIMIT),
+        offset: body.offset.unwrap_or(0),
+    };
+    let namespaces = state
+        .store()
+        .list_store_namespaces(&caller.tenant, query)
+        .await?;
+    Ok(Json(NamespacesAnswer { namespaces }))
+}
