@@ -1,4 +1,6 @@
-"""LangGraph checkpointers backed by Stepwise: `StepwiseSaver` and `AsyncStepwiseSaver`.
+"""LangGraph checkpointers backed by Stepwise: `StepwiseSaver` and `AsyncStepwiseSaver`; and
+`StepwiseStore`, LangGraph's long-term memory store (``compile(store=...)``) kept by the server
+at ``/langgraph/store/...`` (see `stepwise.langgraph._store`).
 
 ::
 
@@ -34,6 +36,7 @@ reached over plain HTTP, the sync saver's calls go over the keep-alive pool of
 """
 
 from ._savers import AsyncStepwiseSaver, StepwiseSaver
+from ._store import StepwiseStore
 from ._wire import mirror_message
 
-__all__ = ["StepwiseSaver", "AsyncStepwiseSaver", "mirror_message"]
+__all__ = ["StepwiseSaver", "AsyncStepwiseSaver", "StepwiseStore", "mirror_message"]
