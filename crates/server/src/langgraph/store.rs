@@ -11,6 +11,9 @@
 //!   embedding function is configured.
 //! - `POST /store/namespaces` `{prefix?, suffix?, max_depth?, limit?, offset?}` → 200
 //!   `{"namespaces": [[...]]}`.
+//!
+//! Bodies take fields they do not know (as LangGraph's server does), so a newer SDK that
+//! sends one more optional field still works.
 
 use axum::Json;
 use axum::Router;
@@ -79,15 +82,11 @@ impl ItemBody {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct PutItem {
     namespace: Vec<String>,
     key: String,
     value: Value,
-    /// `false`, a list of fields, or absent: there is no vector index, so it changes nothing.
-    #[serde(default)]
-    #[allow(dead_code)]
-    index: Option<Value>,
+    // `index` (false, or the fields to embed) is not read: there is no vector index.
     #[serde(default)]
     ttl: Option<f64>,
 }
@@ -156,7 +155,6 @@ async fn get_item<S: Store>(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct DeleteItem {
     namespace: Vec<String>,
     key: String,
@@ -176,7 +174,6 @@ async fn delete_item<S: Store>(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct SearchItems {
     #[serde(default)]
     namespace_prefix: Vec<String>,
@@ -229,7 +226,6 @@ async fn search_items<S: Store>(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ListNamespaces {
     #[serde(default)]
     prefix: Option<Vec<String>>,
