@@ -593,6 +593,41 @@ async fn files_keep_no_checkpoints() {
     assert!(store.checkpoints().is_none());
 }
 
+/// LangGraph's store needs the SQLite or PostgreSQL backend: every call of this one answers
+/// `InvalidState` (the HTTP layer answers 422).
+#[tokio::test]
+async fn files_keep_no_langgraph_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let put = stepwise_store::StoreItemPut {
+        namespace: vec!["mem".into()],
+        key: "k".into(),
+        value: json!({}),
+        ttl_minutes: None,
+    };
+    let refused = |e: StoreError| matches!(e, StoreError::InvalidState(_));
+    assert!(refused(
+        store.put_store_item(&local(), put).await.unwrap_err()
+    ));
+    let namespace = vec!["mem".to_string()];
+    assert!(refused(
+        store
+            .get_store_item(&local(), &namespace, "k", true)
+            .await
+            .unwrap_err()
+    ));
+    let search = stepwise_store::StoreItemSearch {
+        limit: 10,
+        ..Default::default()
+    };
+    assert!(refused(
+        store
+            .search_store_items(&local(), search)
+            .await
+            .unwrap_err()
+    ));
+}
+
 /// A document carrying a LangGraph thread's checkpoints is refused with `InvalidState` (the
 /// HTTP layer answers 422) and writes nothing; this backend's own exports carry no thread.
 #[tokio::test]
