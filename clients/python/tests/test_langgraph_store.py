@@ -158,3 +158,40 @@ def test_a_graph_compiled_with_the_store_remembers_across_threads(server: LocalS
         sdk = langgraph_sdk.get_sync_client(url=f"{server.url}/langgraph", api_key="unused")
         item = sdk.store.get_item([root, "ada"], "visits")
         assert item is not None and item["value"] == {"count": 2}
+
+
+def test_an_end_users_token_is_refused_and_its_admin_reaches_the_store(tmp_path: Any) -> None:
+    import subprocess
+
+    from stepwise.testing import find_binary, local_server
+
+    database = f"sqlite://{tmp_path / 'stepwise.db'}"
+    made = subprocess.run(
+        [find_binary(), "keys", "create", "--database", database, "--tenant", "acme", "--user", "ops", "--role", "admin"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    admin_key = made.stdout.strip().splitlines()[-1].strip()
+    with local_server(database=database) as running:
+        with Stepwise(running.url, api_key=admin_key) as admin:
+            token = admin.tokens.create("alice", ttl_s=600)["token"]
+        url = f"{running.url}/langgraph"
+        as_admin = langgraph_sdk.get_sync_client(url=url, api_key=admin_key)
+        as_user = langgraph_sdk.get_sync_client(url=url, api_key=token)
+        as_admin.store.put_item(["mem"], key="k", value={"n": 1})
+        assert as_admin.store.get_item(["mem"], "k")["value"] == {"n": 1}
+        for call in (
+            lambda: as_user.store.put_item(["mem"], key="k", value={"n": 2}),
+            lambda: as_user.store.get_item(["mem"], "k"),
+            lambda: as_user.store.search_items(["mem"]),
+            lambda: as_user.store.list_namespaces(),
+            lambda: as_user.store.delete_item(["mem"], "k"),
+        ):
+            with pytest.raises(httpx.HTTPStatusError) as refused:
+                call()
+            assert refused.value.response.status_code == 403
+            assert refused.value.response.json()["error"]["code"] == "forbidden"
+        nobody = langgraph_sdk.get_sync_client(url=url, api_key="sk-not-a-key")
+        with pytest.raises(httpx.HTTPStatusError) as unknown:
+            nobody.store.get_item(["mem"], "k")
+        assert unknown.value.response.status_code == 401
+        assert as_admin.store.get_item(["mem"], "k")["value"] == {"n": 1}
