@@ -375,7 +375,6 @@ export type FailBody = {
  * forks the whole session.
  */
 export type ForkBody = {
-  /** A root execution of the session: the fork ends after it (the latest when absent). */
   execution_id?: string | null;
   name?: string | null;
   /**
