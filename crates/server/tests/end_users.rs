@@ -14,10 +14,9 @@ use common::{Options, TestServer, wait_for};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, KeyPair};
 use serde_json::{Value, json};
-use stepwise_core::apikey::{generate_api_key, hash_api_key};
 use stepwise_server::{CorsOrigins, JwtSettings, ServerConfig};
+use stepwise_store::AccessRole;
 use stepwise_store::prelude::*;
-use stepwise_store::{AccessRole, Tenant};
 
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
 
@@ -53,19 +52,7 @@ async fn start(jwt: JwtSettings, cors: &[&str]) -> (TestServer, String) {
 }
 
 async fn key(server: &TestServer, tenant: &str, user: &str, role: AccessRole) -> String {
-    let secret = generate_api_key().expect("key");
-    server
-        .store
-        .create_api_key(
-            &Tenant::new(tenant).expect("tenant"),
-            user,
-            role,
-            None,
-            &hash_api_key(&secret),
-        )
-        .await
-        .expect("create key");
-    secret
+    server.api_key(tenant, user, role).await
 }
 
 fn hs256(claims: Value) -> String {

@@ -6,24 +6,10 @@ mod common;
 
 use common::{TestServer, assert_error};
 use serde_json::{Value, json};
-use stepwise_core::apikey::{generate_api_key, hash_api_key};
-use stepwise_store::prelude::*;
-use stepwise_store::{AccessRole, Tenant};
+use stepwise_store::AccessRole;
 
 async fn key(server: &TestServer, tenant: &str, user: &str, role: AccessRole) -> String {
-    let secret = generate_api_key().expect("key");
-    server
-        .store
-        .create_api_key(
-            &Tenant::new(tenant).expect("tenant"),
-            user,
-            role,
-            None,
-            &hash_api_key(&secret),
-        )
-        .await
-        .expect("create key");
-    secret
+    server.api_key(tenant, user, role).await
 }
 
 /// A call with the SDK's header: (status, body, or `Value::Null` when empty).

@@ -145,24 +145,8 @@ fn fork_body(headers: &HeaderMap, body: &Bytes) -> ApiResult<(ForkPoint, Option<
     };
     let step_number = match fields.get("step_number") {
         None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => Some(
-            n.as_u64()
-                .or_else(|| {
-                    n.as_f64()
-                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                        .map(|f| f as u64)
-                })
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| {
-                    ApiError::invalid("step_number", "step_number must be a whole number from 1")
-                })?,
-        ),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "step_number",
-                "step_number must be a whole number from 1",
-            ));
+        number => {
+            Some(crate::checkpoints::integer(number, "step_number", 1, u32::MAX.into())? as u32)
         }
     };
     let name = match fields.get("name") {

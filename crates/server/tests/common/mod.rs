@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde_json::Value;
+use stepwise_core::apikey::{generate_api_key, hash_api_key};
 use stepwise_engine::{AgentRegistry, DEMO_AGENT, DemoAgent, Engine, EngineConfig};
 use stepwise_server::{Metered, Node, NodeSettings, ServerConfig};
+use stepwise_store::prelude::*;
+use stepwise_store::{AccessRole, Tenant};
 use stepwise_store_sqlite::SqliteStore;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
@@ -120,6 +123,22 @@ impl TestServer {
             node,
             _dir: dir,
         }
+    }
+
+    /// A new API key of `tenant` for `user` with `role`, stored directly; answers its secret.
+    pub async fn api_key(&self, tenant: &str, user: &str, role: AccessRole) -> String {
+        let secret = generate_api_key().expect("key");
+        self.store
+            .create_api_key(
+                &Tenant::new(tenant).expect("tenant"),
+                user,
+                role,
+                None,
+                &hash_api_key(&secret),
+            )
+            .await
+            .expect("create key");
+        secret
     }
 
     pub fn url(&self, path: &str) -> String {
