@@ -87,4 +87,4 @@ def test_a_fork_at_a_step_restores_there_and_leaves_the_original(client: Stepwis
     assert list(client.list_messages(session)) == original
     with pytest.raises(StepwiseError) as missing:
         client.fork_session(session, execution_id=second, step_number=99)
-    assert (missing.value.status, missing.value.field) == (404, "step_number")
+    assert (missing.value.status, missing.value.field) == (422, "step_number")

@@ -298,13 +298,13 @@ async fn a_fork_holds_the_session_up_to_its_point_and_leaves_the_original() {
     let (status, body) = fork(Some(json!({"execution_id": other}))).await;
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (404, json!("not_found")),
+        (422, json!("invalid_state")),
         "{body}"
     );
     let (status, body) = fork(Some(json!({"execution_id": second, "step_number": 99}))).await;
     assert_eq!(
         (status, body["error"]["field"].clone()),
-        (404, json!("step_number")),
+        (422, json!("step_number")),
         "{body}"
     );
     let (status, body) = fork(Some(json!({"execution_id": ""}))).await;
@@ -327,6 +327,6 @@ async fn a_fork_holds_the_session_up_to_its_point_and_leaves_the_original() {
             json!({"execution_id": first}),
         )
         .await;
-    assert_eq!(status, 404);
+    assert_eq!(status, 422, "an execution of another session");
     server.stop().await;
 }

@@ -41,7 +41,8 @@ pub struct ForkBody {
     params(IdPath), request_body(content = Option<ForkBody>, description = "optional: an empty body forks the whole session"),
     responses((status = 201, body = Session, description = "the new session"),
               (status = 400, body = ErrorBody, description = "a field is invalid"),
-              (status = 404, body = ErrorBody, description = "no such session; `execution_id` is not a root execution of it, or `step_number` not a step of that execution (`field` names which)"),
+              (status = 404, body = ErrorBody, description = "no such session"),
+              (status = 422, body = ErrorBody, description = "`invalid_state`: `execution_id` is not a root execution of the session, or `step_number` not a step of that execution (`field` names which)"),
               (status = 409, body = ErrorBody, description = "`name` is taken")))]
 #[allow(dead_code)]
 pub(crate) fn doc() {}
@@ -59,8 +60,13 @@ pub async fn fork<S: Store>(
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
     let (mut document, cut) = cut_document(document, point).map_err(|e| match e {
-        StoreError::NotFound("step") => ApiError::not_found("step").with_field("step_number"),
-        StoreError::NotFound(_) => ApiError::not_found("execution").with_field("execution_id"),
+        StoreError::NotFound("step") => {
+            not_in_session("step_number", "step_number is not a step of that execution")
+        }
+        StoreError::NotFound(_) => not_in_session(
+            "execution_id",
+            "execution_id is not a root execution of this session",
+        ),
         other => other.into(),
     })?;
     document.session.name = name;
@@ -77,6 +83,12 @@ pub async fn fork<S: Store>(
         return Err(e);
     }
     Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// 422 for a fork point the session does not have (the session itself exists: a 404 would
+/// say it does not).
+fn not_in_session(field: &str, message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_state", message).with_field(field)
 }
 
 /// A worker's LangGraph agent keeps its thread apart, named after the session
