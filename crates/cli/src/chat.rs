@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use stepwise_engine::EngineConfig;
-use stepwise_server::{Node, NodeSettings};
+use stepwise_server::NodeSettings;
 use stepwise_store::{Store, Tenant};
 use tokio::sync::mpsc;
 
@@ -87,9 +87,10 @@ pub async fn run_local<S: Store>(store: S, args: ChatArgs) -> anyhow::Result<()>
         ..NodeSettings::new(agents.registry)
     };
     // Metered like `serve`'s store: the binary then holds one copy of the server per backend.
-    let node = Node::start(settings, stepwise_server::Metered::new(store.clone()))
-        .await
-        .context("cannot start the in-process server")?;
+    let node =
+        stepwise_protocols::start_node(settings, stepwise_server::Metered::new(store.clone()))
+            .await
+            .context("cannot start the in-process server")?;
     let (key, temporary_key) = match api_key(&store, &args).await {
         Ok(key) => key,
         Err(e) => {

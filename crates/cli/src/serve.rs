@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use stepwise_engine::EngineConfig;
-use stepwise_server::{CleanerSettings, Listen, Node, NodeSettings, ServerConfig};
+use stepwise_server::{CleanerSettings, Listen, NodeSettings, ServerConfig};
 use stepwise_store::Store;
 
 /// Exit status when a non-loopback server would run without API keys.
@@ -306,7 +306,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         }),
         ..NodeSettings::new(agents.registry)
     };
-    let node = Node::start(settings, store).await?;
+    let node = stepwise_protocols::start_node(settings, store).await?;
     for address in node.addresses() {
         println!("Stepwise listening on {address}");
     }

@@ -217,8 +217,8 @@ impl<S: Store> EventCursor<S> {
             return None;
         }
         let execution_id = event.execution_id?;
-        let number = crate::runs::step_number(event)?;
-        let step = crate::runs::stored_step(
+        let number = crate::step_cache::step_number(event)?;
+        let step = crate::step_cache::stored_step(
             &self.store,
             &self.tenant,
             self.session_id,

@@ -4,8 +4,6 @@
 //! [`app`] builds the router; [`launch`] serves it on a listener until a shutdown future
 //! resolves, so tests run the real server on port 0.
 
-mod ag_ui;
-mod ai_sdk;
 mod auth;
 mod checkpoints;
 pub mod cleaner;
@@ -16,7 +14,6 @@ mod executions;
 mod http_metrics;
 mod items;
 mod keys;
-mod langgraph;
 pub mod limits;
 mod listeners;
 mod messages;
@@ -25,11 +22,10 @@ mod node;
 mod openapi;
 mod ops;
 mod request_id;
-mod runs;
-mod schemas;
+pub mod schemas;
 mod sessions;
 mod shapes;
-mod turn;
+pub mod step_cache;
 mod ui_assets;
 mod workers;
 
@@ -42,8 +38,9 @@ use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::{delete, get, post, put};
 use serde::Serialize;
+use stepwise_core::Id;
 use stepwise_engine::Engine;
-use stepwise_store::Store;
+use stepwise_store::{Store, Tenant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -54,16 +51,20 @@ pub use connections::{
     ConnectionConfig, ConnectionCounts, DEFAULT_BODY_TIMEOUT_SECS, DEFAULT_HEADER_TIMEOUT_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS, FD_RESERVE, connection_counts, default_max_connections,
 };
-pub use error::{ApiError, ApiResult};
+pub use error::{ApiError, ApiJson, ApiQuery, ApiResult, ErrorBody};
+pub use events::KEEP_ALIVE;
+pub use limits::SubscriberSlot;
 #[cfg(unix)]
 pub use listeners::UnixSocket;
 pub use listeners::{BoundAddr, Listener, UnixBindError};
+pub use messages::{AgentBody, MessageFields};
 pub use metered::Metered;
 pub use node::{CleanerSettings, Listen, Node, NodeError, NodeSettings, Stopped};
-pub use openapi::openapi_json;
+pub use openapi::{openapi_json, openapi_json_with};
 pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
 pub use request_id::{REQUEST_ID_HEADER, RequestId};
 pub use sessions::import::check_document_context;
+pub use shapes::DataFrame;
 
 /// The default request body limit (api.md: 4 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
@@ -129,7 +130,45 @@ pub struct AppState<S: Store> {
     status_cache: Arc<ops::StatusCache>,
     /// Cancelled when the server shuts down: live event streams end so connections close.
     shutdown: CancellationToken,
+    /// What a crate above the server adds to it (the front-end protocols).
+    mounts: Mounts<S>,
 }
+
+/// Routes a crate above the server adds to it: the front-end protocols over sessions
+/// (`stepwise-protocols`: the AI SDK, AG-UI and LangGraph's API). The server is the core API,
+/// its auth and its limits; the binary mounts the protocols on it ([`Node::start_with`]).
+pub struct Mounts<S: Store> {
+    /// Adds routes to `/v1`, where they get its auth, rate limit and access guard (each role
+    /// to its routes, a user to its own sessions: `auth/access.rs` names the paths).
+    pub v1: fn(Router<AppState<S>>) -> Router<AppState<S>>,
+    /// Routers nested at the top level, each at its path, with their own auth
+    /// ([`authenticated`]).
+    pub nested: fn(&AppState<S>) -> Vec<Nested<S>>,
+    /// Adds the mounted operations and their schemas to the OpenAPI document.
+    pub openapi: fn(&mut utoipa::openapi::OpenApi),
+}
+
+/// A router and the path it is nested at.
+pub type Nested<S> = (&'static str, Router<AppState<S>>);
+
+impl<S: Store> Mounts<S> {
+    /// Nothing mounted: the core API alone.
+    pub fn none() -> Self {
+        Mounts {
+            v1: |router| router,
+            nested: |_| Vec::new(),
+            openapi: |_| {},
+        }
+    }
+}
+
+impl<S: Store> Clone for Mounts<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: Store> Copy for Mounts<S> {}
 
 impl<S: Store> Clone for AppState<S> {
     fn clone(&self) -> Self {
@@ -140,11 +179,13 @@ impl<S: Store> Clone for AppState<S> {
             limits: self.limits.clone(),
             status_cache: self.status_cache.clone(),
             shutdown: self.shutdown.clone(),
+            mounts: self.mounts,
         }
     }
 }
 
 impl<S: Store> AppState<S> {
+    /// The core API alone; [`AppState::with_mounts`] adds the front-end protocols.
     pub fn new(engine: Engine<S>, config: ServerConfig) -> Self {
         AppState {
             engine,
@@ -153,7 +194,25 @@ impl<S: Store> AppState<S> {
             config: Arc::new(config),
             status_cache: Arc::default(),
             shutdown: CancellationToken::new(),
+            mounts: Mounts::none(),
         }
+    }
+
+    /// This state with `mounts` served beside the core API.
+    pub fn with_mounts(mut self, mounts: Mounts<S>) -> Self {
+        self.mounts = mounts;
+        self
+    }
+
+    /// A place for one more event stream of `session` (given back when dropped), or 429
+    /// when the session or the tenant has its limit of streams open already.
+    pub fn stream_slot(&self, tenant: &Tenant, session: Id) -> ApiResult<SubscriberSlot> {
+        self.limits.subscribers.acquire(tenant.as_str(), session)
+    }
+
+    /// Fires when the server shuts down: live streams end on it so connections close.
+    pub fn closing(&self) -> &CancellationToken {
+        &self.shutdown
     }
 
     pub fn store(&self) -> &S {
@@ -285,15 +344,6 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             "/snapshots/{id}",
             get(executions::get_snapshot::get_snapshot::<S>),
         )
-        .route("/ai-sdk/chat", post(ai_sdk::chat::chat::<S>))
-        .route(
-            "/ai-sdk/chat/{chat_id}/stream",
-            get(ai_sdk::stream::stream::<S>),
-        )
-        .route(
-            "/ai-sdk/chat/{chat_id}/cancel",
-            post(ai_sdk::cancel::cancel::<S>),
-        )
         .route("/agents", get(workers::agents::list::<S>))
         .route("/workers/claim", post(workers::claim::claim::<S>))
         .route("/workers/{worker_id}", delete(workers::stop::stop::<S>))
@@ -309,8 +359,6 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             "/executions/{id}/release",
             post(workers::release::release::<S>),
         )
-        .route("/ag-ui", post(ag_ui::run::run::<S>))
-        .route("/ag-ui/connect", post(ag_ui::connect::connect::<S>))
         .route(
             "/keys",
             post(keys::create::create::<S>).get(keys::list::list::<S>),
@@ -323,29 +371,23 @@ pub fn app<S: Store>(state: AppState<S>) -> Router {
             get(ops::retention::get::<S>).put(ops::retention::put::<S>),
         )
         .method_not_allowed_fallback(method_not_allowed)
-        .fallback(not_found)
-        // Innermost: each role to its routes, a user to its own sessions.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::access::guard::<S>,
-        ))
-        // Inside auth: the caller is known when its bucket is read.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            limits::rate_limit::<S>,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_caller::<S>,
-        ));
+        .fallback(not_found);
+    // Innermost: each role to its routes, a user to its own sessions; around it the rate
+    // limit, which reads the caller that auth, outermost, found.
+    let v1 = (state.mounts.v1)(v1).route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::access::guard::<S>,
+    ));
+    let v1 = authenticated(&state, v1);
 
-    Router::new()
-        .nest("/v1", v1)
-        .nest("/langgraph", langgraph::router(&state))
-        .route("/healthz", get(ops::healthz::healthz))
+    let mut root = Router::new().nest("/v1", v1);
+    for (path, router) in (state.mounts.nested)(&state) {
+        root = root.nest(path, router);
+    }
+    root.route("/healthz", get(ops::healthz::healthz))
         .route("/readyz", get(ops::readyz::readyz::<S>))
         .route("/metrics", get(ops::metrics::metrics::<S>))
-        .route("/openapi.json", get(ops::openapi::openapi))
+        .route("/openapi.json", get(ops::openapi::openapi::<S>))
         // Counts every routed request (the `/v1` routes too), by matched path.
         .route_layer(middleware::from_fn(http_metrics::track))
         .merge(ui_assets::router())
@@ -387,7 +429,26 @@ pub async fn launch_metrics<S: Store>(
     .await
 }
 
-async fn method_not_allowed() -> ApiError {
+/// `router` behind the auth and rate limit of `/v1` (the rate limit inside auth: the caller
+/// is known when its bucket is read). `/v1` adds its access guard, which knows the paths of
+/// `/v1` only; a router a crate above nests at the top level ([`Mounts`]) has this alone.
+pub fn authenticated<S: Store>(
+    state: &AppState<S>,
+    router: Router<AppState<S>>,
+) -> Router<AppState<S>> {
+    router
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            limits::rate_limit::<S>,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_caller::<S>,
+        ))
+}
+
+/// 405 `method_not_allowed`, the JSON error of a known path with another method.
+pub async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
@@ -395,7 +456,8 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-async fn not_found() -> ApiError {
+/// 404 `not_found`, the JSON error of an unknown path.
+pub async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
 }
 

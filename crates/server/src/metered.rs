@@ -141,7 +141,7 @@ pub fn write_metrics(text: &mut String) {
 
 /// A store that records save and load latency; everything else passes straight through. A
 /// step it saves is also handed to the front-end streams as soon as it is stored
-/// ([`crate::runs::remember_step`]), so their viewers need not read it back.
+/// ([`crate::step_cache::remember_step`]), so their viewers need not read it back.
 #[derive(Clone)]
 pub struct Metered<S: Store> {
     inner: S,
@@ -186,7 +186,7 @@ fn timed_ack_then<T: Send + 'static>(
 fn timed_step(tenant: &Tenant, started: Instant, ack: Ack<StepAppend>) -> Ack<StepAppend> {
     let tenant = tenant.clone();
     timed_ack_then(Timed::SaveStep, started, ack, move |append| {
-        crate::runs::remember_step(&tenant, &append.step);
+        crate::step_cache::remember_step(&tenant, &append.step);
     })
 }
 

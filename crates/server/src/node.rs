@@ -167,6 +167,16 @@ impl<S: Store> Node<S> {
     /// starts the workers, the cleaner, the metrics listener and the HTTP server. Nothing
     /// is started when a listener cannot be bound.
     pub async fn start(settings: NodeSettings, store: S) -> Result<Node<S>, NodeError> {
+        Self::start_with(settings, store, crate::Mounts::none()).await
+    }
+
+    /// [`Node::start`] with `mounts` served beside the core API (the binary mounts the
+    /// front-end protocols: `stepwise_protocols::mounts`).
+    pub async fn start_with(
+        settings: NodeSettings,
+        store: S,
+        mounts: crate::Mounts<S>,
+    ) -> Result<Node<S>, NodeError> {
         let mut listeners = Vec::with_capacity(1 + settings.also_listen.len());
         for listen in std::iter::once(settings.listen).chain(settings.also_listen) {
             listeners.push(listen.bind().await?);
@@ -199,7 +209,7 @@ impl<S: Store> Node<S> {
         if let Some(cleaner) = &settings.cleaner {
             server.retention = cleaner.policy;
         }
-        let state = AppState::new(engine.clone(), server);
+        let state = AppState::new(engine.clone(), server).with_mounts(mounts);
         if settings.run_workers {
             engine.spawn_runners();
         }

@@ -4,7 +4,7 @@
 //! the bearer scheme and the answers the `/v1` middleware gives every operation
 //! ([`MiddlewareResponses`]). Nothing here looks a schema up by name.
 
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use serde_json::Value;
 use stepwise_core::{
@@ -245,8 +245,6 @@ impl Modify for MiddlewareResponses {
         crate::checkpoints::list::doc, crate::checkpoints::list_all::doc, crate::checkpoints::put_writes::doc,
         crate::checkpoints::get_thread::doc, crate::checkpoints::delete_thread::doc, crate::checkpoints::copy::doc,
         crate::checkpoints::delete_for_runs::doc, crate::checkpoints::prune::doc,
-        crate::ai_sdk::chat::doc, crate::ai_sdk::stream::doc, crate::ai_sdk::cancel::doc,
-        crate::ag_ui::run::doc, crate::ag_ui::connect::doc,
         crate::workers::agents::doc, crate::workers::claim::doc, crate::workers::heartbeat::doc,
         crate::workers::deltas::doc, crate::workers::release::doc, crate::workers::stop::doc,
         crate::keys::create::doc, crate::keys::list::doc, crate::keys::delete::doc,
@@ -274,9 +272,7 @@ impl Modify for MiddlewareResponses {
         crate::checkpoints::delete_for_runs::DeleteForRunsBody, crate::checkpoints::delete_for_runs::CheckpointsDeleted,
         crate::checkpoints::prune::PruneBody, crate::checkpoints::schema::FullBlob, crate::checkpoints::schema::AppendBlob,
         crate::checkpoints::schema::ResolvedBlob,
-        DataFrame, crate::ai_sdk::chat::ChatBody, crate::ai_sdk::chat::UiMessage, crate::ai_sdk::chat::UiPart,
-        crate::ag_ui::RunAgentInput, crate::ag_ui::AgUiMessage, crate::ag_ui::ResumeEntry,
-        crate::ag_ui::ResumeStatus,
+        DataFrame,
         crate::workers::agents::AgentInfo, crate::workers::agents::AgentList,
         crate::workers::claim::AgentAnnouncement, crate::workers::claim::ClaimBody,
         crate::workers::claim::ClaimedExecution, crate::workers::claim::ClaimList,
@@ -286,20 +282,34 @@ impl Modify for MiddlewareResponses {
         crate::keys::create::CreatedKey, crate::keys::tokens::MintTokenBody, crate::keys::tokens::MintedToken,
         crate::ops::limits::Limits, crate::ops::retention::Retention, crate::ops::retention::RetentionDays, crate::ops::retention::RetentionBody
     )),
-    modifiers(&BearerAuth, &MiddlewareResponses),
+    modifiers(&BearerAuth),
     security(("bearer" = []))
 )]
 pub struct ApiDoc;
 
-/// The OpenAPI document as JSON (built once).
+/// The OpenAPI document of the core API as JSON (built once).
 pub fn openapi_json() -> String {
-    static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| {
-        let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
-        exclude_builtin_agents(&mut doc);
-        serde_json::to_string(&doc).unwrap_or_else(|_| "{}".to_string())
-    })
-    .clone()
+    openapi_json_with(|_| {})
+}
+
+/// The OpenAPI document as JSON with what `extend` adds (the mounted protocols' operations:
+/// `crate::Mounts::openapi`), built once for each `extend`. The answers of the `/v1`
+/// middleware are added to every operation, the mounted ones too.
+pub fn openapi_json_with(extend: fn(&mut utoipa::openapi::OpenApi)) -> String {
+    type Built = Vec<(fn(&mut utoipa::openapi::OpenApi), String)>;
+    static BUILT: Mutex<Built> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, json)) = built.iter().find(|(f, _)| std::ptr::fn_addr_eq(*f, extend)) {
+        return json.clone();
+    }
+    let mut openapi = ApiDoc::openapi();
+    extend(&mut openapi);
+    MiddlewareResponses.modify(&mut openapi);
+    let mut doc = serde_json::to_value(openapi).unwrap_or(Value::Null);
+    exclude_builtin_agents(&mut doc);
+    let json = serde_json::to_string(&doc).unwrap_or_else(|_| "{}".to_string());
+    built.push((extend, json.clone()));
+    json
 }
 
 /// The agent types of the server's own agents, which `POST /v1/sessions/{id}/executions`

@@ -53,7 +53,7 @@ fn operations(doc: &Value) -> BTreeSet<String> {
 
 #[test]
 fn the_reference_and_the_openapi_document_list_the_same_endpoints() {
-    let doc: Value = serde_json::from_str(&stepwise_server::openapi_json()).expect("valid JSON");
+    let doc: Value = serde_json::from_str(&stepwise_protocols::openapi_json()).expect("valid JSON");
     let in_doc = operations(&doc);
     let in_reference = documented(&reference());
 
@@ -76,7 +76,7 @@ fn the_reference_and_the_openapi_document_list_the_same_endpoints() {
 
 #[test]
 fn the_reference_names_every_event_type() {
-    let doc: Value = serde_json::from_str(&stepwise_server::openapi_json()).expect("valid JSON");
+    let doc: Value = serde_json::from_str(&stepwise_protocols::openapi_json()).expect("valid JSON");
     let types = doc["components"]["schemas"]["EventType"]["enum"]
         .as_array()
         .expect("EventType is an enum of strings");

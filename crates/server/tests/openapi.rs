@@ -12,12 +12,18 @@ use serde_json::Value;
 
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 
-/// The paths of the router's `.route("...")` lines (the `/v1` ones get their prefix).
+/// The paths of the router's `.route("...")` lines (the `/v1` ones get their prefix), with
+/// those the front-end protocols mount in `/v1` (`stepwise_protocols::mounts`).
 fn router_paths() -> BTreeSet<String> {
     let source = include_str!("../src/lib.rs");
     let (api, rest) = source
-        .split_once("Router::new()\n        .nest(\"/v1\"")
+        .split_once("Router::new().nest(\"/v1\"")
         .unwrap_or((source, ""));
+    let protocols = include_str!("../../protocols/src/lib.rs");
+    let mounted = protocols
+        .split_once("v1: |router|")
+        .and_then(|(_, after)| after.split_once("nested:"))
+        .map_or("", |(v1, _)| v1);
     let paths_of = |text: &str, prefix: &str| -> Vec<String> {
         text.split(".route(")
             .skip(1)
@@ -34,6 +40,7 @@ fn router_paths() -> BTreeSet<String> {
     let api = api.rsplit("pub fn app<").next().unwrap_or(api);
     paths_of(api, "/v1")
         .into_iter()
+        .chain(paths_of(mounted, "/v1"))
         .chain(paths_of(rest, ""))
         .collect()
 }

@@ -464,9 +464,9 @@ pub(crate) async fn write<S: Store>(
         caller.tenant.as_str().to_string(),
         path_id(session_id, "id")?,
     );
-    // Writes to one conversation take turns in this process (other processes race through
+    // Writes to one conversation go one at a time in this process (other processes race through
     // the store: a conflict, or for a write without version another attempt).
-    let _turn = Turn::take(write_turns(), &key).await;
+    let _lock = WriteLock::take(write_locks(), &key).await;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -634,24 +634,25 @@ fn mirror_of(
     }
 }
 
-/// A turn on one conversation in this process: writes take turns (each write's step and
-/// its mirror are one store write, so the mirrors follow in the order of the writes).
-struct Turn {
-    map: &'static TurnMap,
+/// One conversation's writes in this process, one at a time: a write holds the lock while it
+/// writes (each write's step and its mirror are one store write, so the mirrors follow in
+/// the order of the writes). Not a chat turn: the front-end protocols' `Turn` is that.
+struct WriteLock {
+    map: &'static WriteLocks,
     key: CacheKey,
     lock: Arc<tokio::sync::Mutex<()>>,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
-type TurnMap = Mutex<HashMap<CacheKey, Arc<tokio::sync::Mutex<()>>>>;
+type WriteLocks = Mutex<HashMap<CacheKey, Arc<tokio::sync::Mutex<()>>>>;
 
-fn write_turns() -> &'static TurnMap {
-    static TURNS: OnceLock<TurnMap> = OnceLock::new();
-    TURNS.get_or_init(TurnMap::default)
+fn write_locks() -> &'static WriteLocks {
+    static LOCKS: OnceLock<WriteLocks> = OnceLock::new();
+    LOCKS.get_or_init(WriteLocks::default)
 }
 
-impl Turn {
-    async fn take(map: &'static TurnMap, key: &CacheKey) -> Turn {
+impl WriteLock {
+    async fn take(map: &'static WriteLocks, key: &CacheKey) -> WriteLock {
         let lock = map
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -659,7 +660,7 @@ impl Turn {
             .or_default()
             .clone();
         let guard = lock.clone().lock_owned().await;
-        Turn {
+        WriteLock {
             map,
             key: key.clone(),
             lock,
@@ -668,11 +669,11 @@ impl Turn {
     }
 }
 
-impl Drop for Turn {
+impl Drop for WriteLock {
     fn drop(&mut self) {
         self.guard = None;
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        // Only the map and this turn hold it: nobody waits, forget it.
+        // Only the map and this lock hold it: nobody waits, forget it.
         if Arc::strong_count(&self.lock) == 2 {
             map.remove(&self.key);
         }

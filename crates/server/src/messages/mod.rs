@@ -132,8 +132,8 @@ impl From<stepwise_engine::Submitted> for MessageAccepted {
     }
 }
 
-/// The fields of a message both posts carry.
-pub(crate) struct MessageFields {
+/// The fields of a message both posts carry, and a front-end protocol's turn.
+pub struct MessageFields {
     pub content: String,
     pub related_type: Option<String>,
     pub related_id: Option<String>,
@@ -145,7 +145,7 @@ pub(crate) struct MessageFields {
 impl MessageFields {
     /// Checks the message and answers the engine's input. Whether the agent type can run
     /// is the engine's to say (`Engine::choose_agent`).
-    pub(crate) fn validate(self, config: &ServerConfig) -> ApiResult<MessageInput> {
+    pub fn validate(self, config: &ServerConfig) -> ApiResult<MessageInput> {
         let MessageFields {
             content,
             related_type,

@@ -35,7 +35,9 @@ pub async fn start_metered(
         },
         ..NodeSettings::new(agents)
     };
-    Node::start(settings, store).await.expect("node")
+    stepwise_protocols::start_node(settings, store)
+        .await
+        .expect("node")
 }
 
 /// The `/metrics` text of the node at `base`.
@@ -113,7 +115,9 @@ impl TestServer {
             server: options.server,
             ..NodeSettings::new(agents)
         };
-        let node = Node::start(settings, store.clone()).await.expect("node");
+        let node = stepwise_protocols::start_node(settings, store.clone())
+            .await
+            .expect("node");
         TestServer {
             base: node.base_url(),
             store,

@@ -2,28 +2,23 @@
 //! speak) over a session: `POST /v1/ag-ui` runs a `RunAgentInput` (the thread is the
 //! session) and answers its events; `POST /v1/ag-ui/connect` gives a reconnecting client
 //! the thread's messages and the running turn. One file per endpoint; here the input's
-//! types, the mapping of a turn's [`RunItem`]s to events ([`AgUiStream`]) and the response.
+//! types, the mapping of a turn's items to events ([`AgUiStream`]); the response is
+//! `crate::sse::respond`'s.
 //! The mapping table is in docs/api.md.
 
 pub(crate) mod connect;
 pub(crate) mod run;
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 
-use axum::body::{Body, Bytes};
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use stepwise_core::{Event, Id, Message, Role, Step, ToolCall};
+use stepwise_server::{AgentBody, ApiError, ApiResult};
 use stepwise_store::{MessageQuery, Store, Tenant};
 
-use crate::error::{ApiError, ApiResult};
-use crate::limits::SubscriberSlot;
-use crate::messages::AgentBody;
-use crate::runs::{Out, RunFollower, RunItem, StepCache, shared_frame};
-use crate::turn::{Protocol, StepFrames, Turn};
+use crate::render::{Protocol, StepFrames, TurnFrames};
+use crate::sse::{Out, StepCache};
 
 /// The AG-UI `RunAgentInput` (the fields Stepwise reads; `tools`, `context` and `state` are
 /// accepted and ignored).
@@ -31,11 +26,11 @@ use crate::turn::{Protocol, StepFrames, Turn};
 pub struct RunAgentInput {
     /// The thread: a session id, or a session name (a new session of that name on the first run).
     #[serde(rename = "threadId")]
-    #[schema(schema_with = crate::schemas::chat_id)]
+    #[schema(schema_with = stepwise_server::schemas::chat_id)]
     pub thread_id: String,
     /// The client's id for this run (echoed in `RUN_STARTED` and `RUN_FINISHED`).
     #[serde(rename = "runId")]
-    #[schema(schema_with = crate::schemas::run_id)]
+    #[schema(schema_with = stepwise_server::schemas::run_id)]
     pub run_id: String,
     /// The thread's messages; the last one with role `user` is the turn.
     #[serde(default)]
@@ -46,7 +41,7 @@ pub struct RunAgentInput {
     /// `{agent: {type, config}}` picks the agent (default: the session's latest execution's
     /// agent, else the server's default).
     #[serde(rename = "forwardedProps")]
-    #[schema(schema_with = crate::schemas::object_or_null)]
+    #[schema(schema_with = stepwise_server::schemas::object_or_null)]
     pub forwarded_props: Option<Value>,
 }
 
@@ -96,7 +91,7 @@ impl AgUiMessage {
 impl RunAgentInput {
     /// Checks what the schema says and serde does not.
     pub(crate) fn check(&self) -> ApiResult<()> {
-        crate::runs::check_chat_id(&self.thread_id, "threadId")?;
+        crate::sessions::check_chat_id(&self.thread_id, "threadId")?;
         let run_chars = self.run_id.chars().count();
         if !(1..=128).contains(&run_chars) {
             return Err(ApiError::invalid(
@@ -148,7 +143,7 @@ impl RunAgentInput {
 /// The events of one run, in the order `@ag-ui/client`'s verifier accepts: `RUN_STARTED`
 /// first, every step, text message and tool call closed before the run ends, and
 /// `RUN_FINISHED` (outcome `success`, `interrupt` or `cancelled`) or `RUN_ERROR` last.
-pub(crate) type AgUiStream = Turn<AgUi>;
+pub(crate) type AgUiStream = TurnFrames<AgUi>;
 
 /// AG-UI: what a run's events look like in it, and the ids they echo.
 pub(crate) struct AgUi {
@@ -159,7 +154,7 @@ pub(crate) struct AgUi {
 
 impl AgUiStream {
     pub(crate) fn new(thread_id: String, run_id: String, session_id: Id, execution_id: Id) -> Self {
-        Turn::begin(
+        TurnFrames::begin(
             AgUi {
                 thread_id,
                 run_id,
@@ -219,6 +214,8 @@ fn interrupt(execution_id: Id, question: &str, asking_call: Option<&str>) -> Val
 static STEP_EVENTS: StepCache<StepFrames> = StepCache::new(VecDeque::new());
 
 impl Protocol for AgUi {
+    const NAME: &'static str = "ag-ui";
+
     fn text_start(id: &str) -> Value {
         json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"})
     }
@@ -290,57 +287,9 @@ impl Protocol for AgUi {
     }
 }
 
-/// One SSE frame: `data: <event>` and a blank line.
-pub(crate) fn frame(event: &Value) -> Bytes {
-    let mut out = Vec::with_capacity(128);
-    out.extend_from_slice(b"data: ");
-    if serde_json::to_writer(&mut out, event).is_err() {
-        out.extend_from_slice(b"{}");
-    }
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
-}
-
-fn frames(events: &[Value]) -> Bytes {
-    let mut out = Vec::new();
-    for event in events {
-        out.extend_from_slice(&frame(event));
-    }
-    Bytes::from(out)
-}
-
-/// The streaming answer: `first` (already rendered events), then the turn's events, if
-/// any follows.
-pub(crate) fn respond<S: Store>(
-    first: Vec<Value>,
-    follow: Option<(RunFollower<S>, AgUiStream, SubscriberSlot)>,
-) -> Response {
-    let first = frames(&first);
-    let rest = futures_util::stream::unfold(follow, |follow| async move {
-        let (mut follower, mut view, slot) = follow?;
-        let item = follower.next().await?;
-        let bytes = match &item {
-            RunItem::KeepAlive => Bytes::from_static(b":\n\n"),
-            RunItem::Other(event) => {
-                shared_frame(event, "ag-ui", || frame(&AgUi::other_event(event)))
-            }
-            _ => view.frames(item).bytes(),
-        };
-        Some((bytes, Some((follower, view, slot))))
-    });
-    let body = futures_util::StreamExt::map(
-        futures_util::StreamExt::chain(futures_util::stream::once(async move { first }), rest),
-        Ok::<_, Infallible>,
-    );
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static("x-accel-buffering"), "no"),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response()
+/// The answer of a run that ends at once: these events, and nothing to follow.
+pub(crate) fn run_ended<S: Store>(events: &[Value]) -> axum::response::Response {
+    crate::sse::respond::<S, AgUi>(crate::sse::frames(events), None)
 }
 
 /// The thread's user and assistant messages as AG-UI messages, oldest first, up to and

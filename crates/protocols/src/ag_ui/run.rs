@@ -10,18 +10,17 @@ use serde_json::Value;
 use stepwise_core::{ExecutionStatus, SessionStatus};
 use stepwise_store::Store;
 
-use super::{AgUiStream, ResumeStatus, RunAgentInput, respond};
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::messages::MessageFields;
-use crate::runs::{
-    RunFollower, Start, Turn, find_session, latest_root_execution, session_agent, session_for_turn,
+use stepwise_server::{ApiError, ApiJson, ApiResult, AppState, Caller, ErrorBody};
+
+use super::{AgUiStream, ResumeStatus, RunAgentInput, run_ended};
+use crate::sessions::{
+    find_session, latest_root_execution, post_turn, session_for_turn, turn_message,
 };
+use crate::sse::{frame, respond};
 
 #[utoipa::path(post, path = "/v1/ag-ui", tag = "front ends", operation_id = "ag_ui_run",
     request_body = RunAgentInput,
-    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = stepwise_server::DataFrame,
                description = "The run as AG-UI events (`data:` lines): `RUN_STARTED` ... `RUN_FINISHED` or `RUN_ERROR`"),
               (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
@@ -87,23 +86,14 @@ pub async fn run<S: Store>(
                 view.run_started(),
                 view.finished(serde_json::json!({"type": "cancelled"}), None),
             ];
-            return Ok(respond::<S>(events, None));
+            return Ok(run_ended::<S>(&events));
         }
         return Err(ApiError::invalid(
             "messages",
             "the input has no user message with text (nor a resume payload)",
         ));
     }
-    let mut message = MessageFields {
-        content,
-        related_type: None,
-        related_id: None,
-        context_url: None,
-        metadata: None,
-        agent,
-    }
-    .validate(&state.config)?;
-    state.engine.choose_agent(&message)?;
+    let message = turn_message(&state, content, agent)?;
     let session = match existing {
         Some(session) if session.status == SessionStatus::Deleted => {
             return Err(ApiError::invalid_state("the session is deleted"));
@@ -114,24 +104,10 @@ pub async fn run<S: Store>(
     if let Some(execution_id) = cancel {
         state.engine.cancel(&caller.tenant, execution_id).await?;
     }
-    if message.agent.is_none() {
-        message.agent = session_agent(&state, &caller, &session).await?;
-    }
-    let slot = state
-        .limits
-        .subscribers
-        .acquire(caller.tenant.as_str(), session.id)?;
-    let live = state.store().subscribe(&caller.tenant, session.id);
-    let submitted = state
-        .engine
-        .submit_message_to(&caller.tenant, &caller.user_id, &session, message)
-        .await?;
-    let turn = Turn {
-        execution_id: submitted.execution.id,
-        message_id: Some(submitted.message.id),
-    };
+    let (turn, follower, slot) = post_turn(&state, caller, &session, message).await?;
     let view = AgUiStream::new(input.thread_id, input.run_id, session.id, turn.execution_id);
-    let first = vec![view.run_started()];
-    let follower = RunFollower::new(&state, caller.tenant, session.id, turn, live, Start::Live);
-    Ok(respond(first, Some((follower, view, slot))))
+    Ok(respond(
+        frame(&view.run_started()),
+        Some((follower, view, slot)),
+    ))
 }

@@ -16,25 +16,17 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use stepwise_store::Store;
 
-use crate::{AppState, auth, limits};
+use stepwise_server::{AppState, authenticated, method_not_allowed, not_found};
 
 /// The LangGraph SDK's key header.
 const X_API_KEY: &str = "x-api-key";
 
 /// The routes under `/langgraph`, with auth and the rate limit of `/v1`.
 pub(crate) fn router<S: Store>(state: &AppState<S>) -> Router<AppState<S>> {
-    store::router::<S>()
-        .method_not_allowed_fallback(crate::method_not_allowed)
-        .fallback(crate::not_found)
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            limits::rate_limit::<S>,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_caller::<S>,
-        ))
-        .route_layer(middleware::from_fn(x_api_key_as_bearer))
+    let routes = store::router::<S>()
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found);
+    authenticated(state, routes).route_layer(middleware::from_fn(x_api_key_as_bearer))
 }
 
 /// Takes the SDK's `x-api-key` as the request's `Authorization: Bearer` (an `Authorization`

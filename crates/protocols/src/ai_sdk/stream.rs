@@ -7,11 +7,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use stepwise_store::Store;
 
-use super::{UiStream, respond};
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiResult, ErrorBody};
-use crate::runs::{RunFollower, Start, find_session, find_turn, is_live, latest_root_execution};
+use stepwise_server::{ApiResult, AppState, Caller, ErrorBody};
+
+use super::UiStream;
+use crate::follower::{Rejoin, rejoin};
+use crate::sessions::find_session;
+use crate::sse::{frame, respond};
 
 /// The `{chat_id}` of a chat: a session id or a session name.
 pub struct ChatIdPath;
@@ -21,11 +22,11 @@ impl utoipa::IntoParams for ChatIdPath {
         _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
     ) -> Vec<utoipa::openapi::path::Parameter> {
         vec![
-            crate::schemas::param(
+            stepwise_server::schemas::param(
                 "chat_id",
                 utoipa::openapi::path::ParameterIn::Path,
                 "A session id or a session name",
-                crate::schemas::chat_id(),
+                stepwise_server::schemas::chat_id(),
             )
             .build(),
         ]
@@ -34,7 +35,7 @@ impl utoipa::IntoParams for ChatIdPath {
 
 #[utoipa::path(get, path = "/v1/ai-sdk/chat/{chat_id}/stream", tag = "front ends", operation_id = "ai_sdk_resume",
     params(ChatIdPath),
-    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = stepwise_server::DataFrame,
                description = "The running turn from its `start`, as UI message stream parts"),
               (status = 204, description = "Nothing runs in the chat's session (or there is no such chat yet)"),
               (status = 400, body = ErrorBody)))]
@@ -49,30 +50,15 @@ pub async fn stream<S: Store>(
     let Some(session) = find_session(&state, &caller, &id, "chat_id").await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    let store = state.store();
-    let slot = state
-        .limits
-        .subscribers
-        .acquire(caller.tenant.as_str(), session.id)?;
-    // Subscribed before anything is read: what the replay misses arrives live.
-    let live = store.subscribe(&caller.tenant, session.id);
-    let execution = match latest_root_execution(store, &caller.tenant, &session).await? {
-        Some(execution) if is_live(&execution) => execution,
-        _ => return Ok(StatusCode::NO_CONTENT.into_response()),
-    };
-    let (turn, after) = find_turn(store, &caller.tenant, session.id, execution.id).await?;
-    let message_id = turn.message_id.unwrap_or(execution.id);
-    let follower = RunFollower::new(
-        &state,
-        caller.tenant,
-        session.id,
+    let Rejoin::Running {
         turn,
-        live,
-        Start::After(after),
-    );
-    Ok(respond(
         follower,
-        UiStream::new(execution.id, message_id),
         slot,
-    ))
+    } = rejoin(&state, &caller, &session).await?
+    else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let message_id = turn.message_id.unwrap_or(turn.execution_id);
+    let view = UiStream::new(turn.execution_id, message_id);
+    Ok(respond(frame(&view.start()), Some((follower, view, slot))))
 }

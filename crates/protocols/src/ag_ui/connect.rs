@@ -9,15 +9,16 @@ use serde_json::{Value, json};
 use stepwise_core::ExecutionStatus;
 use stepwise_store::Store;
 
-use super::{AgUiStream, RunAgentInput, respond, snapshot};
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiJson, ApiResult, ErrorBody};
-use crate::runs::{RunFollower, Start, find_session, find_turn, is_live, latest_root_execution};
+use stepwise_server::{ApiJson, ApiResult, AppState, Caller, ErrorBody};
+
+use super::{AgUiStream, RunAgentInput, run_ended, snapshot};
+use crate::follower::{Rejoin, rejoin};
+use crate::sessions::find_session;
+use crate::sse::{frames, respond};
 
 #[utoipa::path(post, path = "/v1/ag-ui/connect", tag = "front ends", operation_id = "ag_ui_connect",
     request_body = RunAgentInput,
-    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = stepwise_server::DataFrame,
                description = "`RUN_STARTED`, `MESSAGES_SNAPSHOT`, the running turn's events, `RUN_FINISHED` or `RUN_ERROR`"),
               (status = 400, body = ErrorBody)))]
 #[allow(dead_code)]
@@ -42,33 +43,27 @@ pub async fn connect<S: Store>(
             json!({"type": "MESSAGES_SNAPSHOT", "messages": []}),
             view.finish_now(None),
         ];
-        return Ok(respond::<S>(events, None));
+        return Ok(run_ended::<S>(&events));
     };
-    let slot = state
-        .limits
-        .subscribers
-        .acquire(caller.tenant.as_str(), session.id)?;
-    let live = store.subscribe(&caller.tenant, session.id);
-    let latest = latest_root_execution(store, &caller.tenant, &session).await?;
-    let execution_id = latest.as_ref().map(|e| e.id).unwrap_or_default();
-    let view = AgUiStream::new(input.thread_id, input.run_id, session.id, execution_id);
-    let mut first = vec![view.run_started()];
-    match latest {
-        Some(execution) if is_live(&execution) => {
-            let (turn, after) = find_turn(store, &caller.tenant, session.id, execution.id).await?;
+    match rejoin(&state, &caller, &session).await? {
+        Rejoin::Running {
+            turn,
+            follower,
+            slot,
+        } => {
+            let view =
+                AgUiStream::new(input.thread_id, input.run_id, session.id, turn.execution_id);
             let messages = snapshot(store, &caller.tenant, session.id, turn.message_id).await?;
-            first.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
-            let follower = RunFollower::new(
-                &state,
-                caller.tenant,
-                session.id,
-                turn,
-                live,
-                Start::After(after),
-            );
-            Ok(respond(first, Some((follower, view, slot))))
+            let first = [
+                view.run_started(),
+                json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}),
+            ];
+            Ok(respond(frames(&first), Some((follower, view, slot))))
         }
-        latest => {
+        Rejoin::Idle(latest) => {
+            let execution_id = latest.as_ref().map(|e| e.id).unwrap_or_default();
+            let view = AgUiStream::new(input.thread_id, input.run_id, session.id, execution_id);
+            let mut first = vec![view.run_started()];
             let messages = snapshot(store, &caller.tenant, session.id, None).await?;
             first.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
             let question = match &latest {
@@ -80,7 +75,7 @@ pub async fn connect<S: Store>(
                 _ => None,
             };
             first.push(view.finish_now(question.as_deref()));
-            Ok(respond::<S>(first, None))
+            Ok(run_ended::<S>(&first))
         }
     }
 }

@@ -1,19 +1,25 @@
 //! One turn of a front-end stream (the AI SDK's UI message stream, AG-UI), as both protocols
 //! tell it: a step opened before its frames and closed after them, streamed tokens in a text
 //! part that the stored text holding them closes instead of repeating, and the outcome last,
-//! with nothing left open. [`Turn`] is that order; a [`Protocol`] says how each piece is
+//! with nothing left open. [`TurnFrames`] is that order; a [`Protocol`] says how each piece is
 //! written.
 
 use axum::body::Bytes;
 use serde_json::Value;
 use stepwise_core::{Event, Id, Step, StepKind, ToolCall};
 
-use crate::runs::{
-    LiveText, Out, RunItem, StepCache, Streamed, final_answer, for_step, says_text, tool_result,
-};
+use crate::follower::RunItem;
+use crate::sse::{Out, StepCache, for_step};
+use crate::steps::{LiveText, Streamed, final_answer, says_text, tool_result};
 
 /// How one front-end protocol writes the pieces of a turn.
 pub(crate) trait Protocol {
+    /// The protocol's name (frames rendered once for every viewer are kept under it).
+    const NAME: &'static str;
+    /// A header its responses carry besides the event-stream ones.
+    const HEADER: Option<(&'static str, &'static str)> = None;
+    /// What its stream says after a turn's last frame.
+    const END: &'static [u8] = b"";
     /// The part (event) that opens text part `id`.
     fn text_start(id: &str) -> Value;
     /// Text added to text part `id`.
@@ -110,7 +116,7 @@ impl StepFrames {
 }
 
 /// One turn being written in protocol `P`.
-pub(crate) struct Turn<P> {
+pub(crate) struct TurnFrames<P> {
     /// What the protocol needs of its own (ids it echoes).
     pub(crate) protocol: P,
     execution_id: Id,
@@ -126,9 +132,9 @@ pub(crate) struct Turn<P> {
     seq: u32,
 }
 
-impl<P: Protocol> Turn<P> {
+impl<P: Protocol> TurnFrames<P> {
     pub(crate) fn begin(protocol: P, execution_id: Id) -> Self {
-        Turn {
+        TurnFrames {
             protocol,
             execution_id,
             step: 0,

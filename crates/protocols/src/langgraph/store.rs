@@ -25,9 +25,7 @@ use serde_json::{Map, Value};
 use stepwise_store::prelude::*;
 use stepwise_store::{AccessRole, NamespaceQuery, StoreItem, StoreItemPut, StoreItemSearch};
 
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult};
+use stepwise_server::{ApiError, ApiJson, ApiQuery, ApiResult, AppState, Caller};
 
 /// A search answers 10 items unless asked, a listing 100 (the SDK's defaults).
 const DEFAULT_SEARCH_LIMIT: u32 = 10;

@@ -10,18 +10,17 @@ use serde::Deserialize;
 use serde_json::Value;
 use stepwise_store::Store;
 
-use super::{UiStream, respond};
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiJson, ApiResult, ErrorBody};
-use crate::messages::{AgentBody, MessageFields};
-use crate::runs::{RunFollower, Start, Turn, session_agent, session_for_turn};
+use stepwise_server::{AgentBody, ApiError, ApiJson, ApiResult, AppState, Caller, ErrorBody};
+
+use super::UiStream;
+use crate::sessions::{post_turn, session_for_turn, turn_message};
+use crate::sse::{frame, respond};
 
 /// What `DefaultChatTransport` posts (fields it adds that are not listed here are ignored).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ChatBody {
     /// The chat: a session id, or a session name (a new session of that name on the first turn).
-    #[schema(schema_with = crate::schemas::chat_id)]
+    #[schema(schema_with = stepwise_server::schemas::chat_id)]
     pub id: String,
     /// The chat's messages; the last one with role `user` is the turn.
     pub messages: Vec<UiMessage>,
@@ -72,7 +71,7 @@ impl UiMessage {
 
 #[utoipa::path(post, path = "/v1/ai-sdk/chat", tag = "front ends", operation_id = "ai_sdk_chat",
     request_body = ChatBody,
-    responses((status = 200, content_type = "text/event-stream", body = crate::shapes::DataFrame,
+    responses((status = 200, content_type = "text/event-stream", body = stepwise_server::DataFrame,
                description = "The turn as AI SDK UI message stream parts (`data:` lines; header `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`"),
               (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[allow(dead_code)]
@@ -96,39 +95,10 @@ pub async fn chat<S: Store>(
             "the last user message has no text part",
         ));
     }
-    let input = MessageFields {
-        content,
-        related_type: None,
-        related_id: None,
-        context_url: None,
-        metadata: None,
-        agent: body.agent,
-    }
-    .validate(&state.config)?;
-    state.engine.choose_agent(&input)?;
+    let input = turn_message(&state, content, body.agent)?;
     let session = session_for_turn(&state, &caller, &body.id, "id").await?;
-    let mut input = input;
-    if input.agent.is_none() {
-        input.agent = session_agent(&state, &caller, &session).await?;
-    }
-    let slot = state
-        .limits
-        .subscribers
-        .acquire(caller.tenant.as_str(), session.id)?;
-    // Subscribed before the message is written: every event of the turn arrives.
-    let live = state.store().subscribe(&caller.tenant, session.id);
-    let submitted = state
-        .engine
-        .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
-        .await?;
-    let turn = Turn {
-        execution_id: submitted.execution.id,
-        message_id: Some(submitted.message.id),
-    };
-    let follower = RunFollower::new(&state, caller.tenant, session.id, turn, live, Start::Live);
-    Ok(respond(
-        follower,
-        UiStream::new(turn.execution_id, submitted.message.id),
-        slot,
-    ))
+    let (turn, follower, slot) = post_turn(&state, caller, &session, input).await?;
+    let message_id = turn.message_id.unwrap_or(turn.execution_id);
+    let view = UiStream::new(turn.execution_id, message_id);
+    Ok(respond(frame(&view.start()), Some((follower, view, slot))))
 }

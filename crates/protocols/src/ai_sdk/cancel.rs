@@ -11,10 +11,9 @@ use stepwise_core::Execution;
 use stepwise_store::Store;
 
 use super::stream::ChatIdPath;
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::runs::{find_session, latest_root_execution};
+use stepwise_server::{ApiError, ApiResult, AppState, Caller, ErrorBody};
+
+use crate::sessions::{find_session, latest_root_execution};
 
 #[utoipa::path(post, path = "/v1/ai-sdk/chat/{chat_id}/cancel", tag = "front ends", operation_id = "ai_sdk_cancel",
     params(ChatIdPath),
