@@ -6,11 +6,11 @@
 //! - AG-UI (`ag_ui/`, under `/v1/ag-ui`);
 //! - LangGraph's server API (`langgraph/`, at `/langgraph`: its store today).
 //!
-//! A chat turn is the same for every protocol: it is posted ([`sessions::post_turn`]) or
-//! rejoined ([`follower::rejoin`]), followed through the session's events
-//! ([`follower::RunFollower`]), written in the protocol's frames in one order
-//! ([`render::TurnFrames`] over a [`render::Protocol`]) and answered as one event stream
-//! ([`sse::respond`]).
+//! A chat turn is the same for every protocol: it is posted (`sessions::post_turn`) or
+//! rejoined (`follower::rejoin`), followed through the session's events
+//! (`follower::RunFollower`), written in the protocol's frames in one order
+//! (`render::TurnFrames` over a `render::Protocol`) and answered as one event stream
+//! (`sse::respond`).
 //!
 //! [`mounts`] is what the binary hands the server (`stepwise_server::Node::start_with`): the
 //! protocols' routes, behind the core API's auth and limits, and their OpenAPI operations.
