@@ -141,6 +141,9 @@ impl From<StoreError> for ApiError {
                 }
             }
             StoreError::Conflict(message) => ApiError::conflict(message),
+            StoreError::Busy(message) => {
+                ApiError::new(StatusCode::CONFLICT, "session_busy", message)
+            }
             StoreError::InvalidState(message) => ApiError::invalid_state(message),
             StoreError::LeaseLost(message) => {
                 ApiError::new(StatusCode::CONFLICT, "lease_lost", message)

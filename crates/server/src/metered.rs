@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use stepwise_core::{Event, Execution, Id, Message, Snapshot, Step};
 use stepwise_store::{
-    Ack, Claim, ClaimFilter, EventStore, ExecutionStore, Layer, Loaded, MessageQuery, MessageStore,
-    NewEvent, NewExecution, NewMessage, NewSnapshot, NewStep, PassKeys, PassOperations,
-    PassRetention, PassSessions, PassWorkers, QueueStore, Result, SnapshotStore, StepAppend,
-    StepMirror, StepStore, Store, Tenant, Transition,
+    Ack, Claim, ClaimFilter, EventStore, ExecutionStore, IfBusy, Layer, Loaded, MessageQuery,
+    MessageStore, NewEvent, NewExecution, NewMessage, NewSnapshot, NewStep, PassKeys,
+    PassOperations, PassRetention, PassSessions, PassWorkers, QueueStore, Result, SnapshotStore,
+    StepAppend, StepMirror, StepStore, Store, Tenant, Transition,
 };
 use tokio::sync::broadcast;
 
@@ -274,11 +274,12 @@ impl<S: Store> ExecutionStore for Metered<S> {
         new: NewExecution,
         messages: Vec<NewMessage>,
         events: Vec<NewEvent>,
+        if_busy: IfBusy,
     ) -> Result<(Execution, Vec<Message>)> {
         timed(
             Timed::SaveMessage,
             self.inner
-                .create_execution_with_messages(tenant, new, messages, events),
+                .create_execution_with_messages(tenant, new, messages, events, if_busy),
         )
         .await
     }

@@ -87,6 +87,49 @@ async fn reject_answers_409_while_busy_and_202_once_the_session_is_idle() {
     server.stop().await;
 }
 
+/// Rejects sent at the same instant to an idle session: the check and the write are one
+/// step of the store, so exactly one is queued and the others find it busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_rejects_at_the_same_instant_exactly_one_is_queued() {
+    let server = slow_server().await;
+    let (status, created) = server.post("/v1/sessions", json!({})).await;
+    assert_eq!(status, 201, "{created}");
+    let session = created["id"].as_str().unwrap_or_default().to_string();
+
+    let posts = (0..8).map(|n| {
+        let (server, session) = (&server, &session);
+        async move { post_on_busy(server, session, &format!("steps: 50 #{n}"), "reject").await }
+    });
+    let answers = futures_util::future::join_all(posts).await;
+    let accepted: Vec<&Value> = answers
+        .iter()
+        .filter(|(status, _)| *status == 202)
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(accepted.len(), 1, "{answers:?}");
+    for (status, body) in answers.iter().filter(|(status, _)| *status != 202) {
+        assert_eq!(*status, 409, "{body}");
+        assert_eq!(body["error"]["code"], "session_busy", "{body}");
+    }
+    // One user message, one execution: the refused wrote nothing.
+    assert_eq!(contents(&server.messages(&session).await, "user").len(), 1);
+    let (_, executions) = server
+        .get(&format!("/v1/sessions/{session}/executions"))
+        .await;
+    assert_eq!(
+        executions["items"].as_array().map_or(0, Vec::len),
+        1,
+        "{executions}"
+    );
+
+    let execution = accepted[0]["execution"]["id"].as_str().unwrap_or_default();
+    let (status, _) = server
+        .post(&format!("/v1/executions/{execution}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 202);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_cancels_the_running_execution_and_keeps_both() {
     let server = slow_server().await;

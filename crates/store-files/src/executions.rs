@@ -3,7 +3,7 @@
 
 use stepwise_core::{Execution, Id};
 use stepwise_store::rules::{check_transition, removal_set};
-use stepwise_store::{NewExecution, Result, StoreError, Tenant, Transition};
+use stepwise_store::{IfBusy, NewExecution, Result, StoreError, Tenant, Transition};
 
 use crate::state::{ExecEntry, Key, Lease};
 use crate::{FileStore, check_depth, tenant_state};
@@ -19,9 +19,14 @@ impl stepwise_store::ExecutionStore for FileStore {
         new: NewExecution,
         messages: Vec<NewMessage>,
         events: Vec<NewEvent>,
+        if_busy: IfBusy,
     ) -> Result<(Execution, Vec<Message>)> {
+        let _refusing = match if_busy {
+            IfBusy::Refuse => Some(self.inner.refusing.lock().await),
+            IfBusy::Queue => None,
+        };
         stepwise_store::separately::create_execution_with_messages(
-            self, tenant, new, messages, events,
+            self, tenant, new, messages, events, if_busy,
         )
         .await
     }

@@ -79,6 +79,9 @@ struct Inner {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     report: OpenReport,
+    /// Held by a write that queues an execution only while its session has none
+    /// (`IfBusy::Refuse`): its check and its separate writes are one step.
+    refusing: tokio::sync::Mutex<()>,
 }
 
 pub(crate) struct Shared {
@@ -182,6 +185,7 @@ impl FileStore {
                 shared,
                 writer: Mutex::new(Some(handle)),
                 report,
+                refusing: tokio::sync::Mutex::new(()),
             }),
         })
     }

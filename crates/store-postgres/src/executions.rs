@@ -3,9 +3,10 @@
 //! `queue`.
 
 use stepwise_core::{Execution, ExecutionStatus, Id, Message};
-use stepwise_store::rules::{check_execution_with_messages, check_transition, removal_set};
+use stepwise_store::rules::{BUSY, check_execution_with_messages, check_transition, removal_set};
 use stepwise_store::{
-    NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition, message_created,
+    IfBusy, NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition,
+    message_created,
 };
 use tokio_postgres::GenericClient;
 
@@ -36,6 +37,9 @@ const SESSION_EXECUTIONS: &str = concat!(
 );
 /// Holds the session's row while its executions are removed (appends to it wait).
 const LOCK_SESSION: &str = "SELECT id FROM sessions WHERE id = $1 AND tenant_id = $2 FOR UPDATE";
+/// Whether a root execution of the session is queued or running.
+const SESSION_BUSY: &str = "SELECT EXISTS (SELECT 1 FROM executions WHERE session_id = $1 AND tenant_id = $2 \
+     AND parent_execution_id IS NULL AND status IN ('pending', 'running'))";
 /// What goes with removed executions (`$1` their ids, `$2` their session).
 const REMOVE_EXECUTION_ROWS: [&str; 5] = [
     "DELETE FROM steps WHERE execution_id = ANY($1) AND $2::uuid IS NOT NULL",
@@ -159,8 +163,9 @@ impl stepwise_store::ExecutionStore for PgStore {
         new: NewExecution,
         messages: Vec<NewMessage>,
         events: Vec<NewEvent>,
+        if_busy: IfBusy,
     ) -> Result<(Execution, Vec<Message>)> {
-        check_execution_with_messages(&new, &messages, &events)?;
+        let session_id = check_execution_with_messages(&new, &messages, &events)?;
         let lease_owner = new.lease.as_ref().map(|l| l.owner.clone());
         let execution = new.into_execution(tenant, self.now())?;
         // Each stamped in turn (the clock never repeats a time): they list in order.
@@ -170,6 +175,28 @@ impl stepwise_store::ExecutionStore for PgStore {
             .collect();
         let mut client = self.client().await?;
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
+        if if_busy == IfBusy::Refuse {
+            // The session's row held first: another such write (on any node) waits for this
+            // transaction, then sees what it wrote.
+            let owner = tenant.as_str();
+            if tx
+                .query_typed_opt(LOCK_SESSION, args![session_id, owner])
+                .await
+                .map_err(map_pg)?
+                .is_none()
+            {
+                return Err(StoreError::NotFound("session"));
+            }
+            let busy = tx
+                .query_typed(SESSION_BUSY, args![session_id, owner])
+                .await
+                .map_err(map_pg)?
+                .first()
+                .is_some_and(|row| row.get::<_, bool>(0));
+            if busy {
+                return Err(StoreError::Busy(BUSY.to_string()));
+            }
+        }
         insert(&tx, &execution, lease_owner.as_deref()).await?;
         for message in &messages {
             crate::messages::insert(&tx, tenant, message).await?;

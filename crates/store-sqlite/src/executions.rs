@@ -3,8 +3,10 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwise_core::{Execution, Id, Message};
-use stepwise_store::rules::{check_execution_with_messages, check_transition, removal_set};
-use stepwise_store::{NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition};
+use stepwise_store::rules::{BUSY, check_execution_with_messages, check_transition, removal_set};
+use stepwise_store::{
+    IfBusy, NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition,
+};
 
 use crate::SqliteStore;
 use crate::mirrored::insert_announced;
@@ -25,6 +27,9 @@ const LIST_EXECUTIONS: &str = concat!(
 const INSERT_EXECUTION: &str = "INSERT INTO executions (id, tenant_id, session_id, parent_execution_id, user_id, agent_type, agent_config, status, input, metadata, started_at, created_at, updated_at, lease_owner, lease_expires_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?14)";
 const SESSION_LAST_EXECUTION: &str = "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = ?3";
+/// Whether a root execution of the session is queued or running.
+const SESSION_BUSY: &str = "SELECT EXISTS (SELECT 1 FROM executions WHERE session_id = ?1 AND tenant_id = ?2 \
+     AND parent_execution_id IS NULL AND status IN ('pending', 'running'))";
 const SESSION_LAST_EXECUTION_OF_TENANT: &str = "UPDATE sessions SET last_execution_id = ?1, updated_at = ?2, status = CASE WHEN status = 'abandoned' THEN 'active' ELSE status END WHERE id = ?3 AND tenant_id = ?4";
 const TRANSITION: &str = "UPDATE executions SET status = ?1, output = COALESCE(?2, output), error_message = COALESCE(?3, error_message), \
      resume_answer = ?4, completed_at = COALESCE(?5, completed_at), lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6, \
@@ -120,6 +125,7 @@ impl stepwise_store::ExecutionStore for SqliteStore {
         new: NewExecution,
         messages: Vec<NewMessage>,
         events: Vec<NewEvent>,
+        if_busy: IfBusy,
     ) -> Result<(Execution, Vec<Message>)> {
         let session_id = check_execution_with_messages(&new, &messages, &events)?;
         let lease_owner = new.lease.as_ref().map(|l| l.owner.clone());
@@ -142,6 +148,18 @@ impl stepwise_store::ExecutionStore for SqliteStore {
         self.inner
             .writer
             .write_intake(move |conn, published| {
+                // In the writer's job: no other write comes between the check and the insert.
+                if if_busy == IfBusy::Refuse {
+                    let busy: bool = conn
+                        .prepare_cached(SESSION_BUSY)
+                        .and_then(|mut s| {
+                            s.query_row(params![bid(session_id), tenant.as_str()], |r| r.get(0))
+                        })
+                        .map_err(map_sqlite)?;
+                    if busy {
+                        return Err(StoreError::Busy(BUSY.to_string()));
+                    }
+                }
                 let touched = conn
                     .prepare_cached(SESSION_LAST_EXECUTION_OF_TENANT)
                     .and_then(|mut s| {

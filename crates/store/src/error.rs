@@ -18,6 +18,10 @@ pub enum StoreError {
     /// The row exists but is in a state that does not allow this (a finished execution).
     #[error("{0}")]
     InvalidState(String),
+    /// The session already has a root execution queued or running, and the write was to
+    /// queue another only if it had none ([`crate::IfBusy::Refuse`]).
+    #[error("{0}")]
+    Busy(String),
     /// A worker's lease on an execution is not current (expired and taken over, the
     /// execution paused, cancelled or finished, or not its lease at all): the worker's
     /// write is refused and nothing is written.

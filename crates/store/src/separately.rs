@@ -4,23 +4,30 @@
 use stepwise_core::{Execution, Message};
 
 use crate::{
-    Ack, EventStore, ExecutionStore, MessageStore, NewEvent, NewExecution, NewMessage, NewStep,
-    Result, StepAppend, StepMirror, StepStore, StoreError, Tenant, message_created, rules,
+    Ack, EventStore, ExecutionStore, IfBusy, MessageStore, NewEvent, NewExecution, NewMessage,
+    NewStep, Result, StepAppend, StepMirror, StepStore, StoreError, Tenant, message_created, rules,
 };
 
 /// [`ExecutionStore::create_execution_with_messages`] as separate writes: the execution,
-/// then the messages, then the events queued.
+/// then the messages, then the events queued. With [`IfBusy::Refuse`] the session's
+/// executions are read first: the caller makes that read and the writes one step (the files
+/// backend holds a lock over them).
 pub async fn create_execution_with_messages<S>(
     store: &S,
     tenant: &Tenant,
     new: NewExecution,
     messages: Vec<NewMessage>,
     events: Vec<NewEvent>,
+    if_busy: IfBusy,
 ) -> Result<(Execution, Vec<Message>)>
 where
     S: ExecutionStore + MessageStore + EventStore,
 {
-    rules::check_execution_with_messages(&new, &messages, &events)?;
+    let session_id = rules::check_execution_with_messages(&new, &messages, &events)?;
+    if if_busy == IfBusy::Refuse {
+        let executions = store.list_executions(tenant, session_id).await?;
+        rules::refuse_if_busy(executions.iter().map(|e| (e.parent_execution_id, e.status)))?;
+    }
     let execution = store.create_execution(tenant, new).await?;
     // Appended at once, first polled in order: each is stamped when first polled, so they
     // keep their order.

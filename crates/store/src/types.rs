@@ -232,6 +232,18 @@ pub struct NewExecution {
     pub lease: Option<NewLease>,
 }
 
+/// What queueing a new root execution does when the session has one queued or running
+/// already (a `paused` one does not count: the next message is its answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IfBusy {
+    /// Queue it behind them.
+    #[default]
+    Queue,
+    /// Write nothing and answer [`crate::StoreError::Busy`]: the check and the write are one
+    /// step, so of two such writes to an idle session one is refused.
+    Refuse,
+}
+
 /// The lease a new running execution starts under.
 #[derive(Debug, Clone)]
 pub struct NewLease {

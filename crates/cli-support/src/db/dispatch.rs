@@ -16,11 +16,11 @@ use stepwise_core::{
 use stepwise_store::prelude::*;
 use stepwise_store::{
     AccessRole, Ack, ApiKeyRecord, CheckpointPut, CheckpointQuery, CheckpointRecord, Claim,
-    ClaimFilter, CleanupReport, Loaded, MessageQuery, MessagesAfter, NewCheckpoint, NewEvent,
-    NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest, PruneStrategy,
-    PutWrites, Result, RetentionLock, RetentionOverride, RetentionPolicy, SessionCache,
-    SessionFilter, SessionPatch, SigningKey, StatusCounts, StepAppend, StepMirror, StepsAfter,
-    StoreStats, Tenant, TenantScope, ThreadInfo, Transition, WorkerSeen,
+    ClaimFilter, CleanupReport, IfBusy, Loaded, MessageQuery, MessagesAfter, NewCheckpoint,
+    NewEvent, NewExecution, NewMessage, NewSession, NewSnapshot, NewStep, Page, PageRequest,
+    PruneStrategy, PutWrites, Result, RetentionLock, RetentionOverride, RetentionPolicy,
+    SessionCache, SessionFilter, SessionPatch, SigningKey, StatusCounts, StepAppend, StepMirror,
+    StepsAfter, StoreStats, Tenant, TenantScope, ThreadInfo, Transition, WorkerSeen,
 };
 use stepwise_store::{NamespaceQuery, StoreItem, StoreItemPut, StoreItemSearch};
 use tokio::sync::broadcast;

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Role, Session};
 use stepwise_store::{
-    NewEvent, NewExecution, NewMessage, Result, Store, StoreError, Tenant, Transition,
+    IfBusy, NewEvent, NewExecution, NewMessage, Result, Store, StoreError, Tenant, Transition,
 };
 
 use super::{
@@ -28,7 +28,7 @@ impl<S: Store> Engine<S> {
             .get_session(tenant, session_id)
             .await?
             .ok_or(StoreError::NotFound("session"))?;
-        self.submit_to_session(tenant, user_id, &session, input, agent)
+        self.submit_to_session(tenant, user_id, &session, input, agent, IfBusy::Queue)
             .await
     }
 
@@ -41,7 +41,23 @@ impl<S: Store> Engine<S> {
         input: MessageInput,
     ) -> Result<Submitted> {
         let agent = self.choose_agent(&input)?;
-        self.submit_to_session(tenant, user_id, session, input, agent)
+        self.submit_to_session(tenant, user_id, session, input, agent, IfBusy::Queue)
+            .await
+    }
+
+    /// [`Engine::submit_message_to`] that queues a new execution only while the session has
+    /// none queued or running: else `StoreError::Busy` and nothing is written (the check and
+    /// the write are one step of the store, so of two at once one is refused). A paused
+    /// execution is answered as always.
+    pub async fn submit_message_if_idle(
+        &self,
+        tenant: &Tenant,
+        user_id: &str,
+        session: &Session,
+        input: MessageInput,
+    ) -> Result<Submitted> {
+        let agent = self.choose_agent(&input)?;
+        self.submit_to_session(tenant, user_id, session, input, agent, IfBusy::Refuse)
             .await
     }
 
@@ -89,6 +105,7 @@ impl<S: Store> Engine<S> {
         session: &Session,
         input: MessageInput,
         agent: AgentChoice,
+        if_busy: IfBusy,
     ) -> Result<Submitted> {
         let store = &self.inner.store;
         let publisher = &self.inner.publisher;
@@ -180,6 +197,7 @@ impl<S: Store> Engine<S> {
                 },
                 vec![user_message(session_id, &input), queued_line],
                 vec![queued],
+                if_busy,
             )
             .await?;
         let message = messages

@@ -5,8 +5,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
-use stepwise_core::{Session, SessionStatus};
-use stepwise_store::Store;
+use stepwise_core::{Execution, Session, SessionStatus};
+use stepwise_store::{Store, StoreError};
 
 use super::{AgentBody, MessageAccepted, MessageFields};
 use crate::AppState;
@@ -85,11 +85,46 @@ pub async fn post<S: Store>(
         return Err(ApiError::invalid_state("the session is deleted"));
     }
     let session = make_room(&state, &caller, session, on_busy).await?;
-    let submitted = state
-        .engine
-        .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
-        .await?;
+    let engine = &state.engine;
+    let submitted = match on_busy {
+        // Found idle above; queued only if it still is when written (a `reject` at the same
+        // instant may have queued meanwhile).
+        OnBusy::Reject => {
+            engine
+                .submit_message_if_idle(&caller.tenant, &caller.user_id, &session, input)
+                .await
+        }
+        _ => {
+            engine
+                .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
+                .await
+        }
+    };
+    let submitted = match submitted {
+        Err(StoreError::Busy(_)) => {
+            return Err(busy_error(
+                state.engine.busy_executions(&caller.tenant, id).await?,
+            ));
+        }
+        other => other?,
+    };
     super::wait::respond(&state, &caller, MessageAccepted::from(submitted), wait).await
+}
+
+/// 409 `session_busy`, naming the executions that make the session busy.
+fn busy_error(busy: Vec<Execution>) -> ApiError {
+    let ids: Vec<String> = busy
+        .iter()
+        .map(|e| format!("{} ({})", e.id, e.status))
+        .collect();
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "session_busy",
+        format!(
+            "the session is busy: execution {} (send on_busy: enqueue, interrupt or rollback to go on)",
+            ids.join(", ")
+        ),
+    )
 }
 
 /// Applies `on_busy` to the session's queued and running executions; answers the session
@@ -110,20 +145,7 @@ async fn make_room<S: Store>(
     }
     match on_busy {
         OnBusy::Enqueue => return Ok(session),
-        OnBusy::Reject => {
-            let ids: Vec<String> = busy
-                .iter()
-                .map(|e| format!("{} ({})", e.id, e.status))
-                .collect();
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "session_busy",
-                format!(
-                    "the session is busy: execution {} (send on_busy: enqueue, interrupt or rollback to go on)",
-                    ids.join(", ")
-                ),
-            ));
-        }
+        OnBusy::Reject => return Err(busy_error(busy)),
         OnBusy::Interrupt => {
             engine
                 .make_room(&caller.tenant, session.id, &busy, false)

@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Role, TokenUsage};
 use stepwise_store::{
-    MessageQuery, NewEvent, NewExecution, NewMessage, Store, StoreError, Tenant, Transition,
+    IfBusy, MessageQuery, NewEvent, NewExecution, NewMessage, Store, StoreError, Tenant, Transition,
 };
 
 use crate::Harness;
@@ -369,6 +369,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
                 new_execution(Some(session.id), ExecutionStatus::Pending),
                 pair(session.id),
                 queued(session.id),
+                IfBusy::Queue,
             )
             .await,
         "create_execution_with_messages",
@@ -453,6 +454,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
                 new_execution(Some(session.id), ExecutionStatus::Pending),
                 pair(session.id),
                 queued(session.id),
+                IfBusy::Queue,
             )
             .await,
         StoreError::NotFound(_),
@@ -467,6 +469,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
                 new_execution(Some(session.id), ExecutionStatus::Pending),
                 mixed,
                 queued(session.id),
+                IfBusy::Queue,
             )
             .await,
         StoreError::Invalid { .. },
@@ -476,7 +479,13 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
     child.parent_execution_id = Some(execution.id);
     assert_err!(
         store
-            .create_execution_with_messages(&acme, child, pair(session.id), Vec::new())
+            .create_execution_with_messages(
+                &acme,
+                child,
+                pair(session.id),
+                Vec::new(),
+                IfBusy::Queue,
+            )
             .await,
         StoreError::Invalid { .. },
         "a subagent"
@@ -488,6 +497,7 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
                 new_execution(None, ExecutionStatus::Pending),
                 Vec::new(),
                 Vec::new(),
+                IfBusy::Queue,
             )
             .await,
         StoreError::Invalid { .. },
@@ -497,7 +507,11 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
         store.list_executions(&acme, session.id).await,
         "list_executions",
     );
-    assert_eq!(executions, vec![execution], "nothing more was created");
+    assert_eq!(
+        executions,
+        vec![execution.clone()],
+        "nothing more was created"
+    );
     let listed = ok(
         store
             .list_messages(&acme, session.id, MessageQuery::default())
@@ -513,6 +527,53 @@ pub async fn execution_with_messages<H: Harness>(harness: &H) {
             "the counts moved only with the stored messages"
         );
     }
+
+    // Queued only while the session is idle: its pending execution makes it busy, so the
+    // write is refused and writes nothing; once that one is finished, it is written.
+    let if_idle = || {
+        store.create_execution_with_messages(
+            &acme,
+            new_execution(Some(session.id), ExecutionStatus::Pending),
+            pair(session.id),
+            queued(session.id),
+            IfBusy::Refuse,
+        )
+    };
+    assert_err!(
+        if_idle().await,
+        StoreError::Busy(_),
+        "a queued execution makes the session busy"
+    );
+    let executions = ok(store.list_executions(&acme, session.id).await, "list");
+    assert_eq!(executions.len(), 1, "nothing was written");
+    ok(
+        store
+            .transition_execution(&acme, execution.id, Transition::Cancel)
+            .await,
+        "cancel",
+    );
+    let (queued_execution, _) = ok(if_idle().await, "queued once the other is finished");
+    assert_eq!(queued_execution.status, ExecutionStatus::Pending);
+    assert_err!(
+        if_idle().await,
+        StoreError::Busy(_),
+        "the one just queued makes it busy"
+    );
+    let executions = ok(store.list_executions(&acme, session.id).await, "list");
+    assert_eq!(executions.len(), 2, "one more, not two");
+    assert_err!(
+        store
+            .create_execution_with_messages(
+                &globex,
+                new_execution(Some(session.id), ExecutionStatus::Pending),
+                pair(session.id),
+                queued(session.id),
+                IfBusy::Refuse,
+            )
+            .await,
+        StoreError::NotFound(_),
+        "another tenant's session, busy or not"
+    );
 }
 
 /// A rollback's hard delete: finished executions go with their sub-executions, steps,

@@ -2,7 +2,7 @@
 
 use stepwise_core::{Execution, Id, Message};
 
-use crate::{NewEvent, NewExecution, NewMessage, Result, Tenant, Transition};
+use crate::{IfBusy, NewEvent, NewExecution, NewMessage, Result, Tenant, Transition};
 
 crate::domain! {
     $
@@ -16,11 +16,13 @@ crate::domain! {
         /// nothing where the backend can write it at once; the session's last execution and
         /// counters move with it, and the events are published once committed. `Invalid`
         /// without a session, with a parent, or with a message or event of another session;
-        /// `NotFound` when the session does not exist for this tenant.
+        /// `NotFound` when the session does not exist for this tenant. With
+        /// [`IfBusy::Refuse`], `Busy` (nothing written) when a root execution of the session is
+        /// queued or running, checked in the same step as the write.
         ///
         /// A backend that cannot write them at once answers with
         /// [`crate::separately::create_execution_with_messages`].
-        fn create_execution_with_messages(&self, tenant: &Tenant, new: NewExecution, messages: Vec<NewMessage>, events: Vec<NewEvent>) -> Result<(Execution, Vec<Message>)>;
+        fn create_execution_with_messages(&self, tenant: &Tenant, new: NewExecution, messages: Vec<NewMessage>, events: Vec<NewEvent>, if_busy: IfBusy) -> Result<(Execution, Vec<Message>)>;
 
         fn get_execution(&self, tenant: &Tenant, id: Id) -> Result<Option<Execution>>;
 

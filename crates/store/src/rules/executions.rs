@@ -16,6 +16,23 @@ pub fn check_transition(current: ExecutionStatus, transition: &Transition) -> Re
     }
 }
 
+/// [`StoreError::Busy`] when one of a session's executions (`(parent, status)`) is a root
+/// execution queued or running ([`crate::IfBusy::Refuse`]).
+pub fn refuse_if_busy(
+    executions: impl IntoIterator<Item = (Option<Id>, ExecutionStatus)>,
+) -> Result<()> {
+    let busy = executions.into_iter().any(|(parent, status)| {
+        parent.is_none() && matches!(status, ExecutionStatus::Pending | ExecutionStatus::Running)
+    });
+    if busy {
+        return Err(StoreError::Busy(BUSY.to_string()));
+    }
+    Ok(())
+}
+
+/// What [`refuse_if_busy`] answers.
+pub const BUSY: &str = "the session has an execution queued or running";
+
 /// Refuses step number 0: steps are numbered from 1.
 pub fn check_step_number(step_number: u32) -> Result<()> {
     if step_number == 0 {

@@ -12,7 +12,8 @@ mod patch;
 mod retention;
 
 pub use executions::{
-    check_execution_with_messages, check_step_number, check_transition, removal_set,
+    BUSY, check_execution_with_messages, check_step_number, check_transition, refuse_if_busy,
+    removal_set,
 };
 pub use fork::{CHECKPOINT_EXECUTION_KEY, ForkCut, ForkPoint, cut_document};
 pub use import_plan::ImportPlan;
