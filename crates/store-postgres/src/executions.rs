@@ -87,6 +87,20 @@ pub(crate) async fn load(
 
 /// Inserts `e` inside `tx` (held by `lease_owner` when it starts leased), pointing its
 /// session at it; `NotFound` for a session or parent the tenant does not have.
+/// Holds the session's row until the transaction ends; false when the tenant has no such
+/// session.
+async fn lock_session(
+    tx: &tokio_postgres::Transaction<'_>,
+    session_id: Id,
+    tenant: &str,
+) -> Result<bool> {
+    Ok(tx
+        .query_typed_opt(LOCK_SESSION, args![session_id, tenant])
+        .await
+        .map_err(map_pg)?
+        .is_some())
+}
+
 async fn insert(
     tx: &tokio_postgres::Transaction<'_>,
     e: &Execution,
@@ -179,12 +193,7 @@ impl stepwise_store::ExecutionStore for PgStore {
             // The session's row held first: another such write (on any node) waits for this
             // transaction, then sees what it wrote.
             let owner = tenant.as_str();
-            if tx
-                .query_typed_opt(LOCK_SESSION, args![session_id, owner])
-                .await
-                .map_err(map_pg)?
-                .is_none()
-            {
+            if !lock_session(&tx, session_id, owner).await? {
                 return Err(StoreError::NotFound("session"));
             }
             let busy = tx
@@ -247,12 +256,7 @@ impl stepwise_store::ExecutionStore for PgStore {
         let mut client = self.client().await?;
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;
         let owner = tenant.as_str();
-        if tx
-            .query_typed_opt(LOCK_SESSION, args![session_id, owner])
-            .await
-            .map_err(map_pg)?
-            .is_none()
-        {
+        if !lock_session(&tx, session_id, owner).await? {
             return Ok(0);
         }
         let rows = tx
