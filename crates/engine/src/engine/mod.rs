@@ -118,6 +118,12 @@ pub struct MessageInput {
     pub context_url: Option<String>,
     pub metadata: Value,
     pub agent: Option<AgentChoice>,
+    /// What a front-end protocol adds to the execution's input beside `message`, under its
+    /// own key (a LangGraph run's body under `langgraph`).
+    pub extra_input: Option<(&'static str, Value)>,
+    /// The answer a paused execution resumes with when it is not the message's text (a
+    /// LangGraph `Command(resume=...)` holds any JSON).
+    pub answer: Option<Value>,
 }
 
 /// What submitting a message did: the stored message and the execution that will answer

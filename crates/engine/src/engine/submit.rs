@@ -130,7 +130,10 @@ impl<S: Store> Engine<S> {
             .await?
             && latest.status == ExecutionStatus::Paused
         {
-            let answer = Value::String(input.content.clone());
+            let answer = input
+                .answer
+                .clone()
+                .unwrap_or_else(|| Value::String(input.content.clone()));
             match store
                 .transition_execution(tenant, latest.id, Transition::Resume { answer })
                 .await
@@ -257,35 +260,36 @@ pub async fn latest_root_execution<S: Store>(
     Ok(None)
 }
 
-/// The user's message as stored: its text, context fields and metadata as sent (the
-/// execution answering it is set by the caller or the store).
 /// What the execution answering a message gets: `{message}`, and `context` with the page the
 /// message came from (`related_type`, `related_id`, `context_url`, `metadata`) when it says
-/// any of them (absent parts are `null`).
+/// any of them (absent parts are `null`), and a protocol's `extra_input` under its key.
 fn execution_input(input: &MessageInput) -> Value {
     let metadata = input
         .metadata
         .as_object()
         .filter(|m| !m.is_empty())
         .map(|m| Value::Object(m.clone()));
-    if input.related_type.is_none()
-        && input.related_id.is_none()
-        && input.context_url.is_none()
-        && metadata.is_none()
+    let mut out = json!({"message": input.content});
+    if input.related_type.is_some()
+        || input.related_id.is_some()
+        || input.context_url.is_some()
+        || metadata.is_some()
     {
-        return json!({"message": input.content});
-    }
-    json!({
-        "message": input.content,
-        "context": {
+        out["context"] = json!({
             "related_type": input.related_type,
             "related_id": input.related_id,
             "context_url": input.context_url,
             "metadata": metadata,
-        },
-    })
+        });
+    }
+    if let Some((key, extra)) = &input.extra_input {
+        out[*key] = extra.clone();
+    }
+    out
 }
 
+/// The user's message as stored: its text, context fields and metadata as sent (the
+/// execution answering it is set by the caller or the store).
 fn user_message(session_id: Id, input: &MessageInput) -> NewMessage {
     NewMessage {
         session_id,

@@ -1,5 +1,9 @@
 //! The LangGraph Server API, mounted at `/langgraph`, so that `langgraph_sdk.get_client(
-//! url="http://host:7777/langgraph", api_key=...)` talks to Stepwise unchanged. It is
+//! url="http://host:7777/langgraph", api_key=...)` (and `useStream`) talks to Stepwise
+//! unchanged: assistants are the graphs workers serve (`assistants.rs`), threads are
+//! sessions (`threads.rs`), runs are executions queued for those workers (`runs.rs`), and a
+//! run's stream is rebuilt from what the worker stored (`stream.rs`), so it can be joined
+//! again on any node; the store is `store.rs`. It is
 //! LangGraph's contract, not Stepwise's (so it is not in `/openapi.json`; docs/api.md lists
 //! it): its paths, bodies and answers are those of `langgraph-sdk`.
 //!
@@ -7,7 +11,11 @@
 //! admin); the SDK sends its key as `x-api-key`, which is taken as `Authorization: Bearer`
 //! when the request has no `Authorization` header.
 
+mod assistants;
+mod runs;
 mod store;
+mod stream;
+mod threads;
 
 use axum::Router;
 use axum::extract::Request;
@@ -24,6 +32,9 @@ const X_API_KEY: &str = "x-api-key";
 /// The routes under `/langgraph`, with auth and the rate limit of `/v1`.
 pub(crate) fn router<S: Store>(state: &AppState<S>) -> Router<AppState<S>> {
     let routes = store::router::<S>()
+        .merge(assistants::router::<S>())
+        .merge(threads::router::<S>())
+        .merge(runs::router::<S>())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found);
     authenticated(state, routes).route_layer(middleware::from_fn(x_api_key_as_bearer))

@@ -175,6 +175,7 @@ impl MessageFields {
             context_url,
             metadata: check_metadata("metadata", &metadata)?,
             agent,
+            ..MessageInput::default()
         })
     }
 }

@@ -1,0 +1,734 @@
+//! LangGraph's runs: executions of the assistant's graph, queued for the workers that serve
+//! it, leased and resumed like every execution. A run posts the user's turn to the thread's
+//! session (its text: the last human message of `input`, else the input as JSON) with the
+//! run's body under the execution input's `langgraph` key, which the worker's graph runs
+//! with. A run whose `command.resume` answers an interrupted thread resumes that run (on any
+//! worker) with the resume value.
+//!
+//! - `POST /threads/{id}/runs` (background) → 200 Run; `/runs/stream` → the run's stream
+//!   (see `stream.rs`); `/runs/wait` → 200 the thread's values when the run ends (with
+//!   `__interrupt__` when it paused, `{"__error__": {...}}` when it failed). The same three
+//!   under `/runs` without a thread make one (a stateless run: its thread is kept).
+//! - `multitask_strategy` on a busy thread: `enqueue`, `reject` (409), `interrupt`,
+//!   `rollback` (`on_busy` of a message); `if_not_exists: "create"` makes the thread;
+//!   `on_disconnect: "cancel"` cancels a streamed run whose client leaves.
+//! - `GET /threads/{id}/runs` `?limit&offset&status`, `GET /threads/{id}/runs/{run}`,
+//!   `DELETE` it (the run and what it wrote), `POST .../cancel?wait&action=interrupt|rollback`,
+//!   `GET .../join` (its values once ended), `GET .../stream` (its stream again: from its
+//!   start, or after `Last-Event-ID`).
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use stepwise_core::{Execution, ExecutionStatus, Id, Session};
+use stepwise_engine::{AgentChoice, MessageInput};
+use stepwise_store::{Store, StoreError};
+
+use stepwise_server::{AgentBody, ApiError, ApiJson, ApiResult, AppState, Caller};
+
+use super::assistants;
+use super::stream::{Modes, Streamed, respond};
+use super::threads::{self, thread_id};
+use crate::follower::{RunFollower, Start, Turn, find_turn, is_live};
+use crate::sessions::turn_message;
+
+/// The most runs one listing answers.
+const MAX_LIST: u32 = 1000;
+
+pub(super) fn router<S: Store>() -> Router<AppState<S>> {
+    Router::new()
+        .route(
+            "/threads/{thread_id}/runs",
+            post(create::<S>).get(list::<S>),
+        )
+        .route("/threads/{thread_id}/runs/stream", post(stream::<S>))
+        .route("/threads/{thread_id}/runs/wait", post(wait::<S>))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}",
+            get(get_one::<S>).delete(delete::<S>),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/cancel",
+            post(cancel::<S>),
+        )
+        .route("/threads/{thread_id}/runs/{run_id}/join", get(join::<S>))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/stream",
+            get(join_stream::<S>),
+        )
+        .route("/runs", post(create_stateless::<S>))
+        .route("/runs/stream", post(stream_stateless::<S>))
+        .route("/runs/wait", post(wait_stateless::<S>))
+}
+
+/// A run's body (`RunCreate` of the SDK). Fields the SDK sends that Stepwise has no use for
+/// (`webhook`, `feedback_keys`, `after_seconds`, `durability`, ...) are accepted.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RunBody {
+    assistant_id: Option<String>,
+    input: Option<Value>,
+    command: Option<Value>,
+    stream_mode: Option<Value>,
+    stream_subgraphs: Option<bool>,
+    config: Option<Value>,
+    context: Option<Value>,
+    metadata: Option<Value>,
+    checkpoint_id: Option<String>,
+    checkpoint: Option<Value>,
+    interrupt_before: Option<Value>,
+    interrupt_after: Option<Value>,
+    multitask_strategy: Option<String>,
+    if_not_exists: Option<String>,
+    on_disconnect: Option<String>,
+}
+
+/// What `multitask_strategy` does while the thread has a run queued or running.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Multitask {
+    Enqueue,
+    Reject,
+    Interrupt,
+    Rollback,
+}
+
+impl Multitask {
+    fn parse(text: Option<&str>) -> ApiResult<Self> {
+        match text {
+            None | Some("reject") => Ok(Multitask::Reject),
+            Some("enqueue") => Ok(Multitask::Enqueue),
+            Some("interrupt") => Ok(Multitask::Interrupt),
+            Some("rollback") => Ok(Multitask::Rollback),
+            Some(other) => Err(ApiError::invalid(
+                "multitask_strategy",
+                format!(
+                    "multitask_strategy '{other}' is none of reject, enqueue, interrupt, rollback"
+                ),
+            )),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Multitask::Enqueue => "enqueue",
+            Multitask::Reject => "reject",
+            Multitask::Interrupt => "interrupt",
+            Multitask::Rollback => "rollback",
+        }
+    }
+}
+
+/// The text of the turn a run posts: the last human message of `input.messages` (a string, a
+/// `{role|type, content}` object or a `[role, content]` pair), else the input (or command)
+/// as JSON.
+fn turn_text(input: Option<&Value>, command: Option<&Value>) -> String {
+    let human = |message: &Value| -> Option<String> {
+        let (role, content) = match message {
+            Value::String(text) => return Some(text.clone()),
+            Value::Array(pair) if pair.len() == 2 => (pair[0].as_str(), &pair[1]),
+            Value::Object(map) => (
+                map.get("role")
+                    .or_else(|| map.get("type"))
+                    .and_then(Value::as_str),
+                map.get("content")?,
+            ),
+            _ => return None,
+        };
+        if !matches!(role, Some("human" | "user")) {
+            return None;
+        }
+        match content {
+            Value::String(text) => Some(text.clone()),
+            Value::Array(parts) => Some(
+                parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join(""),
+            ),
+            _ => None,
+        }
+    };
+    let from_messages = input
+        .and_then(|i| i.get("messages"))
+        .and_then(Value::as_array)
+        .and_then(|list| list.iter().rev().find_map(human))
+        .filter(|t| !t.trim().is_empty());
+    if let Some(text) = from_messages {
+        return text;
+    }
+    let resume = command.and_then(|c| c.get("resume"));
+    match resume.or(input).or(command) {
+        Some(Value::String(text)) if !text.trim().is_empty() => text.clone(),
+        Some(value) if !value.is_null() => value.to_string(),
+        _ => "(continue)".into(),
+    }
+}
+
+/// The run as LangGraph answers it (`Run`).
+fn run_body(execution: &Execution, thread: &str) -> Value {
+    let lg = execution.input.get("langgraph");
+    let field = |key: &str| lg.and_then(|l| l.get(key)).cloned().unwrap_or(Value::Null);
+    let status = match execution.status {
+        ExecutionStatus::Pending => "pending",
+        ExecutionStatus::Running => "running",
+        ExecutionStatus::Paused | ExecutionStatus::Cancelled => "interrupted",
+        ExecutionStatus::Completed => "success",
+        ExecutionStatus::Failed => "error",
+    };
+    let metadata = match field("metadata") {
+        Value::Object(map) => Value::Object(map),
+        _ => json!({}),
+    };
+    let assistant = match field("assistant_id") {
+        Value::Null => Value::String(assistants::assistant_id(&execution.agent_type)),
+        other => other,
+    };
+    json!({
+        "run_id": execution.id.to_string(),
+        "thread_id": thread,
+        "assistant_id": assistant,
+        "created_at": execution.created_at.to_rfc3339(),
+        "updated_at": execution.completed_at.or(execution.started_at).unwrap_or(execution.created_at).to_rfc3339(),
+        "status": status,
+        "metadata": metadata,
+        "multitask_strategy": field("multitask_strategy"),
+        "kwargs": {},
+    })
+}
+
+/// A run just started: its thread, its execution, and its follower when it is streamed.
+struct Started<S: Store> {
+    session: Session,
+    execution: Execution,
+    follower: Option<(RunFollower<S>, stepwise_server::SubscriberSlot)>,
+}
+
+/// Starts a run on the thread `thread` names (a new one when `None`).
+async fn start<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    thread: Option<&str>,
+    body: &RunBody,
+    follow: bool,
+) -> ApiResult<Started<S>> {
+    let assistant = body
+        .assistant_id
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("assistant_id", "assistant_id is required"))?;
+    let graph = assistants::graph_of(state, caller, assistant).await?;
+    let multitask = Multitask::parse(body.multitask_strategy.as_deref())?;
+    if body.input.is_some() && body.command.is_some() {
+        return Err(ApiError::bad_request("send input or command, not both"));
+    }
+    let session = match thread {
+        None => threads::create_thread(state, caller, None, json!({})).await?,
+        Some(id) => match threads::find(state, caller, id).await? {
+            Some(session) => session,
+            None if body.if_not_exists.as_deref() == Some("create") => {
+                threads::create_thread(state, caller, Some(id), json!({})).await?
+            }
+            None => return Err(ApiError::not_found("thread")),
+        },
+    };
+    let lg = json!({
+        "input": body.input,
+        "command": body.command,
+        "config": body.config,
+        "context": body.context,
+        "metadata": body.metadata,
+        "checkpoint_id": body.checkpoint_id.clone().or_else(|| body
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.get("checkpoint_id"))
+            .and_then(Value::as_str)
+            .map(str::to_string)),
+        "interrupt_before": body.interrupt_before,
+        "interrupt_after": body.interrupt_after,
+        "thread_id": thread_id(&session),
+        "assistant_id": assistants::assistant_id(&graph),
+        "multitask_strategy": multitask.name(),
+    });
+    stepwise_server::limits::check_metadata_limits(
+        "metadata",
+        body.metadata.as_ref().unwrap_or(&Value::Null),
+    )?;
+    let agent = AgentBody {
+        agent_type: graph.clone(),
+        config: None,
+        wait: None,
+    };
+    let mut input: MessageInput = turn_message(
+        state,
+        turn_text(body.input.as_ref(), body.command.as_ref()),
+        Some(agent),
+    )?;
+    input.agent = Some(AgentChoice {
+        agent_type: graph,
+        config: Value::Null,
+    });
+    input.answer = body.command.as_ref().and_then(|c| c.get("resume")).cloned();
+    input.extra_input = Some(("langgraph", lg));
+
+    let busy = state
+        .engine
+        .busy_executions(&caller.tenant, session.id)
+        .await?;
+    if !busy.is_empty() {
+        match multitask {
+            Multitask::Enqueue | Multitask::Reject => {}
+            Multitask::Interrupt | Multitask::Rollback => {
+                let remove = multitask == Multitask::Rollback;
+                state
+                    .engine
+                    .make_room(&caller.tenant, session.id, &busy, remove)
+                    .await?;
+            }
+        }
+    }
+    let session = threads::load(state, caller, &session.id.to_string()).await?;
+    let slot = if follow {
+        Some(state.stream_slot(&caller.tenant, session.id)?)
+    } else {
+        None
+    };
+    let live = state.store().subscribe(&caller.tenant, session.id);
+    let engine = &state.engine;
+    let submitted = if multitask == Multitask::Reject {
+        engine
+            .submit_message_if_idle(&caller.tenant, &caller.user_id, &session, input)
+            .await
+    } else {
+        engine
+            .submit_message_to(&caller.tenant, &caller.user_id, &session, input)
+            .await
+    };
+    let submitted = match submitted {
+        Err(StoreError::Busy(_)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "session_busy",
+                "the thread has a run queued or running (multitask_strategy: reject); send enqueue, interrupt or rollback to go on",
+            ));
+        }
+        other => other?,
+    };
+    let follower = slot.map(|slot| {
+        let turn = Turn {
+            execution_id: submitted.execution.id,
+            message_id: Some(submitted.message.id),
+        };
+        let follower = RunFollower::new(
+            state,
+            caller.tenant.clone(),
+            session.id,
+            turn,
+            live,
+            Start::Live,
+        );
+        (follower, slot)
+    });
+    Ok(Started {
+        session,
+        execution: submitted.execution,
+        follower,
+    })
+}
+
+/// `Content-Location` naming the run, as LangGraph's server answers a new run.
+fn with_location(mut response: Response, thread: &str, run: Id) -> Response {
+    if let Ok(value) = header::HeaderValue::from_str(&format!("/threads/{thread}/runs/{run}")) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LOCATION, value);
+    }
+    response
+}
+
+async fn create_run<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    thread: Option<&str>,
+    body: RunBody,
+) -> ApiResult<Response> {
+    let started = start(state, caller, thread, &body, false).await?;
+    let thread = thread_id(&started.session);
+    let response = Json(run_body(&started.execution, &thread)).into_response();
+    Ok(with_location(response, &thread, started.execution.id))
+}
+
+async fn stream_run<S: Store>(
+    state: AppState<S>,
+    caller: Caller,
+    thread: Option<&str>,
+    body: RunBody,
+) -> ApiResult<Response> {
+    let started = start(&state, &caller, thread, &body, true).await?;
+    let modes = Modes::new(
+        body.stream_mode.as_ref(),
+        body.stream_subgraphs.unwrap_or(false),
+    );
+    let thread_id = thread_id(&started.session);
+    Ok(respond(Streamed {
+        tenant: caller.tenant.clone(),
+        execution: started.execution,
+        thread_id,
+        modes,
+        follower: started.follower,
+        cancel_on_disconnect: body.on_disconnect.as_deref() == Some("cancel"),
+        state,
+    }))
+}
+
+async fn wait_run<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    thread: Option<&str>,
+    body: RunBody,
+) -> ApiResult<Response> {
+    let started = start(state, caller, thread, &body, true).await?;
+    let thread = thread_id(&started.session);
+    let run = started.execution.id;
+    if let Some((mut follower, _slot)) = started.follower {
+        while follower.next().await.is_some() {}
+    }
+    let values = outcome(state, caller, run).await?;
+    Ok(with_location(Json(values).into_response(), &thread, run))
+}
+
+/// What `wait` and `join` answer once a run has ended: the thread's values as the run left
+/// them (with `__interrupt__` when it paused), or `{"__error__": {error, message}}`.
+async fn outcome<S: Store>(state: &AppState<S>, caller: &Caller, run: Id) -> ApiResult<Value> {
+    let execution = state
+        .store()
+        .get_execution(&caller.tenant, run)
+        .await?
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    if execution.status == ExecutionStatus::Failed {
+        return Ok(json!({"__error__": {
+            "error": "RunError",
+            "message": execution.error_message.unwrap_or_default(),
+        }}));
+    }
+    let saved = threads::saved_state(state, caller, execution.last_snapshot_id).await?;
+    let mut values = saved
+        .as_ref()
+        .and_then(|s| s.get("values"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let interrupts = saved
+        .as_ref()
+        .and_then(|s| s.get("interrupts"))
+        .and_then(Value::as_array)
+        .filter(|list| !list.is_empty());
+    if execution.status == ExecutionStatus::Paused
+        && let (Some(map), Some(interrupts)) = (values.as_object_mut(), interrupts)
+    {
+        map.insert("__interrupt__".into(), Value::Array(interrupts.clone()));
+    }
+    Ok(values)
+}
+
+async fn create<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(thread): Path<String>,
+    ApiJson(body): ApiJson<RunBody>,
+) -> ApiResult<Response> {
+    create_run(&state, &caller, Some(&thread), body).await
+}
+
+async fn create_stateless<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<RunBody>,
+) -> ApiResult<Response> {
+    create_run(&state, &caller, None, body).await
+}
+
+async fn stream<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(thread): Path<String>,
+    ApiJson(body): ApiJson<RunBody>,
+) -> ApiResult<Response> {
+    stream_run(state, caller, Some(&thread), body).await
+}
+
+async fn stream_stateless<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<RunBody>,
+) -> ApiResult<Response> {
+    stream_run(state, caller, None, body).await
+}
+
+async fn wait<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(thread): Path<String>,
+    ApiJson(body): ApiJson<RunBody>,
+) -> ApiResult<Response> {
+    wait_run(&state, &caller, Some(&thread), body).await
+}
+
+async fn wait_stateless<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<RunBody>,
+) -> ApiResult<Response> {
+    wait_run(&state, &caller, None, body).await
+}
+
+/// The thread and one of its runs (a root execution of its session), or 404.
+async fn load_run<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    thread: &str,
+    run: &str,
+) -> ApiResult<(Session, Execution)> {
+    let session = threads::load(state, caller, thread).await?;
+    let id = run.parse::<Id>().map_err(|_| ApiError::not_found("run"))?;
+    let execution = state
+        .store()
+        .get_execution(&caller.tenant, id)
+        .await?
+        .filter(|e| e.session_id == Some(session.id) && e.parent_execution_id.is_none())
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    Ok((session, execution))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ListQuery {
+    limit: Option<u32>,
+    offset: Option<u32>,
+    status: Option<String>,
+}
+
+async fn list<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(thread): Path<String>,
+    stepwise_server::ApiQuery(query): stepwise_server::ApiQuery<ListQuery>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let session = threads::load(&state, &caller, &thread).await?;
+    let thread = thread_id(&session);
+    let mut runs = state
+        .store()
+        .list_executions(&caller.tenant, session.id)
+        .await?;
+    runs.retain(|e| e.parent_execution_id.is_none());
+    runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    let limit = query.limit.unwrap_or(10).min(MAX_LIST) as usize;
+    Ok(Json(
+        runs.iter()
+            .map(|e| run_body(e, &thread))
+            .filter(|r| query.status.as_deref().is_none_or(|s| r["status"] == s))
+            .skip(query.offset.unwrap_or(0) as usize)
+            .take(limit)
+            .collect(),
+    ))
+}
+
+async fn get_one<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path((thread, run)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
+    Ok(Json(run_body(&execution, &thread_id(&session))))
+}
+
+/// Removes a run and everything it wrote (cancelling it first when it still runs).
+async fn delete<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path((thread, run)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
+    state
+        .engine
+        .make_room(&caller.tenant, session.id, &[execution], true)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CancelQuery {
+    wait: Option<String>,
+    action: Option<String>,
+}
+
+fn truthy(flag: Option<&str>) -> bool {
+    matches!(flag, Some("1" | "true" | "True"))
+}
+
+async fn cancel<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path((thread, run)): Path<(String, String)>,
+    stepwise_server::ApiQuery(query): stepwise_server::ApiQuery<CancelQuery>,
+) -> ApiResult<Response> {
+    let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
+    let rollback = match query.action.as_deref() {
+        None | Some("interrupt") => false,
+        Some("rollback") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "action",
+                format!("action '{other}' is neither interrupt nor rollback"),
+            ));
+        }
+    };
+    let id = execution.id;
+    // A rollback waits for the run to stop before removing it; `wait` waits for it too.
+    let wait = rollback || truthy(query.wait.as_deref());
+    if wait {
+        state
+            .engine
+            .make_room(&caller.tenant, session.id, &[execution], rollback)
+            .await?;
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    match state.engine.cancel(&caller.tenant, id).await {
+        Ok(_) | Err(StoreError::Conflict(_)) => Ok(StatusCode::ACCEPTED.into_response()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn join<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path((thread, run)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
+    if is_live(&execution)
+        && let Some((mut follower, _slot)) = follow(&state, &caller, &session, &execution).await?
+    {
+        while follower.next().await.is_some() {}
+    }
+    Ok(Json(outcome(&state, &caller, execution.id).await?))
+}
+
+/// A follower of `execution` from the start of its latest turn (subscribed first, so what
+/// the replay misses arrives live), with a place among the session's streams.
+async fn follow<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: &Session,
+    execution: &Execution,
+) -> ApiResult<Option<(RunFollower<S>, stepwise_server::SubscriberSlot)>> {
+    let slot = state.stream_slot(&caller.tenant, session.id)?;
+    let live = state.store().subscribe(&caller.tenant, session.id);
+    let (turn, after) = find_turn(state.store(), &caller.tenant, session.id, execution.id).await?;
+    let follower = RunFollower::new(
+        state,
+        caller.tenant.clone(),
+        session.id,
+        turn,
+        live,
+        Start::After(after),
+    );
+    Ok(Some((follower, slot)))
+}
+
+/// `stream_mode` (repeated or once), `stream_subgraphs` and `cancel_on_disconnect` of a
+/// join's query.
+fn join_query(raw: Option<&str>) -> (Vec<String>, bool, bool) {
+    let mut modes = Vec::new();
+    let (mut subgraphs, mut cancel) = (false, false);
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = value.replace('+', " ");
+        match key {
+            "stream_mode" | "stream_mode[]" => modes.push(percent_decoded(&value)),
+            "stream_subgraphs" => subgraphs = truthy(Some(value.as_str())),
+            "cancel_on_disconnect" => cancel = truthy(Some(value.as_str())),
+            _ => {}
+        }
+    }
+    (modes, subgraphs, cancel)
+}
+
+/// `%XX` decoded (stream modes are ASCII words; anything else stays as sent).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(byte) = u8::from_str_radix(&text[i + 1..i + 3], 16)
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn join_stream<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path((thread, run)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
+    let (modes, subgraphs, cancel_on_disconnect) = join_query(raw.as_deref());
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let follower = follow(&state, &caller, &session, &execution).await?;
+    Ok(respond(Streamed {
+        tenant: caller.tenant.clone(),
+        thread_id: thread_id(&session),
+        modes: Modes::from_list(modes, subgraphs).after(last_event_id),
+        follower,
+        cancel_on_disconnect: cancel_on_disconnect && is_live(&execution),
+        execution,
+        state,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_turn_is_its_last_human_message() {
+        let input = json!({"messages": [
+            {"role": "user", "content": "first"},
+            {"type": "ai", "content": "answer"},
+            ["human", "second"],
+        ]});
+        assert_eq!(turn_text(Some(&input), None), "second");
+        assert_eq!(
+            turn_text(Some(&json!({"topic": "x"})), None),
+            r#"{"topic":"x"}"#
+        );
+        assert_eq!(turn_text(None, Some(&json!({"resume": "yes"}))), "yes");
+        assert_eq!(turn_text(None, None), "(continue)");
+    }
+
+    #[test]
+    fn a_joins_query_takes_repeated_modes() {
+        let (modes, subgraphs, cancel) = join_query(Some(
+            "stream_mode=values&stream_mode=messages-tuple&cancel_on_disconnect=true",
+        ));
+        assert_eq!(modes, vec!["values", "messages-tuple"]);
+        assert!(!subgraphs);
+        assert!(cancel);
+    }
+}

@@ -1,0 +1,486 @@
+//! LangGraph's threads: Stepwise sessions. A thread created with a `thread_id` is the session
+//! named that id (so a LangGraph client's own ids work); one created without is a new session,
+//! whose id is the thread's. A `user` caller sees only its own threads, as on `/v1`.
+//!
+//! A thread's state is what the graph's worker saved with each run: the snapshot
+//! `{"langgraph": {values, next, tasks, interrupts, checkpoint, parent_checkpoint, metadata,
+//! created_at, stream}}` (`stepwise.worker`'s LangGraph agents save one when a run ends or
+//! pauses).
+//!
+//! - `POST /threads` `{thread_id?, metadata?, if_exists?: "raise" | "do_nothing"}` → 200 Thread
+//! - `GET /threads/{id}`, `PATCH /threads/{id}` `{metadata}` (merged), `DELETE /threads/{id}`
+//! - `POST /threads/search` `{metadata?, ids?, status?, limit?, offset?}` → 200 `[Thread]`,
+//!   newest first; `POST /threads/count` → a number
+//! - `GET /threads/{id}/state` → ThreadState; `POST /threads/{id}/history` `{limit?, before?}`
+//!   → `[ThreadState]`, newest first
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use stepwise_core::{Execution, ExecutionStatus, Id, Session, SessionStatus};
+use stepwise_store::prelude::*;
+use stepwise_store::{NewSession, PageRequest, SessionFilter, SessionPatch};
+
+use stepwise_server::limits::check_metadata;
+use stepwise_server::{ApiError, ApiJson, ApiResult, AppState, Caller};
+
+use crate::sessions::{check_chat_id, find_session, latest_root_execution};
+
+/// The most threads one search answers, and the most sessions it reads.
+const MAX_LIMIT: u32 = 1000;
+const MAX_SCANNED: usize = 10_000;
+/// The most states one history answers.
+const MAX_HISTORY: u32 = 1000;
+
+pub(super) fn router<S: Store>() -> Router<AppState<S>> {
+    Router::new()
+        .route("/threads", post(create::<S>))
+        .route("/threads/search", post(search::<S>))
+        .route("/threads/count", post(count::<S>))
+        .route(
+            "/threads/{thread_id}",
+            get(get_one::<S>).patch(update::<S>).delete(delete::<S>),
+        )
+        .route("/threads/{thread_id}/state", get(get_state::<S>))
+        .route("/threads/{thread_id}/history", post(history::<S>))
+}
+
+/// A thread's id: the name it was created with when that is a UUID, else the session's id.
+pub(crate) fn thread_id(session: &Session) -> String {
+    match &session.name {
+        Some(name) if name.parse::<Id>().is_ok() => name.clone(),
+        _ => session.id.to_string(),
+    }
+}
+
+/// The thread (session) `id` names, if the caller sees it and it is not deleted.
+pub(crate) async fn find<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<Option<Session>> {
+    Ok(find_session(state, caller, id, "thread_id")
+        .await?
+        .filter(|s| s.status != SessionStatus::Deleted))
+}
+
+/// The thread `id` names, or 404.
+pub(crate) async fn load<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<Session> {
+    find(state, caller, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("thread"))
+}
+
+/// A new thread: the session named `thread_id`, or a new unnamed one.
+pub(crate) async fn create_thread<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    thread_id: Option<&str>,
+    metadata: Value,
+) -> ApiResult<Session> {
+    if let Some(id) = thread_id {
+        check_chat_id(id, "thread_id")?;
+    }
+    let new = NewSession {
+        user_id: caller.user_id.clone(),
+        name: thread_id.map(str::to_string),
+        title: None,
+        related_type: None,
+        related_id: None,
+        initial_context_url: None,
+        metadata,
+    };
+    Ok(state.store().create_session(&caller.tenant, new).await?)
+}
+
+/// A thread's status from its latest run.
+pub(crate) fn status_of(latest: Option<&Execution>) -> &'static str {
+    match latest.map(|e| e.status) {
+        Some(ExecutionStatus::Pending | ExecutionStatus::Running) => "busy",
+        Some(ExecutionStatus::Paused) => "interrupted",
+        Some(ExecutionStatus::Failed) => "error",
+        _ => "idle",
+    }
+}
+
+/// What the graph's worker saved of a thread at a snapshot (`state.langgraph`), if anything.
+pub(crate) async fn saved_state<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    snapshot: Option<Id>,
+) -> ApiResult<Option<Value>> {
+    let Some(id) = snapshot else { return Ok(None) };
+    Ok(state
+        .store()
+        .get_snapshot(&caller.tenant, id)
+        .await?
+        .and_then(|s| s.state.get("langgraph").cloned())
+        .filter(Value::is_object))
+}
+
+/// The thread's latest saved state.
+async fn latest_state<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: &Session,
+) -> ApiResult<Option<Value>> {
+    saved_state(state, caller, session.last_snapshot_id).await
+}
+
+/// `ThreadState` from a saved state (or an empty thread's when none).
+pub(crate) fn state_body(session: &Session, saved: Option<&Value>) -> Value {
+    let field = |key: &str, empty: Value| {
+        saved
+            .and_then(|s| s.get(key))
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or(empty)
+    };
+    let thread = thread_id(session);
+    let with_thread = |checkpoint: Value| match checkpoint {
+        Value::Object(mut map) => {
+            map.insert("thread_id".into(), Value::String(thread.clone()));
+            map.entry("checkpoint_ns").or_insert_with(|| json!(""));
+            Value::Object(map)
+        }
+        other => other,
+    };
+    json!({
+        "values": field("values", json!({})),
+        "next": field("next", json!([])),
+        "tasks": field("tasks", json!([])),
+        "interrupts": field("interrupts", json!([])),
+        "checkpoint": with_thread(field("checkpoint", json!({"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": null}))),
+        "parent_checkpoint": with_thread(field("parent_checkpoint", Value::Null)),
+        "metadata": field("metadata", json!({})),
+        "created_at": field("created_at", Value::Null),
+    })
+}
+
+/// The thread as LangGraph answers it (`Thread`).
+pub(crate) async fn thread_body<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: &Session,
+) -> ApiResult<Value> {
+    let latest = latest_root_execution(state.store(), &caller.tenant, session).await?;
+    let saved = latest_state(state, caller, session).await?;
+    let values = saved
+        .as_ref()
+        .and_then(|s| s.get("values"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let interrupts = interrupts_by_task(saved.as_ref());
+    let error = latest
+        .as_ref()
+        .filter(|e| e.status == ExecutionStatus::Failed)
+        .and_then(|e| e.error_message.clone());
+    Ok(json!({
+        "thread_id": thread_id(session),
+        "created_at": session.created_at.to_rfc3339(),
+        "updated_at": session.updated_at.to_rfc3339(),
+        "state_updated_at": session.updated_at.to_rfc3339(),
+        "metadata": metadata_object(&session.metadata),
+        "status": status_of(latest.as_ref()),
+        "values": values,
+        "interrupts": interrupts,
+        "config": {},
+        "error": error,
+    }))
+}
+
+/// `{task_id: [interrupt]}` of a saved state's tasks.
+fn interrupts_by_task(saved: Option<&Value>) -> Value {
+    let mut out = Map::new();
+    let tasks = saved.and_then(|s| s.get("tasks")).and_then(Value::as_array);
+    for task in tasks.into_iter().flatten() {
+        let found = task.get("interrupts").and_then(Value::as_array);
+        if let (Some(id), Some(found)) = (task.get("id").and_then(Value::as_str), found)
+            && !found.is_empty()
+        {
+            out.insert(id.to_string(), Value::Array(found.clone()));
+        }
+    }
+    Value::Object(out)
+}
+
+fn metadata_object(metadata: &Value) -> Value {
+    if metadata.is_object() {
+        metadata.clone()
+    } else {
+        json!({})
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CreateBody {
+    thread_id: Option<String>,
+    metadata: Option<Value>,
+    if_exists: Option<String>,
+}
+
+async fn create<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> ApiResult<Json<Value>> {
+    let metadata = check_metadata("metadata", &body.metadata)?;
+    if let Some(id) = body.thread_id.as_deref()
+        && let Some(existing) = find(&state, &caller, id).await?
+    {
+        return match body.if_exists.as_deref() {
+            Some("do_nothing") => Ok(Json(thread_body(&state, &caller, &existing).await?)),
+            _ => Err(ApiError::conflict(format!("thread {id} already exists"))),
+        };
+    }
+    let session = create_thread(&state, &caller, body.thread_id.as_deref(), metadata)
+        .await
+        .map_err(|e| {
+            if e.status == StatusCode::CONFLICT {
+                ApiError::conflict("a thread (or another user's session) already has this id")
+            } else {
+                e
+            }
+        })?;
+    Ok(Json(thread_body(&state, &caller, &session).await?))
+}
+
+async fn get_one<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let session = load(&state, &caller, &id).await?;
+    Ok(Json(thread_body(&state, &caller, &session).await?))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpdateBody {
+    metadata: Option<Value>,
+}
+
+async fn update<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateBody>,
+) -> ApiResult<Json<Value>> {
+    let session = load(&state, &caller, &id).await?;
+    let added = check_metadata("metadata", &body.metadata)?;
+    let mut merged = metadata_object(&session.metadata);
+    if let (Some(into), Value::Object(added)) = (merged.as_object_mut(), added) {
+        into.extend(added);
+    }
+    stepwise_server::limits::check_metadata_limits("metadata", &merged)?;
+    let patch = SessionPatch {
+        metadata: Some(merged),
+        ..SessionPatch::default()
+    };
+    let session = state
+        .store()
+        .update_session(&caller.tenant, session.id, patch)
+        .await?
+        .ok_or_else(|| ApiError::not_found("thread"))?;
+    Ok(Json(thread_body(&state, &caller, &session).await?))
+}
+
+async fn delete<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let session = load(&state, &caller, &id).await?;
+    for busy in state
+        .engine
+        .busy_executions(&caller.tenant, session.id)
+        .await?
+    {
+        // Its runs stop first (a worker's at its next step).
+        if let Err(e) = state.engine.cancel(&caller.tenant, busy.id).await {
+            tracing::debug!(execution = %busy.id, error = %e, "a deleted thread's run was not cancelled");
+        }
+    }
+    state
+        .store()
+        .delete_session(&caller.tenant, session.id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SearchBody {
+    metadata: Option<Map<String, Value>>,
+    ids: Option<Vec<String>>,
+    status: Option<String>,
+    limit: Option<u32>,
+    offset: Option<u32>,
+}
+
+/// The threads a search finds, newest first: `skip` of them passed over, at most `take`.
+async fn found<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    body: &SearchBody,
+    skip: usize,
+    take: usize,
+) -> ApiResult<Vec<Value>> {
+    let mut filter = SessionFilter {
+        user_id: caller.session_owner_filter(None),
+        ..SessionFilter::default()
+    };
+    let mut exact: Vec<(String, Value)> = Vec::new();
+    for (key, value) in body.metadata.iter().flatten() {
+        match value {
+            Value::String(s) => filter.metadata.push((key.clone(), s.clone())),
+            Value::Number(_) | Value::Bool(_) => {
+                filter.metadata.push((key.clone(), value.to_string()))
+            }
+            other => exact.push((key.clone(), other.clone())),
+        }
+    }
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    let mut scanned = 0;
+    let mut cursor = None;
+    loop {
+        let page = state
+            .store()
+            .list_sessions(
+                &caller.tenant,
+                filter.clone(),
+                PageRequest {
+                    limit: 200,
+                    cursor: cursor.take(),
+                },
+            )
+            .await?;
+        for session in &page.items {
+            scanned += 1;
+            if !caller.sees(session)
+                || exact
+                    .iter()
+                    .any(|(k, v)| session.metadata.get(k) != Some(v))
+                || body
+                    .ids
+                    .as_ref()
+                    .is_some_and(|ids| !ids.contains(&thread_id(session)))
+            {
+                continue;
+            }
+            let thread = thread_body(state, caller, session).await?;
+            if body
+                .status
+                .as_deref()
+                .is_some_and(|want| thread["status"] != want)
+            {
+                continue;
+            }
+            if skipped < skip {
+                skipped += 1;
+                continue;
+            }
+            out.push(thread);
+            if out.len() >= take {
+                return Ok(out);
+            }
+        }
+        match page.next_cursor {
+            Some(next) if scanned < MAX_SCANNED => cursor = Some(next),
+            _ => return Ok(out),
+        }
+    }
+}
+
+async fn search<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<SearchBody>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let limit = body.limit.unwrap_or(10).min(MAX_LIMIT) as usize;
+    let offset = body.offset.unwrap_or(0) as usize;
+    Ok(Json(found(&state, &caller, &body, offset, limit).await?))
+}
+
+async fn count<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<SearchBody>,
+) -> ApiResult<Json<usize>> {
+    Ok(Json(
+        found(&state, &caller, &body, 0, MAX_SCANNED).await?.len(),
+    ))
+}
+
+async fn get_state<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let session = load(&state, &caller, &id).await?;
+    let saved = latest_state(&state, &caller, &session).await?;
+    Ok(Json(state_body(&session, saved.as_ref())))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct HistoryBody {
+    limit: Option<u32>,
+    before: Option<Value>,
+}
+
+/// The checkpoint id a `before` config names (`{configurable: {checkpoint_id}}`).
+fn checkpoint_id_of(config: &Value) -> Option<&str> {
+    config
+        .get("configurable")
+        .unwrap_or(config)
+        .get("checkpoint_id")
+        .and_then(Value::as_str)
+}
+
+async fn history<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<HistoryBody>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let session = load(&state, &caller, &id).await?;
+    let limit = body.limit.unwrap_or(10).min(MAX_HISTORY) as usize;
+    let mut before = body.before.as_ref().and_then(checkpoint_id_of);
+    let store = state.store();
+    let mut executions = store.list_executions(&caller.tenant, session.id).await?;
+    executions.retain(|e| e.parent_execution_id.is_none());
+    executions.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    let mut out = Vec::new();
+    for execution in executions {
+        let mut snapshots = store.list_snapshots(&caller.tenant, execution.id).await?;
+        snapshots.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        for snapshot in snapshots {
+            let Some(saved) = saved_state(&state, &caller, Some(snapshot.id)).await? else {
+                continue;
+            };
+            let body = state_body(&session, Some(&saved));
+            if let Some(wanted) = before {
+                if body["checkpoint"]["checkpoint_id"].as_str() == Some(wanted) {
+                    before = None;
+                }
+                continue;
+            }
+            out.push(body);
+            if out.len() >= limit {
+                return Ok(Json(out));
+            }
+        }
+    }
+    Ok(Json(out))
+}
