@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use stepwise_core::Id;
 use stepwise_store::prelude::*;
-use stepwise_store::{StoreItem, StoreItemSearch};
+use stepwise_store::{StoreError, StoreItem, StoreItemSearch};
 
 use stepwise_server::{ApiError, ApiJson, ApiResult, AppState, Caller};
 
@@ -101,7 +101,7 @@ fn namespace() -> Vec<String> {
 
 /// Every graph the tenant's workers announced, by name.
 async fn announced<S: Store>(state: &AppState<S>, caller: &Caller) -> ApiResult<Vec<Announced>> {
-    let items = state
+    let items = match state
         .store()
         .search_store_items(
             &caller.tenant,
@@ -113,7 +113,12 @@ async fn announced<S: Store>(state: &AppState<S>, caller: &Caller) -> ApiResult<
                 refresh_ttl: false,
             },
         )
-        .await?;
+        .await
+    {
+        // A backend without LangGraph's store (files) has no announced graphs.
+        Err(StoreError::InvalidState(_)) => Vec::new(),
+        other => other?,
+    };
     let mut found: Vec<Announced> = items
         .into_iter()
         .filter(|item| item.namespace == namespace())
@@ -131,10 +136,14 @@ pub(crate) async fn resolve<S: Store>(
     caller: &Caller,
     id: &str,
 ) -> ApiResult<Option<Announced>> {
-    let found = state
+    let found = match state
         .store()
         .get_store_item(&caller.tenant, &namespace(), id, false)
-        .await?;
+        .await
+    {
+        Err(StoreError::InvalidState(_)) => None,
+        other => other?,
+    };
     if let Some(item) = found {
         return Ok(Some(Announced::new(item)));
     }
