@@ -415,7 +415,7 @@ async fn outcome<S: Store>(state: &AppState<S>, caller: &Caller, run: Id) -> Api
             "message": execution.error_message.unwrap_or_default(),
         }}));
     }
-    let saved = threads::saved_state(state, caller, execution.last_snapshot_id).await?;
+    let saved = threads::run_state(state, &caller.tenant, execution.id).await?;
     let mut values = saved
         .as_ref()
         .and_then(|s| s.get("values"))
@@ -519,12 +519,7 @@ async fn list<S: Store>(
 ) -> ApiResult<Json<Vec<Value>>> {
     let session = threads::load(&state, &caller, &thread).await?;
     let thread = thread_id(&session);
-    let mut runs = state
-        .store()
-        .list_executions(&caller.tenant, session.id)
-        .await?;
-    runs.retain(|e| e.parent_execution_id.is_none());
-    runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    let runs = threads::runs_of(&state, &caller, &session).await?;
     let limit = query.limit.unwrap_or(10).min(MAX_LIST) as usize;
     Ok(Json(
         runs.iter()

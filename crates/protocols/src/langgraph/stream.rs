@@ -183,22 +183,20 @@ impl<S: Store> RunStream<S> {
         event(out, "messages", None, &json!([message, metadata]));
     }
 
-    /// The chunks stored after the run's last step: in its latest snapshot.
+    /// The chunks stored after the run's last step: in the latest state the worker saved.
     async fn tail(&mut self, out: &mut Vec<u8>) {
-        let store = self.state.store();
-        let latest = match store.list_snapshots(&self.tenant, self.execution_id).await {
-            Ok(list) => list.into_iter().max_by_key(|s| (s.created_at, s.id)),
-            Err(e) => {
-                tracing::warn!(execution = %self.execution_id, error = %e, "a run's last chunks could not be read");
-                None
+        match super::threads::run_state(&self.state, &self.tenant, self.execution_id).await {
+            Ok(Some(saved)) => {
+                let chunks = saved
+                    .get("stream")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                self.chunks(out, &chunks);
             }
-        };
-        let Some(latest) = latest else { return };
-        match store.get_snapshot(&self.tenant, latest.id).await {
-            Ok(Some(snapshot)) => self.chunks(out, stored_chunks(&snapshot.state)),
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(execution = %self.execution_id, error = %e, "a run's last chunks could not be read")
+                tracing::warn!(execution = %self.execution_id, error = %e.message, "a run's last chunks could not be read")
             }
         }
     }

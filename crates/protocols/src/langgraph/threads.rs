@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use stepwise_core::{Execution, ExecutionStatus, Id, Session, SessionStatus};
 use stepwise_store::prelude::*;
-use stepwise_store::{NewSession, PageRequest, SessionFilter, SessionPatch};
+use stepwise_store::{NewSession, PageRequest, SessionFilter, SessionPatch, Tenant};
 
 use stepwise_server::limits::check_metadata;
 use stepwise_server::{ApiError, ApiJson, ApiResult, AppState, Caller};
@@ -35,6 +35,8 @@ const MAX_LIMIT: u32 = 1000;
 const MAX_SCANNED: usize = 10_000;
 /// The most states one history answers.
 const MAX_HISTORY: u32 = 1000;
+/// The most runs read back for a thread's latest state.
+const MAX_RUNS_READ: usize = 50;
 
 pub(super) fn router<S: Store>() -> Router<AppState<S>> {
     Router::new()
@@ -114,25 +116,62 @@ pub(crate) fn status_of(latest: Option<&Execution>) -> &'static str {
 /// What the graph's worker saved of a thread at a snapshot (`state.langgraph`), if anything.
 pub(crate) async fn saved_state<S: Store>(
     state: &AppState<S>,
-    caller: &Caller,
+    tenant: &Tenant,
     snapshot: Option<Id>,
 ) -> ApiResult<Option<Value>> {
     let Some(id) = snapshot else { return Ok(None) };
     Ok(state
         .store()
-        .get_snapshot(&caller.tenant, id)
+        .get_snapshot(tenant, id)
         .await?
         .and_then(|s| s.state.get("langgraph").cloned())
         .filter(Value::is_object))
 }
 
-/// The thread's latest saved state.
+/// The newest state the graph's worker saved with this run (the server's own snapshots, of
+/// a pause or a completion, come after it and are passed over).
+pub(crate) async fn run_state<S: Store>(
+    state: &AppState<S>,
+    tenant: &Tenant,
+    execution: Id,
+) -> ApiResult<Option<Value>> {
+    let mut snapshots = state.store().list_snapshots(tenant, execution).await?;
+    snapshots.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    for snapshot in snapshots {
+        if let Some(saved) = saved_state(state, tenant, Some(snapshot.id)).await? {
+            return Ok(Some(saved));
+        }
+    }
+    Ok(None)
+}
+
+/// The thread's runs (root executions), newest first.
+pub(crate) async fn runs_of<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: &Session,
+) -> ApiResult<Vec<Execution>> {
+    let mut runs = state
+        .store()
+        .list_executions(&caller.tenant, session.id)
+        .await?;
+    runs.retain(|e| e.parent_execution_id.is_none());
+    runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    Ok(runs)
+}
+
+/// The thread's latest saved state: that of its newest run that saved one.
 async fn latest_state<S: Store>(
     state: &AppState<S>,
     caller: &Caller,
     session: &Session,
 ) -> ApiResult<Option<Value>> {
-    saved_state(state, caller, session.last_snapshot_id).await
+    for run in runs_of(state, caller, session).await?.iter().take(MAX_RUNS_READ) {
+        if let Some(saved) = run_state(state, &caller.tenant, run.id).await? {
+            return Ok(Some(saved));
+        }
+    }
+    Ok(None)
 }
 
 /// `ThreadState` from a saved state (or an empty thread's when none).
@@ -458,15 +497,12 @@ async fn history<S: Store>(
     let limit = body.limit.unwrap_or(10).min(MAX_HISTORY) as usize;
     let mut before = body.before.as_ref().and_then(checkpoint_id_of);
     let store = state.store();
-    let mut executions = store.list_executions(&caller.tenant, session.id).await?;
-    executions.retain(|e| e.parent_execution_id.is_none());
-    executions.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
     let mut out = Vec::new();
-    for execution in executions {
+    for execution in runs_of(&state, &caller, &session).await? {
         let mut snapshots = store.list_snapshots(&caller.tenant, execution.id).await?;
         snapshots.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         for snapshot in snapshots {
-            let Some(saved) = saved_state(&state, &caller, Some(snapshot.id)).await? else {
+            let Some(saved) = saved_state(&state, &caller.tenant, Some(snapshot.id)).await? else {
                 continue;
             };
             let body = state_body(&session, Some(&saved));

@@ -20,28 +20,61 @@ its superstep is replayed, and a run taken over saves the steps a lost worker st
 checkpoint of but did not get to save. Model tokens go out as live tokens. An interrupt pauses
 the execution with the interrupt's value as the question. The answer is the last AI message's
 text (or ``output_fn(state_values)``).
+
+A run queued by LangGraph's own clients (``langgraph-sdk`` on the server's ``/langgraph``) has
+its request under the input's ``langgraph`` key: the graph then runs with that request's
+``input`` or ``command``, ``config``, ``context``, ``checkpoint_id`` (a run from that past
+checkpoint) and ``interrupt_before``/``interrupt_after``, and the ``values``, ``updates`` and
+``custom`` chunks it streams are kept durably, as LangGraph's server serialises them, so that
+the server can stream them to any client at any time: ``[mode, namespace, data]`` in order, on
+the first step saved after them (``output.langgraph.stream``), those after the last step in the
+run's snapshot. Every run ends (answers, pauses or fails) by saving a snapshot of the thread,
+``state.langgraph = {values, next, tasks, interrupts, checkpoint, parent_checkpoint, metadata,
+created_at, stream}``, which the server answers ``threads.get_state`` and ``runs.wait`` from.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime
+import enum
 import json
 import logging
+import math
+import threading
+import uuid
+import warnings
 from typing import Any, Callable, Mapping
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
-from langgraph.types import Command
+from langgraph.types import Command, Interrupt, Send
 
+from .._errors import StepwiseError
 from ..langgraph._wire import text_of, tool_call
+from ._http import Api, is_transient, retrying
 from ._run import Run
 
-__all__ = ["langgraph_handler"]
+__all__ = ["langgraph_handler", "announce_assistant", "assistant_item", "to_json"]
 
 logger = logging.getLogger("stepwise.worker")
 
 #: The checkpoint metadata key naming the execution that wrote a checkpoint.
 EXECUTION_KEY = "stepwise_execution_id"
 _MAX_OBSERVATION = 20_000
+#: The modes the graph streams: steps come from root ``updates`` (and ``checkpoints`` say when
+#: they are stored), live tokens from ``messages``; ``values``, ``updates`` and ``custom``
+#: chunks are kept for LangGraph's clients.
+_STREAM_MODES = ["updates", "messages", "checkpoints", "values", "custom"]
+_KEPT_MODES = frozenset({"values", "updates", "custom"})
+# A step is at most 2 MiB of JSON and a request body 4 MiB (the server's limits): one chunk
+# larger than this is dropped, and the chunks one step carries stay under the second bound.
+_MAX_CHUNK_BYTES = 1_000_000
+_MAX_STREAM_BYTES = 1_500_000
+_MAX_SNAPSHOT_BYTES = 3_500_000
+#: Where a worker announces its graphs for LangGraph's clients (the server's assistants).
+ASSISTANTS_NAMESPACE = ["stepwise", "assistants"]
+_ANNOUNCE_RETRY_S = 300.0
 
 
 def _question(value: Any) -> str:
@@ -148,10 +181,11 @@ class _Steps:
     when the graph replays it or runs it once more.
     """
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, chunks: "_Chunks | None" = None) -> None:
         self.run = run
         self.seen = _reported(run)
         self.waiting: list[dict[str, Any]] = []
+        self.chunks = chunks
 
     def add(self, node: str, update: Any, superstep: int | None) -> None:
         if superstep is not None:
@@ -165,9 +199,330 @@ class _Steps:
         self.waiting.append(step)
 
     def flush(self) -> None:
+        """Saves the waiting steps; the first carries the stream chunks kept since the last
+        step (without a step they wait for the next one, or the run's snapshot)."""
         waiting, self.waiting = self.waiting, []
+        if waiting and self.chunks is not None and self.chunks.items:
+            waiting[0]["output"]["langgraph"]["stream"] = self.chunks.take()
         for step in waiting:
             self.run.step(**step)
+
+
+def to_json(value: Any, _depth: int = 0) -> Any:
+    """`value` as JSON the way LangGraph's server writes it: a message (any pydantic model)
+    as its ``model_dump()``, a dataclass as its fields, an ``Interrupt`` as ``{value, id}``,
+    ``Send`` and ``Command`` as their fields, tuples and sets as lists, NaN and infinities as
+    ``null``, anything else as its text."""
+    if _depth > 100:
+        return str(value)
+    depth = _depth + 1
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v, depth) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_json(v, depth) for v in value]
+    if isinstance(value, Interrupt):
+        return {"value": to_json(value.value, depth), "id": getattr(value, "id", None)}
+    if isinstance(value, Send):
+        return {"node": value.node, "arg": to_json(value.arg, depth)}
+    if isinstance(value, Command):
+        return {k: to_json(getattr(value, k, None), depth) for k in ("graph", "update", "resume", "goto")}
+    if isinstance(value, type):
+        return str(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):  # messages and other pydantic models
+        try:
+            return to_json(dump(), depth)
+        except Exception:  # noqa: BLE001 - then as text
+            return str(value)
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_json(getattr(value, f.name, None), depth) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return to_json(value.value, depth)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return str(value)
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+class _Chunks:
+    """The stream chunks of a LangGraph API run not saved yet, ``[mode, namespace, data]`` in
+    order, bounded: a chunk over `_MAX_CHUNK_BYTES` is dropped (a warning says so), and when
+    the kept ones pass `_MAX_STREAM_BYTES` the oldest ``values`` chunks go first (a later one
+    holds the state they held), then the new chunk."""
+
+    def __init__(self, execution_id: str) -> None:
+        self.execution_id = execution_id
+        self.items: list[list[Any]] = []
+        self.sizes: list[int] = []
+
+    def add(self, mode: str, namespace: tuple[str, ...], data: Any) -> None:
+        chunk = [mode, "|".join(namespace), to_json(data)]
+        size = _json_size(chunk)
+        if size > _MAX_CHUNK_BYTES:
+            logger.warning(
+                "execution %s: a %s chunk of %d bytes is too large to keep; the stream goes on without it",
+                self.execution_id, mode, size,
+            )
+            return
+        while sum(self.sizes) + size > _MAX_STREAM_BYTES:
+            older = next((i for i, c in enumerate(self.items) if c[0] == "values"), None)
+            if older is None:
+                logger.warning(
+                    "execution %s: the stream chunks of this step pass %d bytes; a %s chunk is dropped",
+                    self.execution_id, _MAX_STREAM_BYTES, mode,
+                )
+                return
+            logger.warning("execution %s: an older values chunk is dropped to keep the stream bounded",
+                           self.execution_id)
+            del self.items[older]
+            del self.sizes[older]
+        self.items.append(chunk)
+        self.sizes.append(size)
+
+    def take(self) -> list[list[Any]]:
+        items, self.items, self.sizes = self.items, [], []
+        return items
+
+
+def _request_of(run: Run) -> dict[str, Any] | None:
+    """The LangGraph API request of a run (the input's ``langgraph``), or ``None``."""
+    raw = run.input.get("langgraph") if isinstance(run.input, Mapping) else None
+    return dict(raw) if isinstance(raw, Mapping) else None
+
+
+def _command_of(spec: Mapping[str, Any]) -> Command:
+    """A LangGraph API ``command`` (``{resume?, update?, goto?}``) as a `Command`."""
+    fields: dict[str, Any] = {}
+    for key in ("resume", "update", "goto"):
+        if key not in spec:
+            continue
+        value = spec[key]
+        if key == "update" and isinstance(value, list):
+            value = [tuple(v) if isinstance(v, list) else v for v in value]  # [[key, value], ...]
+        if key == "goto":
+            value = _goto_of(value)
+        fields[key] = value
+    return Command(**fields)
+
+
+def _goto_of(value: Any) -> Any:
+    """``goto`` as the API writes it: a node, ``{node, input}`` (a `Send`), or a list of them."""
+    if isinstance(value, list):
+        return [_goto_of(v) for v in value]
+    if isinstance(value, Mapping) and "node" in value:
+        return Send(str(value["node"]), value.get("input"))
+    return value
+
+
+def _resume_of(answer: Any, pending: list[Any]) -> Command:
+    """The user's answer as the `Command` that resumes the pending interrupts."""
+    ids = {getattr(p, "id", None) for p in pending} - {None}
+    if isinstance(answer, Mapping) and answer and ids and set(answer) <= ids:
+        return Command(resume=dict(answer))  # already by interrupt id
+    if len(pending) > 1 and getattr(pending[0], "id", None):
+        return Command(resume={pending[0].id: answer})
+    return Command(resume=answer)
+
+
+def _merged_config(
+    extra: Mapping[str, Any], request: Mapping[str, Any] | None, thread_id: str, execution_id: str
+) -> dict[str, Any]:
+    """The run's config: the worker's `extra`, with a LangGraph API request's ``config`` over
+    it; the thread and the execution's metadata marks stay the worker's."""
+    asked = request.get("config") if request is not None else None
+    asked = asked if isinstance(asked, Mapping) else {}
+    configurable = {**dict(extra.get("configurable") or {})}
+    theirs = asked.get("configurable")
+    if isinstance(theirs, Mapping):
+        configurable.update({k: v for k, v in theirs.items() if k not in ("checkpoint_id", "checkpoint_ns")})
+    configurable["thread_id"] = str(thread_id)
+    # `run_id` names the checkpoints this run writes: a rollback (`on_busy: rollback`)
+    # removes them with the execution.
+    theirs_meta = asked.get("metadata") if isinstance(asked.get("metadata"), Mapping) else {}
+    metadata = {
+        "run_id": execution_id,
+        **dict(extra.get("metadata") or {}),
+        **{k: v for k, v in theirs_meta.items() if k not in ("run_id", EXECUTION_KEY)},
+        EXECUTION_KEY: execution_id,
+    }
+    config: dict[str, Any] = {**extra, "configurable": configurable, "metadata": metadata}
+    if isinstance(asked.get("tags"), list):
+        tags = list(extra.get("tags") or [])
+        config["tags"] = tags + [t for t in asked["tags"] if isinstance(t, str) and t not in tags]
+    for key in ("recursion_limit", "max_concurrency", "run_name"):
+        if asked.get(key) is not None:
+            config[key] = asked[key]
+    return config
+
+
+def _fork_of(request: Mapping[str, Any]) -> str | None:
+    """The past checkpoint a LangGraph API run starts from, if any."""
+    found = request.get("checkpoint_id")
+    if not found:
+        config = request.get("config")
+        configurable = config.get("configurable") if isinstance(config, Mapping) else None
+        found = configurable.get("checkpoint_id") if isinstance(configurable, Mapping) else None
+    return str(found) if found else None
+
+
+def _checkpoint_of(config: Any) -> dict[str, Any] | None:
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        return None
+    return {
+        "thread_id": configurable.get("thread_id"),
+        "checkpoint_ns": configurable.get("checkpoint_ns") or "",
+        "checkpoint_id": configurable.get("checkpoint_id"),
+    }
+
+
+def _interrupt_of(value: Any) -> dict[str, Any]:
+    return {"value": to_json(getattr(value, "value", value)), "id": getattr(value, "id", None)}
+
+
+def thread_state(state: Any, stream: list[list[Any]] | None = None) -> dict[str, Any]:
+    """A LangGraph ``StateSnapshot`` as the run's snapshot keeps it (``state.langgraph``)."""
+    tasks = []
+    for task in getattr(state, "tasks", ()) or ():
+        error = getattr(task, "error", None)
+        result = getattr(task, "result", None)
+        tasks.append({
+            "id": task.id,
+            "name": task.name,
+            "path": to_json(list(getattr(task, "path", ()) or ())),
+            "error": str(error) if error is not None else None,
+            "interrupts": [_interrupt_of(i) for i in getattr(task, "interrupts", ()) or ()],
+            "checkpoint": None,
+            "state": None,
+            "result": to_json(result) if result is not None else None,
+        })
+    return {
+        "values": to_json(getattr(state, "values", None) or {}),
+        "next": list(getattr(state, "next", ()) or ()),
+        "tasks": tasks,
+        "interrupts": [_interrupt_of(i) for i in getattr(state, "interrupts", ()) or ()],
+        "checkpoint": _checkpoint_of(getattr(state, "config", None)),
+        "parent_checkpoint": _checkpoint_of(getattr(state, "parent_config", None)),
+        "metadata": to_json(getattr(state, "metadata", None) or {}),
+        "created_at": getattr(state, "created_at", None),
+        "stream": list(stream or []),
+    }
+
+
+def _save_state(run: Run, state: Any, chunks: _Chunks | None) -> None:
+    """Saves the thread's state and the chunks not saved yet as the run's snapshot. A
+    snapshot that cannot be saved is logged, never fatal (only a lost lease stops the run)."""
+    saved = thread_state(state, chunks.take() if chunks is not None else None)
+    body = {"langgraph": saved}
+    if _json_size(body) > _MAX_SNAPSHOT_BYTES and saved["stream"]:
+        logger.warning("execution %s: the snapshot is too large; its stream keeps no values chunks",
+                       run.execution_id)
+        saved["stream"] = [c for c in saved["stream"] if c[0] != "values"]
+        if _json_size(body) > _MAX_SNAPSHOT_BYTES:
+            logger.warning("execution %s: the snapshot is still too large; it keeps no stream chunks",
+                           run.execution_id)
+            saved["stream"] = []
+    try:
+        retrying(lambda: run.save_snapshot(body), give_up_after=30.0)
+    except Exception as error:  # noqa: BLE001 - the run's outcome does not depend on it
+        logger.warning("execution %s: the thread's snapshot could not be saved (%s)", run.execution_id, error)
+
+
+def _state_schema(graph: Any) -> Any:
+    """The JSON schema of the graph's whole state (its stream channels), as LangGraph's server
+    gives it; the output schema when it cannot be made."""
+    from langgraph.channels.base import BaseChannel
+
+    try:
+        from langgraph._internal._pydantic import create_model
+    except ImportError:  # pragma: no cover - another langgraph layout
+        return graph.get_output_jsonschema()
+    fields: dict[str, Any] = {}
+    for key in graph.stream_channels_list:
+        channel = graph.channels.get(key)
+        if not isinstance(channel, BaseChannel):
+            continue
+        try:
+            create_model(key, root=(channel.UpdateType, None)).model_json_schema()
+            fields[key] = (channel.UpdateType, None)
+        except Exception:  # noqa: BLE001 - a type pydantic cannot describe
+            fields[key] = (Any, None)
+    return create_model(graph.get_name("State"), field_definitions=fields).model_json_schema()
+
+
+def assistant_item(name: str, graph: Any, description: str | None = None) -> dict[str, Any]:
+    """What a worker announces of a graph for LangGraph's clients: the store item value under
+    `ASSISTANTS_NAMESPACE`, key `name`. A part that cannot be made is ``None``."""
+
+    def guarded(what: str, make: Callable[[], Any]) -> Any:
+        try:
+            with warnings.catch_warnings():  # get_config_jsonschema is deprecated, yet asked for
+                warnings.simplefilter("ignore")
+                return to_json(make())
+        except Exception as error:  # noqa: BLE001 - announced without it
+            logger.debug("graph %s: no %s (%s)", name, what, error)
+            return None
+
+    drawn = guarded("graph", lambda: graph.get_graph().to_json())
+    context = getattr(graph, "get_context_jsonschema", None)
+    return {
+        "graph_id": name,
+        "description": description,
+        "graph": drawn if isinstance(drawn, dict) else {"nodes": [], "edges": []},
+        "input_schema": guarded("input schema", graph.get_input_jsonschema),
+        "output_schema": guarded("output schema", graph.get_output_jsonschema),
+        "state_schema": guarded("state schema", lambda: _state_schema(graph)),
+        "config_schema": guarded("config schema", graph.get_config_jsonschema),
+        "context_schema": guarded("context schema", context) if callable(context) else None,
+    }
+
+
+def announce_assistant(
+    api: Api, name: str, graph: Any, description: str | None = None, *, stopping: threading.Event | None = None
+) -> None:
+    """Announces `graph` as LangGraph assistant `name` (``PUT /langgraph/store/items``). When
+    the server cannot be reached it tries again in the background for a while; a refusal is a
+    warning, never fatal."""
+    try:
+        body = {"namespace": ASSISTANTS_NAMESPACE, "key": name, "value": assistant_item(name, graph, description)}
+    except Exception as error:  # noqa: BLE001
+        logger.warning("graph %s is not announced to LangGraph's clients: %s", name, error)
+        return
+
+    def send() -> None:
+        api.call("PUT", "/langgraph/store/items", body, timeout=10.0)
+
+    def refused(error: StepwiseError) -> None:
+        logger.warning("graph %s is not announced to LangGraph's clients: %s", name, error)
+
+    try:
+        send()
+        return
+    except StepwiseError as error:
+        if not is_transient(error):
+            refused(error)
+            return
+        logger.info("graph %s: announcing it to LangGraph's clients failed (%s); trying again", name, error)
+
+    def again() -> None:
+        try:
+            retrying(send, give_up_after=_ANNOUNCE_RETRY_S,
+                     should_stop=lambda: stopping is not None and stopping.is_set())
+        except StepwiseError as error:
+            refused(error)
+        except Exception as error:  # noqa: BLE001 - the worker closed its connections
+            logger.debug("graph %s: not announced (%s)", name, error)
+
+    threading.Thread(target=again, name=f"stepwise-announce-{name}", daemon=True).start()
 
 
 def _recover(graph: Any, config: dict[str, Any], run: Run, steps: _Steps) -> None:
@@ -213,18 +568,20 @@ def langgraph_handler(
     def handler(run: Run) -> Any:
         run.skip_replay()  # the graph goes on from its checkpoint: new steps only
         thread_id = thread_fn(run) if thread_fn is not None else run.session_id or run.execution_id
-        configurable = {**dict(extra.get("configurable") or {}), "thread_id": str(thread_id)}
-        # `run_id` names the checkpoints this run writes: a rollback (`on_busy: rollback`)
-        # removes them with the execution.
-        metadata = {
-            "run_id": run.execution_id,
-            **dict(extra.get("metadata") or {}),
-            EXECUTION_KEY: run.execution_id,
-        }
-        run_config: dict[str, Any] = {**extra, "configurable": configurable, "metadata": metadata}
-        steps = _Steps(run)
+        request = _request_of(run)  # a run of LangGraph's own clients
+        run_config = _merged_config(extra, request, str(thread_id), run.execution_id)
+        chunks = _Chunks(run.execution_id) if request is not None else None
+        steps = _Steps(run, chunks)
+        options: dict[str, Any] = {}
+        if request is not None:
+            if request.get("context") is not None:
+                options["context"] = request["context"]
+            for key in ("interrupt_before", "interrupt_after"):
+                if request.get(key) is not None:
+                    options[key] = request[key]
 
         graph_input: Any
+        stream_config = run_config
         if run.attempt > 1 or run.answer is not None:
             state = graph.get_state(run_config)
             pending = list(getattr(state, "interrupts", ()) or ())
@@ -234,37 +591,49 @@ def langgraph_handler(
             state, pending, started_here = None, [], False
 
         if run.answer is not None and (pending or not started_here):
-            if len(pending) > 1 and getattr(pending[0], "id", None):
-                graph_input = Command(resume={pending[0].id: run.answer})
-            else:
-                graph_input = Command(resume=run.answer)
+            graph_input = _resume_of(run.answer, pending)
         elif started_here:
             # Taken over after a lost worker (or resumed after the answer was used already).
             _recover(graph, run_config, run, steps)
             if pending:  # lost between the interrupt and the pause: ask again
+                _save_state(run, state, chunks)
                 run.pause(_question(pending[0].value))
             if not state.next and not state.tasks:  # it had finished: the answer is in the state
+                _save_state(run, state, chunks)
                 return answer_of(state.values)
             # Tasks with saved writes (the next checkpoint was lost) are replayed, not run again.
             logger.info("execution %s: the graph goes on from its last checkpoint", run.execution_id)
             graph_input = None
+        elif request is not None:
+            command = request.get("command")
+            graph_input = _command_of(command) if isinstance(command, Mapping) else request.get("input")
+            fork = _fork_of(request)
+            if fork is not None:  # a run from a past checkpoint of the thread
+                stream_config = {
+                    **run_config, "configurable": {**run_config["configurable"], "checkpoint_id": fork}
+                }
         else:
             graph_input = input_fn(run) if input_fn is not None else {"messages": [("user", run.input_text)]}
 
         interrupts: list[Any] = []
         superstep: int | None = None
         stream = graph.stream(
-            graph_input, run_config, stream_mode=["updates", "messages", "checkpoints"], durability="sync"
+            graph_input, stream_config, stream_mode=_STREAM_MODES, subgraphs=True, durability="sync", **options
         )
         try:
-            for mode, chunk in stream:
+            for namespace, mode, chunk in stream:
                 run.check()
+                root = not namespace
+                if chunks is not None and mode in _KEPT_MODES:
+                    chunks.add(mode, tuple(namespace), chunk)
                 if mode == "messages":
                     message = chunk[0] if isinstance(chunk, tuple) else chunk
-                    if isinstance(message, AIMessageChunk):
+                    if root and isinstance(message, AIMessageChunk):
                         text = text_of(message.content)
                         if text:
                             run.delta(text)
+                elif not root:
+                    continue  # a subgraph's: its parent node's update is the step
                 elif mode == "checkpoints" and isinstance(chunk, Mapping):
                     # The checkpoint of the supersteps before is stored: their steps can go.
                     steps.flush()
@@ -276,9 +645,12 @@ def langgraph_handler(
                         elif node != "__metadata__":  # {"cached": true} of replayed writes
                             steps.add(str(node), update, superstep)
         except Exception:
-            # What the stream wrote before the error is stored: its steps are saved too.
+            # What the stream wrote before the error is stored: its steps are saved too, and
+            # the thread's state with the chunks after them.
             with contextlib.suppress(Exception):
                 steps.flush()
+            with contextlib.suppress(Exception):
+                _save_state(run, graph.get_state(run_config), chunks)
             raise
         finally:
             close = getattr(stream, "close", None)
@@ -286,9 +658,10 @@ def langgraph_handler(
                 close()
         run.check()
         steps.flush()  # the stream has ended: everything it wrote is stored
+        state = graph.get_state(run_config)
+        _save_state(run, state, chunks)
         if interrupts:
             run.pause(_question(getattr(interrupts[0], "value", interrupts[0])))
-        state = graph.get_state(run_config)
         pending = list(getattr(state, "interrupts", ()) or ())
         if pending:
             run.pause(_question(pending[0].value))

@@ -344,6 +344,8 @@ class Worker:
         self._deltas: Deltas | None = None
         self._loop = _Loop()
         self._fatal: BaseException | None = None
+        # Called with the worker's `Api` once it starts (the LangGraph graphs' announcements).
+        self._on_start: list[Callable[[Api], None]] = []
         self._signalled = 0
         self._closing = False
         self._validate()
@@ -477,13 +479,23 @@ class Worker:
         holding it is stored (the graph runs with ``durability="sync"``), and after a lost
         worker the graph goes on from its last stored checkpoint; the answer is the last AI
         message's text (or `output_fn(state)`).
+
+        LangGraph's own clients (``langgraph-sdk`` on the server's ``/langgraph``) reach the
+        graph too: when the worker starts it announces the graph once as the assistant `name`
+        (its drawing and schemas, in the store namespace ``["stepwise", "assistants"]``; a
+        failure is a warning), and their runs come with their input, command, config and
+        context, and keep the chunks they stream.
         Needs ``stepwise-client[langgraph]``."""
-        from ._langgraph import langgraph_handler
+        from ._langgraph import announce_assistant, langgraph_handler
 
         handler = langgraph_handler(
             graph, input_fn=input_fn, output_fn=output_fn, thread_fn=thread_fn, config=config
         )
-        return self.add_agent(name, handler, description=description, config_schema=config_schema)
+        spec = self.add_agent(name, handler, description=description, config_schema=config_schema)
+        self._on_start.append(
+            lambda api: announce_assistant(api, name, graph, description, stopping=self._stopping)
+        )
+        return spec
 
     def openai_agents(
         self,
@@ -525,6 +537,11 @@ class Worker:
         self._api = Api(self._base_url, self._headers, timeout=float(timeout))
         self._deltas = Deltas(self._api)
         self._announce()
+        for hook in self._on_start:
+            try:
+                hook(self._api)
+            except Exception:  # noqa: BLE001 - never keeps the worker from starting
+                logger.exception("a start hook of the worker failed")
         logger.info(
             "worker %s serving %s at %s (concurrency %d)",
             self.worker_id, ", ".join(self._agents), self._base_url, self.concurrency,

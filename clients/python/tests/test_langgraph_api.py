@@ -1,0 +1,294 @@
+"""LangGraph's own SDK (`langgraph_sdk`, pinned) against a real `stepwise serve` at
+``/langgraph``: assistants are the graphs a real worker process serves
+(``worker_apps/lgapi.py``), threads are sessions, runs are executions the worker runs. The
+flows are those of LangGraph's docs: streaming in each mode, wait, background runs joined
+later, an interrupt and its resume, multitask strategies, a fork from a past checkpoint,
+stateless runs, and a worker killed mid-run whose run another worker finishes with its
+stream still joinable.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+pytest.importorskip("langgraph.graph")
+langgraph_sdk = pytest.importorskip("langgraph_sdk")
+
+from langgraph_sdk import get_sync_client  # noqa: E402
+
+from stepwise import Stepwise  # noqa: E402
+from stepwise.testing import LocalServer, find_binary, local_server  # noqa: E402
+
+from _worker_support import PATIENCE, short_lease_server, start_worker, wait_for  # noqa: E402,F401
+
+APP = "worker_apps.lgapi:worker"
+
+
+@pytest.fixture(scope="module")
+def lserver() -> Iterator[LocalServer]:
+    with short_lease_server() as running:
+        yield running
+
+
+@pytest.fixture
+def lg(lserver: LocalServer) -> Iterator[Any]:
+    client = get_sync_client(url=f"{lserver.url}/langgraph", api_key=None, timeout=PATIENCE)
+    yield client
+
+
+@pytest.fixture
+def served(lserver: LocalServer, start_worker: Any, lg: Any) -> Any:
+    """A worker serving the graphs, once it has announced them as assistants."""
+    worker = start_worker(lserver, APP)
+    wait_for(lambda: len(lg.assistants.search(limit=100)) >= 4, "the worker to announce its graphs")
+    return worker
+
+
+def human(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def texts(values: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in values.get("messages", [])]
+
+
+# --- assistants -------------------------------------------------------------------------------
+
+
+def test_assistants_are_the_graphs_the_worker_serves(lg: Any, served: Any) -> None:
+    found = {a["graph_id"]: a for a in lg.assistants.search(limit=100)}
+    assert {"chat", "approve", "counter", "relay"} <= set(found)
+    chat = found["chat"]
+    # LangGraph's id of a graph's own assistant.
+    assert chat["assistant_id"] == str(uuid.uuid5(uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8"), "chat"))
+    assert lg.assistants.get(chat["assistant_id"])["graph_id"] == "chat"
+    assert lg.assistants.get("chat")["assistant_id"] == chat["assistant_id"]
+    schemas = lg.assistants.get_schemas("counter")
+    assert "count" in schemas["input_schema"]["properties"]
+    graph = lg.assistants.get_graph("approve")
+    assert {"draft", "review"} <= {n["id"] for n in graph["nodes"]}
+    assert lg.assistants.search(graph_id="relay", limit=10)[0]["graph_id"] == "relay"
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        lg.assistants.get(str(uuid.uuid4()))
+    assert missing.value.response.status_code == 404
+
+
+# --- threads ----------------------------------------------------------------------------------
+
+
+def test_threads_are_created_found_updated_and_deleted(lg: Any) -> None:
+    mine = str(uuid.uuid4())
+    tag = uuid.uuid4().hex
+    thread = lg.threads.create(thread_id=mine, metadata={"tag": tag})
+    assert (thread["thread_id"], thread["status"], thread["metadata"]) == (mine, "idle", {"tag": tag})
+    with pytest.raises(httpx.HTTPStatusError) as taken:
+        lg.threads.create(thread_id=mine)
+    assert taken.value.response.status_code == 409
+    assert lg.threads.create(thread_id=mine, if_exists="do_nothing")["thread_id"] == mine
+    other = lg.threads.create(metadata={"tag": tag, "n": 2})
+    found = lg.threads.search(metadata={"tag": tag}, limit=10)
+    assert {t["thread_id"] for t in found} == {mine, other["thread_id"]}
+    assert [t["thread_id"] for t in lg.threads.search(metadata={"tag": tag, "n": 2})] == [other["thread_id"]]
+    updated = lg.threads.update(mine, metadata={"more": True})
+    assert updated["metadata"] == {"tag": tag, "more": True}
+    assert lg.threads.get(mine)["metadata"]["more"] is True
+    lg.threads.delete(mine)
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        lg.threads.get(mine)
+    assert gone.value.response.status_code == 404
+    assert lg.threads.get(other["thread_id"])["thread_id"] == other["thread_id"]
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+def test_stream_values_and_updates_then_the_same_stream_joined_again(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    parts = list(
+        lg.runs.stream(thread["thread_id"], "chat", input=human("hello"), stream_mode=["values", "updates"])
+    )
+    assert parts[0].event == "metadata"
+    run_id = parts[0].data["run_id"]
+    events = [p.event for p in parts[1:]]
+    assert "values" in events and "updates" in events
+    updates = [p.data for p in parts if p.event == "updates"]
+    assert [list(u) for u in updates] == [["model"]]
+    last_values = [p.data for p in parts if p.event == "values"][-1]
+    assert texts(last_values) == ["hello", "Echo: hello"]
+    assert lg.runs.get(thread["thread_id"], run_id)["status"] == "success"
+    assert lg.threads.get(thread["thread_id"])["values"]["messages"][-1]["content"] == "Echo: hello"
+
+    # The run's stream again, after it ended: the same stored chunks, in order.
+    again = list(lg.runs.join_stream(thread["thread_id"], run_id, stream_mode=["values", "updates"]))
+    assert [(p.event, p.data) for p in again if p.event != "metadata"] == [
+        (p.event, p.data) for p in parts[1:]
+    ]
+    # From a Last-Event-ID on, only what came after it.
+    first_id = next(p.id for p in parts if p.event == "values")
+    rest = list(lg.runs.join_stream(thread["thread_id"], run_id, stream_mode=["values", "updates"], last_event_id=first_id))
+    assert [p.data for p in rest] == [p.data for p in parts[1:] if p.id and int(p.id) > int(first_id)]
+
+
+def test_messages_tuple_streams_the_models_tokens(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    parts = list(lg.runs.stream(thread["thread_id"], "chat", input=human("one two three"), stream_mode="messages-tuple"))
+    tokens = [p.data[0]["content"] for p in parts if p.event == "messages"]
+    assert "".join(tokens) == "Echo: one two three"
+    assert all(p.data[0]["type"] == "AIMessageChunk" for p in parts if p.event == "messages")
+
+
+def test_wait_answers_the_final_values_and_a_stateless_run_works_too(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    values = lg.runs.wait(thread["thread_id"], "counter", input={"count": 1})
+    assert values == {"count": 12, "log": ["first", "second"]}
+    again = lg.runs.wait(thread["thread_id"], "counter", input={"count": 100})
+    assert again["count"] == 111 and again["log"] == ["first", "second", "first", "second"]
+    stateless = lg.runs.wait(None, "counter", input={"count": 5})
+    assert stateless == {"count": 16, "log": ["first", "second"]}
+
+
+def test_a_background_run_is_joined_later_and_listed(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    run = lg.runs.create(thread["thread_id"], "chat", input=human("later"), metadata={"origin": "test"})
+    assert run["status"] in ("pending", "running", "success")
+    assert run["thread_id"] == thread["thread_id"]
+    values = lg.runs.join(thread["thread_id"], run["run_id"])
+    assert texts(values)[-1] == "Echo: later"
+    listed = lg.runs.list(thread["thread_id"])
+    assert [r["run_id"] for r in listed] == [run["run_id"]]
+    assert listed[0]["status"] == "success" and listed[0]["metadata"] == {"origin": "test"}
+
+
+def test_an_interrupt_pauses_the_thread_and_a_resume_command_finishes_it(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    tid = thread["thread_id"]
+    paused = lg.runs.wait(tid, "approve", input=human("the plan"))
+    assert paused["__interrupt__"][0]["value"] == {"question": "Approve the draft?"}
+    assert lg.threads.get(tid)["status"] == "interrupted"
+    state = lg.threads.get_state(tid)
+    assert state["next"] == ["review"]
+    assert state["tasks"][0]["interrupts"][0]["value"] == {"question": "Approve the draft?"}
+    assert texts(state["values"]) == ["the plan", "Draft for: the plan"]
+    assert state["checkpoint"]["thread_id"] == tid and state["checkpoint"]["checkpoint_id"]
+
+    # The resume value is any JSON, given to the graph as it was sent.
+    parts = list(lg.runs.stream(tid, "approve", command={"resume": {"ok": True}}, stream_mode="values"))
+    final = [p.data for p in parts if p.event == "values"][-1]
+    assert texts(final)[-1] == "Reviewed: {'ok': True}"
+    assert lg.threads.get(tid)["status"] == "idle"
+    history = lg.threads.get_history(tid, limit=10)
+    assert len(history) >= 2
+    assert history[0]["next"] == [] and history[-1]["next"] == ["review"]
+
+
+def test_multitask_reject_refuses_while_a_run_is_queued_and_enqueue_queues(lg: Any) -> None:
+    # No worker serves this graph: its runs stay queued.
+    thread = lg.threads.create()
+    tid = thread["thread_id"]
+    first = lg.runs.create(tid, "nobody-serves-this", input={"x": 1})
+    assert first["status"] == "pending"
+    with pytest.raises(httpx.HTTPStatusError) as busy:
+        lg.runs.create(tid, "nobody-serves-this", input={"x": 2}, multitask_strategy="reject")
+    assert busy.value.response.status_code == 409
+    second = lg.runs.create(tid, "nobody-serves-this", input={"x": 3}, multitask_strategy="enqueue")
+    assert lg.threads.get(tid)["status"] == "busy"
+    # `interrupt` cancels the queued ones and the new run goes next; both are kept.
+    third = lg.runs.create(tid, "nobody-serves-this", input={"x": 4}, multitask_strategy="interrupt")
+    statuses = {r["run_id"]: r["status"] for r in lg.runs.list(tid, limit=10)}
+    assert statuses[first["run_id"]] == "interrupted" and statuses[second["run_id"]] == "interrupted"
+    assert statuses[third["run_id"]] == "pending"
+    # `rollback` removes them.
+    fourth = lg.runs.create(tid, "nobody-serves-this", input={"x": 5}, multitask_strategy="rollback")
+    left = {r["run_id"] for r in lg.runs.list(tid, limit=10)}
+    assert third["run_id"] not in left and fourth["run_id"] in left
+    lg.runs.cancel(tid, fourth["run_id"], wait=True)
+    assert lg.runs.get(tid, fourth["run_id"])["status"] == "interrupted"
+    lg.runs.delete(tid, fourth["run_id"])
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        lg.runs.get(tid, fourth["run_id"])
+    assert gone.value.response.status_code == 404
+
+
+def test_a_run_from_a_past_checkpoint_forks_the_thread(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    tid = thread["thread_id"]
+    lg.runs.wait(tid, "counter", input={"count": 1})
+    after_first = lg.threads.get_state(tid)
+    assert after_first["values"]["count"] == 12
+    # Run again from the checkpoint the first run started from: the second run's input
+    # replaces nothing that came after it.
+    lg.runs.wait(tid, "counter", input={"count": 1000})
+    forked = lg.runs.wait(tid, "counter", input={"count": 0}, checkpoint_id=after_first["checkpoint"]["checkpoint_id"])
+    assert forked["count"] == 11 and forked["log"] == ["first", "second", "first", "second"]
+
+
+def test_a_worker_killed_mid_run_another_finishes_and_the_stream_is_joinable(
+    lserver: LocalServer, start_worker: Any, lg: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "crash-in-b").write_text("once")
+    first = start_worker(lserver, APP, name="first")
+    wait_for(lambda: len(lg.assistants.search(graph_id="relay")) == 1, "the relay graph")
+    thread = lg.threads.create()
+    run = lg.runs.create(thread["thread_id"], "relay", input=human("go"))
+    assert first.wait_exit() != 0  # killed itself in node b
+    start_worker(lserver, APP, name="second")
+    values = lg.runs.join(thread["thread_id"], run["run_id"])
+    assert texts(values) == ["go", "a done", "b done", "c done"]
+    parts = list(lg.runs.join_stream(thread["thread_id"], run["run_id"], stream_mode="updates"))
+    nodes = [list(p.data)[0] for p in parts if p.event == "updates"]
+    assert nodes == ["a", "b", "c"]
+
+
+# --- users ------------------------------------------------------------------------------------
+
+
+def make_key(database: str, tenant: str, user: str, role: str) -> str:
+    out = subprocess.run(
+        [find_binary(), "keys", "create", "--database", database, "--tenant", tenant, "--user", user, "--role", role],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return out.stdout.strip().splitlines()[-1].strip()
+
+
+def test_a_users_threads_are_its_own(tmp_path: Path) -> None:
+    database = f"sqlite://{tmp_path / 'users.db'}"
+    admin_key = make_key(database, "acme", "ops", "admin")
+    with local_server(database=database) as server:
+        with Stepwise(server.url, api_key=admin_key) as admin:
+            alice_key = admin.keys.create("alice", role="user")["key"]
+            bob_key = admin.keys.create("bob", role="user")["key"]
+        alice = get_sync_client(url=f"{server.url}/langgraph", api_key=alice_key)
+        bob = get_sync_client(url=f"{server.url}/langgraph", api_key=bob_key)
+        thread = alice.threads.create(metadata={"who": "alice"})
+        tid = thread["thread_id"]
+        run = alice.runs.create(tid, "nobody-serves-this", input={"x": 1})
+        # The owner gets each path; another user of the tenant gets 404 on the same paths.
+        assert alice.threads.get(tid)["thread_id"] == tid
+        assert alice.threads.get_state(tid)["checkpoint"]["thread_id"] == tid
+        assert alice.runs.get(tid, run["run_id"])["run_id"] == run["run_id"]
+        assert [t["thread_id"] for t in alice.threads.search(metadata={"who": "alice"})] == [tid]
+        for call in (
+            lambda: bob.threads.get(tid),
+            lambda: bob.threads.get_state(tid),
+            lambda: bob.runs.get(tid, run["run_id"]),
+            lambda: bob.runs.create(tid, "nobody-serves-this", input={"x": 2}),
+            lambda: bob.threads.delete(tid),
+        ):
+            with pytest.raises(httpx.HTTPStatusError) as hidden:
+                call()
+            assert hidden.value.response.status_code == 404
+        assert bob.threads.search(metadata={"who": "alice"}) == []
+        # Without a key: 401.
+        anonymous = get_sync_client(url=f"{server.url}/langgraph", api_key=None)
+        with pytest.raises(httpx.HTTPStatusError) as unauthorized:
+            anonymous.threads.get(tid)
+        assert unauthorized.value.response.status_code == 401
