@@ -9,10 +9,13 @@ stream still joinable.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -30,9 +33,23 @@ from _worker_support import PATIENCE, short_lease_server, start_worker, wait_for
 APP = "worker_apps.lgapi:worker"
 
 
-@pytest.fixture(scope="module")
-def lserver() -> Iterator[LocalServer]:
-    with short_lease_server() as running:
+def postgres_database() -> str:
+    """A new PostgreSQL database on $STEPWISE_TEST_POSTGRES_URL's server (skips without one)."""
+    base = os.environ.get("STEPWISE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed")
+    name = f"lgapi_{uuid.uuid4().hex[:12]}"
+    made = subprocess.run(["psql", base, "-qc", f"CREATE DATABASE {name}"], capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        pytest.skip(f"no PostgreSQL at {base}: {made.stderr.strip()[:200]}")
+    return urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def lserver(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
+    """The server, on a fresh SQLite file and on a fresh PostgreSQL database."""
+    database = postgres_database() if request.param == "postgres" else None
+    with short_lease_server(database=database) as running:
         yield running
 
 
