@@ -309,3 +309,19 @@ def test_a_users_threads_are_its_own(tmp_path: Path) -> None:
         with pytest.raises(httpx.HTTPStatusError) as unauthorized:
             anonymous.threads.get(tid)
         assert unauthorized.value.response.status_code == 401
+
+
+def test_update_state_is_written_by_the_graphs_worker(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    tid = thread["thread_id"]
+    with pytest.raises(httpx.HTTPStatusError) as unknown:
+        lg.threads.update_state(tid, {"count": 1})
+    assert unknown.value.response.status_code == 422  # no run yet: no graph to write it
+    lg.runs.wait(tid, "counter", input={"count": 1})
+    before = lg.threads.get_state(tid)
+    written = lg.threads.update_state(tid, {"count": 500, "log": ["edited"]}, as_node="second")
+    assert written["checkpoint"]["thread_id"] == tid
+    assert written["checkpoint"]["checkpoint_id"] not in (None, before["checkpoint"]["checkpoint_id"])
+    after = lg.threads.get_state(tid)
+    assert after["values"] == {"count": 500, "log": ["first", "second", "edited"]}
+    assert after["checkpoint"]["checkpoint_id"] == written["checkpoint"]["checkpoint_id"]

@@ -13,6 +13,8 @@
 //!   newest first; `POST /threads/count` → a number
 //! - `GET /threads/{id}/state` → ThreadState; `POST /threads/{id}/history` `{limit?, before?}`
 //!   → `[ThreadState]`, newest first
+//! - `POST /threads/{id}/state` `{values, as_node?, checkpoint_id?}` → `{checkpoint}`: written
+//!   by a worker of the thread's graph (an execution queued for it, waited for)
 
 use axum::Json;
 use axum::Router;
@@ -22,12 +24,14 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use stepwise_core::{Execution, ExecutionStatus, Id, Session, SessionStatus};
+use stepwise_engine::OpenExternal;
 use stepwise_store::prelude::*;
 use stepwise_store::{NewSession, PageRequest, SessionFilter, SessionPatch, Tenant};
 
 use stepwise_server::limits::check_metadata;
 use stepwise_server::{ApiError, ApiJson, ApiResult, AppState, Caller};
 
+use crate::follower::{RunFollower, Start, Turn};
 use crate::sessions::{check_chat_id, find_session, latest_root_execution};
 
 /// The most threads one search answers, and the most sessions it reads.
@@ -47,7 +51,10 @@ pub(super) fn router<S: Store>() -> Router<AppState<S>> {
             "/threads/{thread_id}",
             get(get_one::<S>).patch(update::<S>).delete(delete::<S>),
         )
-        .route("/threads/{thread_id}/state", get(get_state::<S>))
+        .route(
+            "/threads/{thread_id}/state",
+            get(get_state::<S>).post(update_state::<S>),
+        )
         .route("/threads/{thread_id}/history", post(history::<S>))
 }
 
@@ -166,7 +173,11 @@ async fn latest_state<S: Store>(
     caller: &Caller,
     session: &Session,
 ) -> ApiResult<Option<Value>> {
-    for run in runs_of(state, caller, session).await?.iter().take(MAX_RUNS_READ) {
+    for run in runs_of(state, caller, session)
+        .await?
+        .iter()
+        .take(MAX_RUNS_READ)
+    {
         if let Some(saved) = run_state(state, &caller.tenant, run.id).await? {
             return Ok(Some(saved));
         }
@@ -519,4 +530,125 @@ async fn history<S: Store>(
         }
     }
     Ok(Json(out))
+}
+
+/// How long `update_state` waits for a worker of the thread's graph.
+const UPDATE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpdateStateBody {
+    values: Value,
+    as_node: Option<String>,
+    checkpoint_id: Option<String>,
+    checkpoint: Option<Value>,
+}
+
+/// `threads.update_state`: the values are written to the thread by a worker of its graph (the
+/// graph of its latest run), in an execution queued for it; answers the new checkpoint.
+async fn update_state<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateStateBody>,
+) -> ApiResult<Json<Value>> {
+    let session = load(&state, &caller, &id).await?;
+    let graph = runs_of(&state, &caller, &session)
+        .await?
+        .first()
+        .map(|run| run.agent_type.clone())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_state",
+                "the thread has had no run: its graph, which writes its state, is not known yet",
+            )
+        })?;
+    let checkpoint_id = body.checkpoint_id.or_else(|| {
+        body.checkpoint
+            .as_ref()
+            .and_then(|c| c.get("checkpoint_id"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    let input = json!({
+        "message": "update_state",
+        "langgraph": {
+            "update_state": {"values": body.values, "as_node": body.as_node, "checkpoint_id": checkpoint_id},
+            "thread_id": thread_id(&session),
+        },
+    });
+    let slot = state.stream_slot(&caller.tenant, session.id)?;
+    let live = state.store().subscribe(&caller.tenant, session.id);
+    let execution = state
+        .engine
+        .queue_for_worker(
+            &caller.tenant,
+            OpenExternal {
+                session_id: session.id,
+                parent_execution_id: None,
+                user_id: caller.user_id.clone(),
+                agent_config: Value::Null,
+                input,
+                metadata: Value::Null,
+                leased: false,
+            },
+            graph.clone(),
+        )
+        .await?;
+    let turn = Turn {
+        execution_id: execution.id,
+        message_id: None,
+    };
+    let mut follower = RunFollower::new(
+        &state,
+        caller.tenant.clone(),
+        session.id,
+        turn,
+        live,
+        Start::Live,
+    );
+    let waited = tokio::time::timeout(UPDATE_PATIENCE, async {
+        while follower.next().await.is_some() {}
+    })
+    .await;
+    drop(slot);
+    if waited.is_err() {
+        if let Err(e) = state.engine.cancel(&caller.tenant, execution.id).await {
+            tracing::debug!(execution = %execution.id, error = %e, "an update_state nobody ran was not cancelled");
+        }
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!(
+                "no worker of graph '{graph}' wrote the state within {} s",
+                UPDATE_PATIENCE.as_secs()
+            ),
+        ));
+    }
+    let done = state
+        .store()
+        .get_execution(&caller.tenant, execution.id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("thread"))?;
+    if done.status != ExecutionStatus::Completed {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_state",
+            format!(
+                "the state was not written: {}",
+                done.error_message
+                    .unwrap_or_else(|| done.status.to_string())
+            ),
+        ));
+    }
+    let mut checkpoint = done
+        .output
+        .get("checkpoint")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(map) = checkpoint.as_object_mut() {
+        map.insert("thread_id".into(), Value::String(thread_id(&session)));
+    }
+    Ok(Json(json!({"checkpoint": checkpoint})))
 }

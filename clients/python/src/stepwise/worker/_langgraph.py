@@ -418,6 +418,27 @@ def thread_state(state: Any, stream: list[list[Any]] | None = None) -> dict[str,
     }
 
 
+def _update_state(graph: Any, run: Run, run_config: dict[str, Any], update: Mapping[str, Any]) -> Any:
+    """`threads.update_state` of LangGraph's clients: the values written to the thread (at the
+    checkpoint named, else its latest) as if node `as_node` had written them; the new state is
+    saved as this run's snapshot, and the answer is the new checkpoint's config."""
+    target = run_config
+    checkpoint_id = update.get("checkpoint_id")
+    if isinstance(checkpoint_id, str) and checkpoint_id:
+        target = {**run_config, "configurable": {**run_config["configurable"], "checkpoint_id": checkpoint_id}}
+    as_node = update.get("as_node")
+    written = graph.update_state(target, update.get("values"), as_node=as_node if isinstance(as_node, str) else None)
+    _save_state(run, graph.get_state(run_config), None)
+    configurable = dict((written or {}).get("configurable") or {})
+    return {
+        "checkpoint": {
+            "thread_id": configurable.get("thread_id"),
+            "checkpoint_ns": configurable.get("checkpoint_ns", ""),
+            "checkpoint_id": configurable.get("checkpoint_id"),
+        }
+    }
+
+
 def _save_state(run: Run, state: Any, chunks: _Chunks | None) -> None:
     """Saves the thread's state and the chunks not saved yet as the run's snapshot. A
     snapshot that cannot be saved is logged, never fatal (only a lost lease stops the run)."""
@@ -579,6 +600,9 @@ def langgraph_handler(
             for key in ("interrupt_before", "interrupt_after"):
                 if request.get(key) is not None:
                     options[key] = request[key]
+
+        if request is not None and isinstance(request.get("update_state"), Mapping):
+            return _update_state(graph, run, run_config, request["update_state"])
 
         graph_input: Any
         stream_config = run_config
