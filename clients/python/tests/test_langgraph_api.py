@@ -325,3 +325,16 @@ def test_update_state_is_written_by_the_graphs_worker(lg: Any, served: Any) -> N
     after = lg.threads.get_state(tid)
     assert after["values"] == {"count": 500, "log": ["first", "second", "edited"]}
     assert after["checkpoint"]["checkpoint_id"] == written["checkpoint"]["checkpoint_id"]
+
+
+def test_a_copied_thread_goes_on_from_the_original_which_stays_as_it_was(lg: Any, served: Any) -> None:
+    original = lg.threads.create(metadata={"kind": "original"})
+    tid = original["thread_id"]
+    lg.runs.wait(tid, "counter", input={"count": 1})
+    copy = lg.threads.copy(tid)
+    assert copy["thread_id"] != tid
+    assert copy["metadata"] == {"kind": "original"}
+    assert lg.threads.get_state(copy["thread_id"])["values"] == {"count": 12, "log": ["first", "second"]}
+    went_on = lg.runs.wait(copy["thread_id"], "counter", input={"count": 0})
+    assert went_on["log"] == ["first", "second", "first", "second"]
+    assert lg.threads.get_state(tid)["values"] == {"count": 12, "log": ["first", "second"]}

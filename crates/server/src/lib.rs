@@ -63,6 +63,7 @@ pub use node::{CleanerSettings, Listen, Node, NodeError, NodeSettings, Stopped};
 pub use openapi::{openapi_json, openapi_json_with};
 pub use ops::{record_retention_failure, record_retention_pass, record_retention_skipped};
 pub use request_id::{REQUEST_ID_HEADER, RequestId};
+pub use sessions::fork::fork_session;
 pub use sessions::import::check_document_context;
 pub use shapes::DataFrame;
 

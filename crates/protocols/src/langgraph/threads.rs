@@ -13,6 +13,8 @@
 //!   newest first; `POST /threads/count` → a number
 //! - `GET /threads/{id}/state` → ThreadState; `POST /threads/{id}/history` `{limit?, before?}`
 //!   → `[ThreadState]`, newest first
+//! - `POST /threads/{id}/copy` → 200 the new Thread: the session forked whole (its runs,
+//!   states and the graph's checkpoints), the caller's
 //! - `POST /threads/{id}/state` `{values, as_node?, checkpoint_id?}` → `{checkpoint}`: written
 //!   by a worker of the thread's graph (an execution queued for it, waited for)
 
@@ -56,6 +58,7 @@ pub(super) fn router<S: Store>() -> Router<AppState<S>> {
             get(get_state::<S>).post(update_state::<S>),
         )
         .route("/threads/{thread_id}/history", post(history::<S>))
+        .route("/threads/{thread_id}/copy", post(copy::<S>))
 }
 
 /// A thread's id: the name it was created with when that is a UUID, else the session's id.
@@ -651,4 +654,21 @@ async fn update_state<S: Store>(
         map.insert("thread_id".into(), Value::String(thread_id(&session)));
     }
     Ok(Json(json!({"checkpoint": checkpoint})))
+}
+
+async fn copy<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let session = load(&state, &caller, &id).await?;
+    let copied = stepwise_server::fork_session(
+        &state,
+        &caller,
+        session.id,
+        stepwise_store::rules::ForkPoint::default(),
+        None,
+    )
+    .await?;
+    Ok(Json(thread_body(&state, &caller, &copied).await?))
 }

@@ -56,6 +56,19 @@ pub async fn fork<S: Store>(
 ) -> ApiResult<impl IntoResponse> {
     let id = path_id(&id, "id")?;
     let (point, name) = fork_body(&headers, &body)?;
+    let session = fork_session(&state, &caller, id, point, name).await?;
+    Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// The session `id` forked at `point` (see the module's docs), named `name`: the new session,
+/// the caller's.
+pub async fn fork_session<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    id: Id,
+    point: ForkPoint,
+    name: Option<String>,
+) -> ApiResult<Session> {
     let document = export_session(state.store(), &caller.tenant, id)
         .await?
         .ok_or_else(|| ApiError::not_found("session"))?;
@@ -75,14 +88,14 @@ pub async fn fork<S: Store>(
     let session = store
         .import_document(&caller.tenant, &caller.user_id, document)
         .await?;
-    if !own_thread && let Err(e) = fork_worker_thread(&state, &caller, id, session.id, &cut).await {
+    if !own_thread && let Err(e) = fork_worker_thread(state, caller, id, session.id, &cut).await {
         // The fork is all or nothing: without its thread it goes again.
         if let Err(cleanup) = store.delete_session(&caller.tenant, session.id).await {
             tracing::warn!(session = %session.id, error = %cleanup, "a fork whose thread failed could not be deleted");
         }
         return Err(e);
     }
-    Ok((StatusCode::CREATED, Json(session)))
+    Ok(session)
 }
 
 /// 422 for a fork point the session does not have (the session itself exists: a 404 would
