@@ -63,7 +63,7 @@ def lg(lserver: LocalServer) -> Iterator[Any]:
 def served(lserver: LocalServer, start_worker: Any, lg: Any) -> Any:
     """A worker serving the graphs, once it has announced them as assistants."""
     worker = start_worker(lserver, APP)
-    wait_for(lambda: len(lg.assistants.search(limit=100)) >= 4, "the worker to announce its graphs")
+    wait_for(lambda: len(lg.assistants.search(limit=100)) >= 5, "the worker to announce its graphs")
     return worker
 
 
@@ -338,3 +338,41 @@ def test_a_copied_thread_goes_on_from_the_original_which_stays_as_it_was(lg: Any
     went_on = lg.runs.wait(copy["thread_id"], "counter", input={"count": 0})
     assert went_on["log"] == ["first", "second", "first", "second"]
     assert lg.threads.get_state(tid)["values"] == {"count": 12, "log": ["first", "second"]}
+
+
+def test_custom_chunks_and_a_subgraphs_chunks_with_its_namespace(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    parts = list(lg.runs.stream(thread["thread_id"], "counter", input={"count": 1}, stream_mode="custom"))
+    assert [(p.event, p.data) for p in parts[1:]] == [("custom", {"progress": "first"})]
+    parts = list(
+        lg.runs.stream(None, "outer", input={"count": 1}, stream_mode="updates", stream_subgraphs=True)
+    )
+    events = [p.event for p in parts if p.event != "metadata"]
+    nested = [e for e in events if e.startswith("updates|nested:")]
+    assert len(nested) == 2 and events[-1] == "updates"
+    assert [list(p.data)[0] for p in parts if p.event in nested] == ["first", "second"]
+    # Without `stream_subgraphs`, only the parent graph's.
+    plain = [p.event for p in lg.runs.stream(None, "outer", input={"count": 1}, stream_mode="updates")]
+    assert plain == ["metadata", "updates"]
+
+
+def test_the_async_client_streams_waits_and_joins(lserver: LocalServer, served: Any) -> None:
+    from langgraph_sdk import get_client
+
+    async def flow() -> None:
+        client = get_client(url=f"{lserver.url}/langgraph", api_key=None, timeout=PATIENCE)
+        thread = await client.threads.create()
+        tid = thread["thread_id"]
+        parts = [p async for p in client.runs.stream(tid, "chat", input=human("async"), stream_mode="values")]
+        assert parts[0].event == "metadata"
+        assert texts(parts[-1].data) == ["async", "Echo: async"]
+        run = await client.runs.create(tid, "chat", input=human("again"))
+        joined = await client.runs.join(tid, run["run_id"])
+        assert texts(joined)[-1] == "Echo: again"
+        state = await client.threads.get_state(tid)
+        assert len(state["values"]["messages"]) == 4
+        assert [t["thread_id"] for t in await client.threads.search(ids=[tid])] == [tid]
+
+    import asyncio
+
+    asyncio.run(flow())

@@ -5,7 +5,9 @@
 * ``approve``: a draft node, then ``interrupt({"question": ...})``, then a node writing the
   answer it was given;
 * ``counter``: a state that is not messages: ``count`` is added to by two nodes in a row, and
-  ``log`` is appended to (for forks from a past checkpoint);
+  ``log`` is appended to (for forks from a past checkpoint); its first node writes a
+  ``custom`` chunk;
+* ``outer``: ``counter``'s two nodes as a subgraph;
 * ``relay``: three nodes in a row; the worker SIGKILLs itself in node ``b`` once when
   ``$WORKER_DIR/crash-in-b`` exists.
 """
@@ -23,6 +25,7 @@ from typing_extensions import TypedDict
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.config import get_stream_writer
 from langgraph.types import interrupt
 
 from stepwise import Stepwise
@@ -75,6 +78,7 @@ class Counter(TypedDict):
 
 
 def first(state: Counter) -> dict[str, Any]:
+    get_stream_writer()({"progress": "first"})
     return {"count": state.get("count", 0) + 1, "log": ["first"]}
 
 
@@ -89,6 +93,23 @@ counter_builder.add_edge(START, "first")
 counter_builder.add_edge("first", "second")
 counter_builder.add_edge("second", END)
 counter = counter_builder.compile(checkpointer=StepwiseSaver(Stepwise()))
+
+
+# --- a graph with a subgraph: `outer` runs `inner` (two nodes) as its node `nested`.
+
+inner_builder = StateGraph(Counter)
+inner_builder.add_node("first", first)
+inner_builder.add_node("second", second)
+inner_builder.add_edge(START, "first")
+inner_builder.add_edge("first", "second")
+inner_builder.add_edge("second", END)
+inner = inner_builder.compile()
+
+outer_builder = StateGraph(Counter)
+outer_builder.add_node("nested", inner)
+outer_builder.add_edge(START, "nested")
+outer_builder.add_edge("nested", END)
+outer = outer_builder.compile(checkpointer=StepwiseSaver(Stepwise()))
 
 
 def relay_node(name: str):
@@ -116,3 +137,4 @@ worker.langgraph("chat", chat, description="Echoes the last message")
 worker.langgraph("approve", approve, description="Drafts, then asks for approval")
 worker.langgraph("counter", counter, description="Counts in two nodes")
 worker.langgraph("relay", relay, description="Three nodes in a row")
+worker.langgraph("outer", outer, description="A subgraph of two nodes")

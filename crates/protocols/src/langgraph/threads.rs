@@ -69,6 +69,13 @@ pub(crate) fn thread_id(session: &Session) -> String {
     }
 }
 
+/// Whether the session only holds a worker's graph checkpoints (`StepwiseSaver` keeps a
+/// thread's checkpoints in a session of their own, with metadata `langgraph_thread_id`): not a
+/// thread of its own for LangGraph's clients.
+fn is_checkpoint_store(session: &Session) -> bool {
+    session.metadata.get("langgraph_thread_id").is_some()
+}
+
 /// The thread (session) `id` names, if the caller sees it and it is not deleted.
 pub(crate) async fn find<S: Store>(
     state: &AppState<S>,
@@ -421,6 +428,7 @@ async fn found<S: Store>(
         for session in &page.items {
             scanned += 1;
             if !caller.sees(session)
+                || is_checkpoint_store(session)
                 || exact
                     .iter()
                     .any(|(k, v)| session.metadata.get(k) != Some(v))
