@@ -376,3 +376,35 @@ def test_the_async_client_streams_waits_and_joins(lserver: LocalServer, served: 
     import asyncio
 
     asyncio.run(flow())
+
+
+def test_an_interrupt_answered_in_stepwise_resumes_the_graph(lserver: LocalServer, lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    tid = thread["thread_id"]
+    run = lg.runs.create(tid, "approve", input=human("the memo"))
+    lg.runs.join(tid, run["run_id"])
+    with Stepwise(lserver.url) as stepwise:
+        # The same execution, paused, in Stepwise's own API (what its UI shows and answers).
+        execution = stepwise.get_execution(run["run_id"])
+        assert execution["status"] == "paused"
+        stepwise.post_message(execution["session_id"], "from the UI")
+        assert stepwise.wait(run["run_id"], timeout=PATIENCE)["status"] == "completed"
+    assert texts(lg.threads.get_state(tid)["values"])[-1] == "Reviewed: from the UI"
+    assert lg.runs.get(tid, run["run_id"])["status"] == "success"
+
+
+def test_if_not_exists_creates_the_thread_and_on_disconnect_cancels_the_run(lg: Any) -> None:
+    mine = str(uuid.uuid4())
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        lg.runs.create(mine, "nobody-serves-this", input={"x": 1})
+    assert missing.value.response.status_code == 404
+    run = lg.runs.create(mine, "nobody-serves-this", input={"x": 1}, if_not_exists="create")
+    assert lg.threads.get(mine)["status"] == "busy"
+    lg.runs.cancel(mine, run["run_id"], wait=True)
+    # A streamed run whose client leaves is cancelled with `on_disconnect: cancel`.
+    stream = lg.runs.stream(mine, "nobody-serves-this", input={"x": 2}, on_disconnect="cancel")
+    first = next(stream)
+    assert first.event == "metadata"
+    stream.close()
+    left = first.data["run_id"]
+    wait_for(lambda: lg.runs.get(mine, left)["status"] == "interrupted", "the left run to be cancelled")
