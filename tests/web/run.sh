@@ -7,7 +7,11 @@
 #   STEPWISE_URL=http://... bash run.sh   tests an already running open server (no build, no
 #                                         start; the auth, token and examples' token tests are
 #                                         skipped)
+#   bash run.sh tests/web/tests/use-stream.test.mjs ...
+#                                         runs only those test files (paths from where the script
+#                                         was started, or from tests/web)
 set -euo pipefail
+started_in="$(pwd)"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -104,5 +108,20 @@ if [ -z "${STEPWISE_URL:-}" ]; then
   export STEPWISE_LLM_SERVER_URL="$server_url"
 fi
 
+files=()
+for file in "$@"; do
+  if [[ "$file" = /* ]] && [ -f "$file" ]; then
+    files+=("$file")
+  elif [ -f "$started_in/$file" ]; then
+    files+=("$started_in/$file")
+  elif [ -f "$here/$file" ]; then
+    files+=("$here/$file")
+  else
+    echo "web tests: no test file $file" >&2
+    exit 2
+  fi
+done
+if [ "${#files[@]}" = 0 ]; then files=("$here"/tests/*.test.mjs); fi
+
 echo "web tests against $STEPWISE_URL" >&2
-node --test --test-concurrency=1 --test-reporter=spec "$here"/tests/*.test.mjs
+node --test --test-concurrency=1 --test-reporter=spec "${files[@]}"
