@@ -408,3 +408,20 @@ def test_if_not_exists_creates_the_thread_and_on_disconnect_cancels_the_run(lg: 
     stream.close()
     left = first.data["run_id"]
     wait_for(lambda: lg.runs.get(mine, left)["status"] == "interrupted", "the left run to be cancelled")
+
+
+def test_a_run_on_one_node_is_streamed_and_joined_on_another(start_worker: Any) -> None:
+    """Two nodes on one PostgreSQL database: the worker serves node one, the client streams a
+    run through node two and joins it again there."""
+    database = postgres_database()
+    with short_lease_server(database=database) as one, short_lease_server(database=database) as two:
+        start_worker(one, APP, name="node-one")
+        client = get_sync_client(url=f"{two.url}/langgraph", api_key=None, timeout=PATIENCE)
+        wait_for(lambda: len(client.assistants.search(graph_id="counter")) == 1, "the counter graph")
+        thread = client.threads.create()
+        parts = list(client.runs.stream(thread["thread_id"], "counter", input={"count": 1}, stream_mode="updates"))
+        assert [list(p.data)[0] for p in parts if p.event == "updates"] == ["first", "second"]
+        run_id = parts[0].data["run_id"]
+        other = get_sync_client(url=f"{one.url}/langgraph", api_key=None, timeout=PATIENCE)
+        again = list(other.runs.join_stream(thread["thread_id"], run_id, stream_mode="updates"))
+        assert [(p.event, p.data) for p in again[1:]] == [(p.event, p.data) for p in parts[1:]]
