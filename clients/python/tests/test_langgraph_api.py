@@ -425,3 +425,13 @@ def test_a_run_on_one_node_is_streamed_and_joined_on_another(start_worker: Any) 
         other = get_sync_client(url=f"{one.url}/langgraph", api_key=None, timeout=PATIENCE)
         again = list(other.runs.join_stream(thread["thread_id"], run_id, stream_mode="updates"))
         assert [(p.event, p.data) for p in again[1:]] == [(p.event, p.data) for p in parts[1:]]
+
+
+def test_checkpoints_and_tasks_modes_when_the_run_asks_for_them(lg: Any, served: Any) -> None:
+    thread = lg.threads.create()
+    parts = list(lg.runs.stream(thread["thread_id"], "counter", input={"count": 1}, stream_mode=["checkpoints", "tasks"]))
+    events = {p.event for p in parts}
+    assert events == {"metadata", "checkpoints", "tasks"}
+    checkpoints = [p.data for p in parts if p.event == "checkpoints"]
+    assert checkpoints[-1]["values"] == {"count": 12, "log": ["first", "second"]}
+    assert {t["name"] for t in (p.data for p in parts if p.event == "tasks")} >= {"first", "second"}

@@ -250,6 +250,7 @@ async fn start<S: Store>(
             .map(str::to_string)),
         "interrupt_before": body.interrupt_before,
         "interrupt_after": body.interrupt_after,
+        "stream_mode": body.stream_mode,
         "thread_id": thread_id(&session),
         "assistant_id": assistants::assistant_id(&graph),
         "multitask_strategy": multitask.name(),

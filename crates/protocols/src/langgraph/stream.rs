@@ -4,7 +4,8 @@
 //! run fails.
 //!
 //! The chunks are what the graph's worker stored with the run: the chunks of `values`,
-//! `updates` and `custom` that came before each saved step, in the step's
+//! `updates` and `custom` (and `checkpoints`, `tasks`, `debug` when the run's own
+//! `stream_mode` asked for them) that came before each saved step, in the step's
 //! `output.langgraph.stream` (`[[mode, namespace, data], ...]`), and those after the last step
 //! in the snapshot saved when the run ended or paused. So a run's stream is the same when it
 //! is joined later, on any node, from its start or after the `Last-Event-ID` it got to: each

@@ -67,6 +67,20 @@ _MAX_OBSERVATION = 20_000
 #: chunks are kept for LangGraph's clients.
 _STREAM_MODES = ["updates", "messages", "checkpoints", "values", "custom"]
 _KEPT_MODES = frozenset({"values", "updates", "custom"})
+#: Modes kept only for a run whose request asks for them (``stream_mode``): they repeat much of
+#: the state, so they are not stored for every run.
+_ON_REQUEST_MODES = frozenset({"checkpoints", "tasks", "debug"})
+
+
+def _modes_of(request: Mapping[str, Any] | None) -> tuple[list[str], frozenset[str]]:
+    """The modes to stream the graph with, and those whose chunks are kept for the run's
+    stream: `values`, `updates`, `custom`, and what of `_ON_REQUEST_MODES` the request asks."""
+    asked = request.get("stream_mode") if request is not None else None
+    if isinstance(asked, str):
+        asked = [asked]
+    extra = frozenset(m for m in asked or () if m in _ON_REQUEST_MODES)
+    modes = _STREAM_MODES + sorted(m for m in extra if m not in _STREAM_MODES)
+    return modes, _KEPT_MODES | extra
 # A step is at most 2 MiB of JSON and a request body 4 MiB (the server's limits): one chunk
 # larger than this is dropped, and the chunks one step carries stay under the second bound.
 _MAX_CHUNK_BYTES = 1_000_000
@@ -641,14 +655,15 @@ def langgraph_handler(
 
         interrupts: list[Any] = []
         superstep: int | None = None
+        stream_modes, kept_modes = _modes_of(request)
         stream = graph.stream(
-            graph_input, stream_config, stream_mode=_STREAM_MODES, subgraphs=True, durability="sync", **options
+            graph_input, stream_config, stream_mode=stream_modes, subgraphs=True, durability="sync", **options
         )
         try:
             for namespace, mode, chunk in stream:
                 run.check()
                 root = not namespace
-                if chunks is not None and mode in _KEPT_MODES:
+                if chunks is not None and mode in kept_modes:
                     chunks.add(mode, tuple(namespace), chunk)
                 if mode == "messages":
                     message = chunk[0] if isinstance(chunk, tuple) else chunk
