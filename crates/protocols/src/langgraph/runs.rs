@@ -61,9 +61,9 @@ pub(super) fn router<S: Store>() -> Router<AppState<S>> {
             "/threads/{thread_id}/runs/{run_id}/stream",
             get(join_stream::<S>),
         )
-        .route("/runs", post(create_stateless::<S>))
-        .route("/runs/stream", post(stream_stateless::<S>))
-        .route("/runs/wait", post(wait_stateless::<S>))
+        .route("/runs", post(create::<S>))
+        .route("/runs/stream", post(stream::<S>))
+        .route("/runs/wait", post(wait::<S>))
 }
 
 /// A run's body (`RunCreate` of the SDK). Fields the SDK sends that Stepwise has no use for
@@ -435,55 +435,36 @@ async fn outcome<S: Store>(state: &AppState<S>, caller: &Caller, run: Id) -> Api
     Ok(values)
 }
 
+// Each of these serves its path under a thread and without one (a stateless run).
+
 async fn create<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
-    Path(thread): Path<String>,
+    thread: Option<Path<String>>,
     ApiJson(body): ApiJson<RunBody>,
 ) -> ApiResult<Response> {
-    create_run(&state, &caller, Some(&thread), body).await
-}
-
-async fn create_stateless<S: Store>(
-    State(state): State<AppState<S>>,
-    caller: Caller,
-    ApiJson(body): ApiJson<RunBody>,
-) -> ApiResult<Response> {
-    create_run(&state, &caller, None, body).await
+    let thread = thread.map(|Path(t)| t);
+    create_run(&state, &caller, thread.as_deref(), body).await
 }
 
 async fn stream<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
-    Path(thread): Path<String>,
+    thread: Option<Path<String>>,
     ApiJson(body): ApiJson<RunBody>,
 ) -> ApiResult<Response> {
-    stream_run(state, caller, Some(&thread), body).await
-}
-
-async fn stream_stateless<S: Store>(
-    State(state): State<AppState<S>>,
-    caller: Caller,
-    ApiJson(body): ApiJson<RunBody>,
-) -> ApiResult<Response> {
-    stream_run(state, caller, None, body).await
+    let thread = thread.map(|Path(t)| t);
+    stream_run(state, caller, thread.as_deref(), body).await
 }
 
 async fn wait<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
-    Path(thread): Path<String>,
+    thread: Option<Path<String>>,
     ApiJson(body): ApiJson<RunBody>,
 ) -> ApiResult<Response> {
-    wait_run(&state, &caller, Some(&thread), body).await
-}
-
-async fn wait_stateless<S: Store>(
-    State(state): State<AppState<S>>,
-    caller: Caller,
-    ApiJson(body): ApiJson<RunBody>,
-) -> ApiResult<Response> {
-    wait_run(&state, &caller, None, body).await
+    let thread = thread.map(|Path(t)| t);
+    wait_run(&state, &caller, thread.as_deref(), body).await
 }
 
 /// The thread and one of its runs (a root execution of its session), or 404.
