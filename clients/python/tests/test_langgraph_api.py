@@ -160,6 +160,59 @@ def test_messages_tuple_streams_the_models_tokens(lg: Any, served: Any) -> None:
     assert all(p.data[0]["type"] == "AIMessageChunk" for p in parts if p.event == "messages")
 
 
+def test_a_runs_stream_comes_in_langgraphs_order_with_the_ids_its_messages_keep(lg: Any, served: Any) -> None:
+    tid = lg.threads.create()["thread_id"]
+    modes = ["values", "messages-tuple", "updates"]
+    parts = list(lg.runs.stream(tid, "chat", input=human("red green blue"), stream_mode=modes))
+    run_id = parts[0].data["run_id"]
+    events = [p.event for p in parts]
+    # The input's values first, then the model's tokens, then the node's update and values.
+    assert events[1] == "values" and texts(parts[1].data) == ["red green blue"]
+    tokens = [p.data for p in parts if p.event == "messages"]
+    assert "".join(m["content"] for m, _ in tokens) == "Echo: red green blue"
+    last_token = max(i for i, e in enumerate(events) if e == "messages")
+    assert last_token < events.index("updates")
+    # A token's message is the message the state keeps: same id; its metadata the node's.
+    final = [p.data for p in parts if p.event == "values"][-1]["messages"][-1]
+    assert {m["id"] for m, _ in tokens} == {final["id"]}
+    assert all(meta["langgraph_node"] == "model" for _, meta in tokens)
+    # Streamed live or joined later, the stored chunks have the same ids.
+    stored = [(p.id, p.event, p.data) for p in parts if p.event in ("values", "updates")]
+    assert all(i is not None for i, _, _ in stored)
+    again = list(lg.runs.join_stream(tid, run_id, stream_mode=["values", "updates"]))
+    assert [(p.id, p.event, p.data) for p in again if p.event != "metadata"] == stored
+
+
+def test_messages_mode_streams_partial_messages_and_events_mode_the_graphs_events(lg: Any, served: Any) -> None:
+    tid = lg.threads.create()["thread_id"]
+    parts = list(lg.runs.stream(tid, "chat", input=human("a b c"), stream_mode="messages"))
+    events = [p.event for p in parts]
+    assert events[1] == "messages/metadata"
+    [(message_id, described)] = parts[1].data.items()
+    assert described["metadata"]["langgraph_node"] == "model"
+    partials = [p.data[0] for p in parts if p.event == "messages/partial"]
+    assert partials and {m["id"] for m in partials} == {message_id}
+    assert partials[-1]["content"] == "Echo: a b c"
+    assert [len(m["content"]) for m in partials] == sorted(len(m["content"]) for m in partials)
+
+    parts = list(lg.runs.stream(tid, "chat", input=human("x y"), stream_mode=["events", "values"]))
+    named = [p.data["event"] for p in parts if p.event == "events"]
+    assert named and named[0] == "on_chain_start" and named[-1] == "on_chain_end"
+    streamed = [p.data["data"]["chunk"]["content"] for p in parts
+                if p.event == "events" and p.data["event"] == "on_chat_model_stream"]
+    assert "".join(streamed) == "Echo: x y"
+    assert texts([p.data for p in parts if p.event == "values"][-1])[-2:] == ["x y", "Echo: x y"]
+
+
+def test_an_interrupt_reaches_a_values_only_stream(lg: Any, served: Any) -> None:
+    tid = lg.threads.create()["thread_id"]
+    parts = list(lg.runs.stream(tid, "approve", input=human("the plan"), stream_mode="values"))
+    assert {p.event for p in parts} == {"metadata", "values"}
+    [interrupted] = [p.data for p in parts if "__interrupt__" in p.data]
+    assert interrupted["__interrupt__"][0]["value"] == {"question": "Approve the draft?"}
+    assert parts[-1].data == interrupted
+
+
 def test_wait_answers_the_final_values_and_a_stateless_run_works_too(lg: Any, served: Any) -> None:
     thread = lg.threads.create()
     values = lg.runs.wait(thread["thread_id"], "counter", input={"count": 1})

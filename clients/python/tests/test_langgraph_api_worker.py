@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import operator
+import threading
 import uuid
 from typing import Annotated, Any, TypedDict
 
@@ -70,13 +71,15 @@ class FakeApi:
 
 
 class Tokens:
-    """Stands for the worker's delta sender."""
+    """Stands for the worker's delta sender: the texts and the stream items sent live."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
+        self.items: list[dict[str, Any]] = []
 
-    def put(self, run: Run, text: str) -> None:
+    def put(self, run: Run, text: str, items: list[Any] | None = None, size: int = 0) -> None:
         self.texts.append(text)
+        self.items.extend(json.loads(json.dumps(items or [], allow_nan=False)))
 
 
 def claim(api: FakeApi, execution_id: str, request: dict[str, Any] | None = None, *, message: str = "",
@@ -155,27 +158,38 @@ def asking(checkpointer: Any) -> Any:
 
 
 def chunks_of(api: FakeApi) -> list[list[Any]]:
-    """Every kept chunk, in order: the steps' then the last snapshot's."""
+    """Every kept chunk (``[mode, namespace, data, seq]``), in order: the steps' then the last
+    snapshot's."""
     found = [c for s in api.steps for c in s.get("output", {}).get("langgraph", {}).get("stream", [])]
     return found + (api.snapshots[-1]["langgraph"]["stream"] if api.snapshots else [])
 
 
 def test_a_langgraph_api_run_keeps_its_chunks_on_steps_and_its_state_in_a_snapshot():
-    api = FakeApi()
+    api, live = FakeApi(), Tokens()
     graph = relay(InMemorySaver())
-    answer = langgraph_handler(graph)(claim(api, "e1", {"input": {"items": ["x"]}}))
+    answer = langgraph_handler(graph)(claim(api, "e1", {"input": {"items": ["x"]}}, deltas=live))
     assert answer == {"items": ["x", "a", "b"]}  # no AI message: the state as JSON
 
-    # A step per node, as ever, each with the chunks streamed since the step before.
+    # A step per node, as ever, each with the chunks streamed since the step before: a
+    # batch, its chunks numbered in it.
     assert [s["output"]["langgraph"]["node"] for s in api.steps] == ["a", "b"]
-    assert api.steps[0]["output"]["langgraph"]["stream"] == [
-        ["values", "", {"items": ["x"]}],
-        ["updates", "", {"a": {"items": ["a"]}}],
-        ["values", "", {"items": ["x", "a"]}],
+    first, second = (s["output"]["langgraph"] for s in api.steps)
+    assert first["stream"] == [
+        ["values", "", {"items": ["x"]}, 0],
+        ["updates", "", {"a": {"items": ["a"]}}, 1],
+        ["values", "", {"items": ["x", "a"]}, 2],
     ]
-    assert api.steps[1]["output"]["langgraph"]["stream"] == [
-        ["updates", "", {"b": {"items": ["b"]}}],
-        ["values", "", {"items": ["x", "a", "b"]}],
+    assert second["stream"] == [
+        ["updates", "", {"b": {"items": ["b"]}}, 0],
+        ["values", "", {"items": ["x", "a", "b"]}, 1],
+    ]
+    assert first["count"] == 3 and second["count"] == 2
+    assert isinstance(first["batch"], str) and first["batch"] != second["batch"]
+    # Each chunk went out live first, with its batch, its number and the batch before.
+    assert live.items == [
+        {"mode": c[0], "ns": c[1], "data": c[2], "seq": c[3], "batch": b["batch"], "prev": prev}
+        for b, prev in ((first, None), (second, first["batch"]))
+        for c in b["stream"]
     ]
     # One snapshot, at the end, with the thread's state.
     [snapshot] = api.snapshots
@@ -208,10 +222,18 @@ def test_messages_are_kept_as_their_model_dump_and_tokens_go_out_live():
     answer = langgraph_handler(graph)(claim(api, "e1", request, deltas=tokens))
     assert answer == "hello there"
     assert "".join(tokens.texts) == "hello there"
+    # Live, in the order LangGraph streams them: the input's values, the model's message
+    # chunks (with the id the message keeps and the node's metadata), then the node's update.
+    kinds = [i["mode"] for i in tokens.items]
+    assert kinds[0] == "values" and kinds[-2:] == ["updates", "values"]
+    tuples = [i["data"] for i in tokens.items if i["mode"] == "messages"]
+    assert tuples and "".join(m["content"] for m, _ in tuples) == "hello there"
+    assert {m["id"] for m, _ in tuples} == {"m-1"} and all(m["type"] == "AIMessageChunk" for m, _ in tuples)
+    assert all(meta["langgraph_node"] == "chat" for _, meta in tuples)
     [step] = api.steps
     assert step["model_output"] == "hello there"
     updates = [c for c in step["output"]["langgraph"]["stream"] if c[0] == "updates"]
-    [(_, namespace, update)] = updates
+    [(_, namespace, update, _)] = updates
     assert namespace == ""
     [message] = update["chat"]["messages"]
     assert message["type"] == "ai" and message["content"] == "hello there"
@@ -242,7 +264,7 @@ def test_an_interrupt_pauses_with_a_snapshot_whose_tasks_carry_it_and_the_answer
     assert pending["value"] == {"question": "Which city?"} and isinstance(pending["id"], str)
     assert state["interrupts"] == [pending]
     # The interrupt's update came after the last step: it is in the snapshot's stream.
-    assert ["updates", "", {"__interrupt__": [pending]}] in state["stream"]
+    assert ["updates", "", {"__interrupt__": [pending]}] in [c[:3] for c in state["stream"]]
     assert [s["output"]["langgraph"]["node"] for s in api.steps if s["kind"] == "action"] == ["plan"]
 
     # The user's answer (any JSON, here a dict) resumes the same execution.
@@ -365,7 +387,7 @@ def test_interrupt_before_ends_the_run_with_the_node_next_and_a_run_without_inpu
     state = api.snapshots[-1]["langgraph"]
     assert state["next"] == ["b"] and state["interrupts"] == []
     assert [t["name"] for t in state["tasks"]] == ["b"]
-    assert ["updates", "", {"__interrupt__": []}] in chunks_of(api)
+    assert ["updates", "", {"__interrupt__": []}] in [c[:3] for c in chunks_of(api)]
     answer = langgraph_handler(graph)(claim(api, "e2", {"input": None}))
     assert calls == ["a", "b"] and answer == {"items": ["a", "b"]}
     assert api.snapshots[-1]["langgraph"]["next"] == []
@@ -381,10 +403,12 @@ def test_a_subgraphs_chunks_are_kept_with_their_namespace_and_steps_stay_the_roo
     builder.add_edge("outer", END)
     api = FakeApi()
     langgraph_handler(builder.compile(checkpointer=InMemorySaver()))(claim(api, "e1", {"input": {"items": []}}))
-    assert [s["output"]["langgraph"] for s in api.steps] == [{"node": "outer", "step": 1, "stream": chunks_of(api)}]
+    [step] = api.steps
+    assert step["output"]["langgraph"]["node"] == "outer" and step["output"]["langgraph"]["step"] == 1
+    assert step["output"]["langgraph"]["stream"] == chunks_of(api)
     nested = [c for c in chunks_of(api) if c[1]]
     assert nested and all(c[1].startswith("outer:") for c in nested)
-    assert ["updates", nested[0][1], {"inner": {"items": ["i"]}}] in nested
+    assert ["updates", nested[0][1], {"inner": {"items": ["i"]}}] in [c[:3] for c in nested]
 
 
 def test_a_run_without_a_langgraph_request_is_as_before_plus_its_snapshot():
@@ -454,7 +478,15 @@ def test_kept_chunks_stay_bounded(monkeypatch, caplog):
 
     monkeypatch.setattr(lg, "_MAX_CHUNK_BYTES", 200)
     monkeypatch.setattr(lg, "_MAX_STREAM_BYTES", 300)
-    chunks = _Chunks("e1")
+    sent = Tokens()
+
+    class Sending:
+        execution_id = "e1"
+
+        def _stream(self, items: list[Any], size: int, text: str = "") -> None:
+            sent.put(self, text, items, size)  # type: ignore[arg-type]
+
+    chunks = _Chunks(Sending())  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="stepwise.worker"):
         chunks.add("values", (), {"big": "x" * 500})
         assert chunks.items == [] and "too large to keep" in caplog.text
@@ -466,6 +498,11 @@ def test_kept_chunks_stay_bounded(monkeypatch, caplog):
         chunks.add("custom", (), {"c": "4" * 150})  # nothing older to drop but values
         chunks.add("custom", (), {"c": "5" * 150})  # no room: this one is dropped
     assert [c[0] for c in chunks.items] == ["updates", "custom"]
+    # A chunk keeps the number it was sent live with: the stored ones have gaps.
+    assert [c[3] for c in chunks.items] == [1, 3]
+    assert [i["seq"] for i in sent.items] == [0, 1, 2, 3]
+    taken = chunks.take()
+    assert taken is not None and taken["count"] == 4 and chunks.take() is None
 
 
 def test_the_assistant_item_describes_the_graph():
@@ -512,3 +549,46 @@ def test_the_worker_announces_each_graph_once_when_it_starts(caplog):
     with caplog.at_level(logging.WARNING, logger="stepwise.worker"):
         announce_assistant(refused, "trip", asking(InMemorySaver()))  # type: ignore[arg-type]
     assert "not announced" in caplog.text
+
+
+def test_the_events_mode_streams_the_graphs_events_live_and_keeps_the_same_chunks():
+    model = GenericFakeChatModel(messages=iter([AIMessage("hi you", id="m-2")]))
+
+    def chat(state: MessagesState) -> dict:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("chat", chat)
+    builder.add_edge(START, "chat")
+    builder.add_edge("chat", END)
+    api, live = FakeApi(), Tokens()
+    request = {"input": {"messages": [{"role": "user", "content": "hey"}]}, "stream_mode": ["events", "values"]}
+    answer = langgraph_handler(builder.compile(checkpointer=InMemorySaver()))(claim(api, "e1", request, deltas=live))
+    assert answer == "hi you"
+    events = [i["data"] for i in live.items if i["mode"] == "events"]
+    names = [e["event"] for e in events]
+    # astream_events (v2) as LangGraph's server streams it: the graph's start first, the
+    # model's tokens, the graph's end last; the root's own stream chunks are not events.
+    assert names[0] == "on_chain_start" and names[-1] == "on_chain_end"
+    tokens = [e["data"]["chunk"]["content"] for e in events if e["event"] == "on_chat_model_stream"]
+    assert "".join(tokens) == "hi you"
+    assert all(e["data"]["chunk"]["id"] == "m-2" for e in events if e["event"] == "on_chat_model_stream")
+    assert {"run_id", "name", "tags", "metadata", "data"} <= set(events[0])
+    # The kept chunks are the same as without events, and go out live as well.
+    [step] = api.steps
+    assert [c[0] for c in step["output"]["langgraph"]["stream"]] == ["values", "updates", "values"]
+    assert [i["mode"] for i in live.items if "batch" in i] == ["values", "updates", "values"]
+    assert api.snapshots[-1]["langgraph"]["values"]["messages"][-1]["content"] == "hi you"
+
+
+def test_a_run_that_stops_early_in_the_events_mode_stops_its_graph():
+    calls: list[str] = []
+    graph = relay(InMemorySaver(), calls)
+    api = FakeApi(refuse={"/steps": StepwiseError("lease_lost", "gone", status=409)})
+    with pytest.raises(BaseException, match="lease_lost"):  # the worker's own stop
+        langgraph_handler(graph)(claim(api, "e1", {"input": {"items": []}, "stream_mode": "events"}))
+    # The step of a could not be saved: the graph was stopped (it may have started b, as a
+    # lost worker may have), nothing was saved, and its thread is gone.
+    assert calls[:1] == ["a"]
+    assert api.steps == [] and api.snapshots == []
+    assert not [t for t in threading.enumerate() if t.name == "stepwise-langgraph-events"]

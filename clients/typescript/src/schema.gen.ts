@@ -242,6 +242,11 @@ export type DeleteForRunsBody = {
 
 /** Text the agent is producing. */
 export type DeltaBody = {
+  /**
+   * What the live subscribers get besides the text (a JSON object of up to 2 MiB), as the
+   * `message.delta` event's `metadata`. A delta with metadata may have empty text.
+   */
+  metadata?: { [key: string]: unknown } | null;
   /** Up to 65,536 characters. */
   text: string;
 };

@@ -29,8 +29,9 @@ const PAGE: u32 = 200;
 pub(crate) enum RunItem {
     /// `step.started` of step `n`.
     StepStarted(u32),
-    /// Streamed model tokens (`message.delta`, live only).
-    Delta(String),
+    /// Streamed model tokens (`message.delta`, live only): its `content`, and its
+    /// `metadata` where the worker sent more than text.
+    Delta(Arc<Event>),
     /// `step.completed`, with the step as stored.
     Step(Arc<Step>),
     /// The execution paused: the agent asks the user.
@@ -236,7 +237,7 @@ impl<S: Store> RunFollower<S> {
             return;
         }
         let item = match event.event_type {
-            EventType::MessageDelta => RunItem::Delta(event.content.clone()),
+            EventType::MessageDelta => RunItem::Delta(event),
             EventType::StepStarted => match step_number(&event) {
                 Some(n) => RunItem::StepStarted(n),
                 None => RunItem::Other(event),

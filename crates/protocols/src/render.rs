@@ -209,7 +209,8 @@ impl<P: Protocol> TurnFrames<P> {
                 self.step = n;
                 self.open_step(&mut out);
             }
-            RunItem::Delta(text) => {
+            RunItem::Delta(delta) => {
+                let text = &delta.content;
                 if text.is_empty() {
                     return out;
                 }
@@ -222,8 +223,8 @@ impl<P: Protocol> TurnFrames<P> {
                         id
                     }
                 };
-                self.live.push(&text);
-                out.push(P::text_delta(&id, &text));
+                self.live.push(text);
+                out.push(P::text_delta(&id, text));
             }
             RunItem::Step(step) => {
                 if self.step != step.step_number {

@@ -157,6 +157,30 @@ async fn a_worker_claims_writes_with_its_lease_and_completes() {
     )
     .await;
     assert_eq!(status, 202, "{body}");
+    // A delta may carry metadata (an object, bounded) for the protocols that stream more
+    // than text; text may then be empty.
+    let deltas = format!("/v1/executions/{execution}/deltas");
+    let with_metadata =
+        json!({"text": "", "metadata": {"langgraph": [{"mode": "custom", "ns": "", "data": 1}]}});
+    let (status, body) = leased(&server, &deltas, Some(&lease), with_metadata).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = leased(
+        &server,
+        &deltas,
+        Some(&lease),
+        json!({"text": "x", "metadata": [1]}),
+    )
+    .await;
+    assert_error(
+        status,
+        &body,
+        400,
+        "invalid_request",
+        "metadata that is not an object",
+    );
+    let huge = json!({"text": "", "metadata": {"big": "x".repeat(2 * 1024 * 1024)}});
+    let (status, body) = leased(&server, &deltas, Some(&lease), huge).await;
+    assert_error(status, &body, 400, "invalid_request", "metadata over 2 MiB");
     let (status, body) = leased(
         &server,
         &format!("/v1/executions/{execution}/heartbeat"),

@@ -430,7 +430,13 @@ impl<S: Store> Engine<S> {
 
     /// Live tokens of a worker's (or an external agent's) run: `message.delta` to the
     /// session's subscribers, never stored.
-    pub fn publish_delta(&self, tenant: &Tenant, execution: &Execution, text: &str) {
+    pub fn publish_delta(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        text: &str,
+        metadata: Value,
+    ) {
         let Some(session_id) = execution.session_id else {
             return;
         };
@@ -443,7 +449,7 @@ impl<S: Store> Engine<S> {
                 execution_id: Some(execution.id),
                 event_type: EventType::MessageDelta,
                 content: text.to_string(),
-                metadata: json!({}),
+                metadata,
                 timestamp: Timestamp::now(),
             },
         );

@@ -26,15 +26,19 @@ its request under the input's ``langgraph`` key: the graph then runs with that r
 ``input`` or ``command``, ``config``, ``context``, ``checkpoint_id`` (a run from that past
 checkpoint) and ``interrupt_before``/``interrupt_after``, and the ``values``, ``updates`` and
 ``custom`` chunks it streams are kept durably, as LangGraph's server serialises them, so that
-the server can stream them to any client at any time: ``[mode, namespace, data]`` in order, on
-the first step saved after them (``output.langgraph.stream``), those after the last step in the
-run's snapshot. Every run ends (answers, pauses or fails) by saving a snapshot of the thread,
+the server can stream them to any client at any time: ``[mode, namespace, data, seq]`` in
+order, on the first step saved after them (``output.langgraph.stream``, with the ``batch`` id and
+its ``count``), those after the last step in the run's snapshot. Each kept chunk also goes out
+live as it comes (a delta's ``metadata.langgraph``, with its batch and ``seq``), with the model's
+messages (``messages``) and, when the request's ``stream_mode`` has ``events``, the graph's
+``astream_events`` events, so LangGraph's clients see them in LangGraph's own order. Every run ends (answers, pauses or fails) by saving a snapshot of the thread,
 ``state.langgraph = {values, next, tasks, interrupts, checkpoint, parent_checkpoint, metadata,
 created_at, stream}``, which the server answers ``threads.get_state`` and ``runs.wait`` from.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime
@@ -42,6 +46,7 @@ import enum
 import json
 import logging
 import math
+import queue
 import threading
 import uuid
 import warnings
@@ -72,13 +77,18 @@ _KEPT_MODES = frozenset({"values", "updates", "custom"})
 _ON_REQUEST_MODES = frozenset({"checkpoints", "tasks", "debug"})
 
 
+def _asked_modes(request: Mapping[str, Any] | None) -> list[str]:
+    """The ``stream_mode`` of a LangGraph API request, as a list."""
+    asked = request.get("stream_mode") if request is not None else None
+    if isinstance(asked, str):
+        return [asked]
+    return [m for m in asked if isinstance(m, str)] if isinstance(asked, list) else []
+
+
 def _modes_of(request: Mapping[str, Any] | None) -> tuple[list[str], frozenset[str]]:
     """The modes to stream the graph with, and those whose chunks are kept for the run's
     stream: `values`, `updates`, `custom`, and what of `_ON_REQUEST_MODES` the request asks."""
-    asked = request.get("stream_mode") if request is not None else None
-    if isinstance(asked, str):
-        asked = [asked]
-    extra = frozenset(m for m in asked or () if m in _ON_REQUEST_MODES)
+    extra = frozenset(m for m in _asked_modes(request) if m in _ON_REQUEST_MODES)
     modes = _STREAM_MODES + sorted(m for m in extra if m not in _STREAM_MODES)
     return modes, _KEPT_MODES | extra
 # A step is at most 2 MiB of JSON and a request body 4 MiB (the server's limits): one chunk
@@ -216,8 +226,10 @@ class _Steps:
         """Saves the waiting steps; the first carries the stream chunks kept since the last
         step (without a step they wait for the next one, or the run's snapshot)."""
         waiting, self.waiting = self.waiting, []
-        if waiting and self.chunks is not None and self.chunks.items:
-            waiting[0]["output"]["langgraph"]["stream"] = self.chunks.take()
+        if waiting and self.chunks is not None:
+            batch = self.chunks.take()
+            if batch is not None:
+                waiting[0]["output"]["langgraph"].update(batch)
         for step in waiting:
             self.run.step(**step)
 
@@ -268,18 +280,28 @@ def _json_size(value: Any) -> int:
 
 
 class _Chunks:
-    """The stream chunks of a LangGraph API run not saved yet, ``[mode, namespace, data]`` in
-    order, bounded: a chunk over `_MAX_CHUNK_BYTES` is dropped (a warning says so), and when
+    """The stream chunks of a LangGraph API run not saved yet, ``[mode, namespace, data, seq]``
+    in order, bounded: a chunk over `_MAX_CHUNK_BYTES` is dropped (a warning says so), and when
     the kept ones pass `_MAX_STREAM_BYTES` the oldest ``values`` chunks go first (a later one
-    holds the state they held), then the new chunk."""
+    holds the state they held), then the new chunk.
 
-    def __init__(self, execution_id: str) -> None:
-        self.execution_id = execution_id
+    The chunks saved together are a batch (``batch``, an id, and ``count``, the chunks it had);
+    ``seq`` numbers a chunk in its batch. Each chunk is also sent live as it comes, with its
+    batch, its ``seq`` and the batch saved before (``prev``), so the server can stream it at
+    once, in order with what is stored, and with the id it gets once stored."""
+
+    def __init__(self, run: Run, prev: str | None = None) -> None:
+        self.run = run
+        self.execution_id = run.execution_id
         self.items: list[list[Any]] = []
         self.sizes: list[int] = []
+        self.prev = prev
+        self.batch = uuid.uuid4().hex
+        self.count = 0
 
     def add(self, mode: str, namespace: tuple[str, ...], data: Any) -> None:
-        chunk = [mode, "|".join(namespace), to_json(data)]
+        ns = "|".join(namespace)
+        chunk = [mode, ns, to_json(data), self.count]
         size = _json_size(chunk)
         if size > _MAX_CHUNK_BYTES:
             logger.warning(
@@ -301,10 +323,123 @@ class _Chunks:
             del self.sizes[older]
         self.items.append(chunk)
         self.sizes.append(size)
+        live = {"mode": mode, "ns": ns, "data": chunk[2], "batch": self.batch, "seq": self.count, "prev": self.prev}
+        self.count += 1
+        self.run._stream([live], size)
 
-    def take(self) -> list[list[Any]]:
-        items, self.items, self.sizes = self.items, [], []
-        return items
+    def take(self) -> dict[str, Any] | None:
+        """The batch to save (``{stream, batch, count}``), or ``None`` when it has no chunk;
+        the next chunks are a new batch."""
+        if self.count == 0:
+            return None
+        taken = {"stream": self.items, "batch": self.batch, "count": self.count}
+        self.items, self.sizes = [], []
+        self.prev, self.batch, self.count = self.batch, uuid.uuid4().hex, 0
+        return taken
+
+
+def _last_batch(run: Run) -> str | None:
+    """The stream batch saved last in this turn of the run (the steps after its last
+    ``user_input`` step), if any: the live chunks of the next batch follow it."""
+    found = None
+    for stored in run.steps:
+        if stored.get("kind") == "user_input":
+            found = None
+            continue
+        output = stored.get("output")
+        mark = output.get("langgraph") if isinstance(output, Mapping) else None
+        if isinstance(mark, Mapping) and isinstance(mark.get("batch"), str):
+            found = mark["batch"]
+    return found
+
+
+def _messages_item(namespace: tuple[str, ...], chunk: Any) -> tuple[dict[str, Any], int, str]:
+    """A ``messages`` chunk (``(message, metadata)``) sent live: the item, its size and the
+    text of a root AI message chunk (the tokens /v1's watchers see)."""
+    message, metadata = chunk if isinstance(chunk, tuple) and len(chunk) == 2 else (chunk, {})
+    data = [to_json(message), to_json(metadata)]
+    item = {"mode": "messages", "ns": "|".join(namespace), "data": data}
+    text = text_of(message.content) if not namespace and isinstance(message, AIMessageChunk) else ""
+    return item, _json_size(data), text or ""
+
+
+class _EventsStream:
+    """``graph.astream_events(version="v2")`` run on an event loop of its own thread, read as
+    ``graph.stream(..., subgraphs=True)`` is: ``(namespace, mode, chunk)``. The root run's
+    stream chunks come as they are; every other event comes as ``((), "events", event)``, as
+    LangGraph's server streams them for ``stream_mode="events"``. Unlike ``graph.stream``, the
+    graph does not wait for the reader (``astream_events`` runs it in a task of its own): a
+    step is still saved only once its checkpoint is, and a lost lease stops the graph when the
+    reader sees it."""
+
+    _DONE = object()
+
+    def __init__(
+        self, graph: Any, graph_input: Any, config: dict[str, Any], modes: list[str], options: dict[str, Any]
+    ) -> None:
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.loop = asyncio.new_event_loop()
+        self.task: asyncio.Task[None] | None = None
+        self.ready = threading.Event()
+        root = uuid.uuid4()
+        config = {**config, "run_id": root}
+
+        async def pump() -> None:
+            try:
+                events = graph.astream_events(
+                    graph_input, config, version="v2", stream_mode=modes, subgraphs=True, durability="sync",
+                    **options,
+                )
+                async with contextlib.aclosing(events):
+                    async for event in events:
+                        if event.get("event") == "on_chain_stream" and event.get("run_id") == str(root):
+                            namespace, mode, chunk = event["data"]["chunk"]
+                            self.queue.put((tuple(namespace), mode, chunk))
+                        elif "langsmith:hidden" not in (event.get("tags") or ()):
+                            self.queue.put(((), "events", event))
+            except BaseException as error:  # noqa: BLE001 - raised again by the reader
+                self.queue.put(error)
+            finally:
+                self.queue.put(self._DONE)
+
+        def main() -> None:
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.task = self.loop.create_task(pump())
+                self.ready.set()
+                with contextlib.suppress(BaseException):
+                    self.loop.run_until_complete(self.task)
+            finally:
+                self.ready.set()
+                # What the graph left running (stopped early): cancelled and waited for.
+                left = asyncio.all_tasks(self.loop)
+                for task in left:
+                    task.cancel()
+                with contextlib.suppress(BaseException):
+                    self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                with contextlib.suppress(BaseException):
+                    self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+                self.loop.close()
+
+        self.thread = threading.Thread(target=main, name="stepwise-langgraph-events", daemon=True)
+        self.thread.start()
+
+    def __iter__(self) -> Any:
+        while True:
+            item = self.queue.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stops the graph (when the reader stops early) and waits for its thread."""
+        self.ready.wait(10.0)
+        if self.task is not None and self.thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                self.loop.call_soon_threadsafe(self.task.cancel)
+        self.thread.join(30.0)
 
 
 def _request_of(run: Run) -> dict[str, Any] | None:
@@ -403,8 +538,9 @@ def _interrupt_of(value: Any) -> dict[str, Any]:
     return {"value": to_json(getattr(value, "value", value)), "id": getattr(value, "id", None)}
 
 
-def thread_state(state: Any, stream: list[list[Any]] | None = None) -> dict[str, Any]:
-    """A LangGraph ``StateSnapshot`` as the run's snapshot keeps it (``state.langgraph``)."""
+def thread_state(state: Any, batch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A LangGraph ``StateSnapshot`` as the run's snapshot keeps it (``state.langgraph``),
+    with the stream chunks of `batch` (`_Chunks.take`) not saved with a step."""
     tasks = []
     for task in getattr(state, "tasks", ()) or ():
         error = getattr(task, "error", None)
@@ -428,7 +564,8 @@ def thread_state(state: Any, stream: list[list[Any]] | None = None) -> dict[str,
         "parent_checkpoint": _checkpoint_of(getattr(state, "parent_config", None)),
         "metadata": to_json(getattr(state, "metadata", None) or {}),
         "created_at": getattr(state, "created_at", None),
-        "stream": list(stream or []),
+        "stream": list(batch["stream"]) if batch else [],
+        **({"batch": batch["batch"], "count": batch["count"]} if batch else {}),
     }
 
 
@@ -605,7 +742,7 @@ def langgraph_handler(
         thread_id = thread_fn(run) if thread_fn is not None else run.session_id or run.execution_id
         request = _request_of(run)  # a run of LangGraph's own clients
         run_config = _merged_config(extra, request, str(thread_id), run.execution_id)
-        chunks = _Chunks(run.execution_id) if request is not None else None
+        chunks = _Chunks(run, _last_batch(run)) if request is not None else None
         steps = _Steps(run, chunks)
         options: dict[str, Any] = {}
         if request is not None:
@@ -656,16 +793,30 @@ def langgraph_handler(
         interrupts: list[Any] = []
         superstep: int | None = None
         stream_modes, kept_modes = _modes_of(request)
-        stream = graph.stream(
-            graph_input, stream_config, stream_mode=stream_modes, subgraphs=True, durability="sync", **options
-        )
+        stream: Any
+        if request is not None and "events" in _asked_modes(request):
+            stream = _EventsStream(graph, graph_input, stream_config, stream_modes, options)
+        else:
+            stream = graph.stream(
+                graph_input, stream_config, stream_mode=stream_modes, subgraphs=True, durability="sync", **options
+            )
         try:
             for namespace, mode, chunk in stream:
                 run.check()
                 root = not namespace
                 if chunks is not None and mode in kept_modes:
                     chunks.add(mode, tuple(namespace), chunk)
-                if mode == "messages":
+                if mode == "events":
+                    data = to_json(chunk)
+                    size = _json_size(data)
+                    if size <= _MAX_CHUNK_BYTES:
+                        run._stream([{"mode": "events", "ns": "", "data": data}], size)
+                elif mode == "messages":
+                    if request is not None:  # the messages as LangGraph's clients get them
+                        item, size, text = _messages_item(tuple(namespace), chunk)
+                        if size <= _MAX_CHUNK_BYTES:
+                            run._stream([item], size, text)
+                        continue
                     message = chunk[0] if isinstance(chunk, tuple) else chunk
                     if root and isinstance(message, AIMessageChunk):
                         text = text_of(message.content)

@@ -571,6 +571,13 @@ class Run:
             return
         self._deltas.put(self, str(text))
 
+    def _stream(self, items: list[Any], size: int, text: str = "") -> None:
+        """Sends a LangGraph graph's stream chunks live (``metadata.langgraph`` of a delta,
+        in order with the tokens); `size` is their JSON size, `text` the tokens among them."""
+        if self._dead or self._deltas is None:
+            return
+        self._deltas.put(self, text, items, size)
+
     def save_snapshot(self, state: Any, **fields: Any) -> dict[str, Any]:
         """Saves a snapshot of this execution's state (any JSON); `fields` as
         ``POST /v1/executions/{id}/snapshots`` (``step_number``, ``is_final``, ...)."""

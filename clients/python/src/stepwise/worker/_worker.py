@@ -120,6 +120,8 @@ def error_summary(error: BaseException) -> str:
 
 # The most one delta request carries (the server takes up to 64 KiB of text).
 _MAX_DELTA_BYTES = 60_000
+#: The stream chunks of one delta request, in bytes of JSON (the server takes 2 MiB).
+_MAX_DELTA_ITEMS_BYTES = 1_500_000
 
 
 def _chunks(text: str) -> list[str]:
@@ -151,13 +153,15 @@ class Deltas:
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
 
-    def put(self, run: Run, text: str) -> None:
+    def put(self, run: Run, text: str, items: list[Any] | None = None, size: int = 0) -> None:
+        """Queues `text` for `run`; `items` (with their JSON `size`) go in the delta's
+        ``metadata.langgraph`` (a LangGraph graph's stream chunks)."""
         if self.thread is None:
             with self.lock:
                 if self.thread is None:
                     self.thread = threading.Thread(target=self._loop, name="stepwise-worker-deltas", daemon=True)
                     self.thread.start()
-        self.queue.put((run, text))
+        self.queue.put((run, text, items, size))
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Waits until everything queued so far is sent (or dropped)."""
@@ -182,32 +186,49 @@ class Deltas:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
-            run, text = item
-            # Merge what is queued behind it for the same run (up to what one request takes).
+            run, text, items, size = item
+            # Merge what is queued behind it for the same run (up to what one request takes):
+            # texts with texts, stream chunks with stream chunks.
             parts = [text]
-            size = len(text.encode())
-            while size < _MAX_DELTA_BYTES:
+            text_size = len(text.encode())
+            merged = list(items) if items is not None else None
+            while text_size < _MAX_DELTA_BYTES and size < _MAX_DELTA_ITEMS_BYTES:
                 try:
                     nxt = self.queue.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(nxt, tuple) and nxt[0] is run and size + len(nxt[1].encode()) <= _MAX_DELTA_BYTES:
+                if (
+                    isinstance(nxt, tuple)
+                    and nxt[0] is run
+                    and (nxt[2] is None) == (merged is None)
+                    and text_size + len(nxt[1].encode()) <= _MAX_DELTA_BYTES
+                    and (merged is None or size + nxt[3] <= _MAX_DELTA_ITEMS_BYTES)
+                ):
                     parts.append(nxt[1])
-                    size += len(nxt[1].encode())
+                    text_size += len(nxt[1].encode())
+                    if merged is not None:
+                        merged.extend(nxt[2])
+                        size += nxt[3]
                     continue
                 pending = nxt
                 break
+            if merged is not None:
+                self._send(run, "".join(parts), merged)
+                continue
             for chunk in _chunks("".join(parts)):
                 self._send(run, chunk)
 
-    def _send(self, run: Run, text: str) -> None:
+    def _send(self, run: Run, text: str, items: list[Any] | None = None) -> None:
         if run.lease_lost:
             return
+        body: dict[str, Any] = {"text": text}
+        if items is not None:
+            body["metadata"] = {"langgraph": items}
         try:
             self.api.call(
                 "POST",
                 f"/v1/executions/{seg(run.execution_id, 'execution_id')}/deltas",
-                {"text": text},
+                body,
                 lease=run.lease,
                 timeout=10.0,
             )
