@@ -96,6 +96,52 @@ def test_assistants_are_the_graphs_the_worker_serves(lg: Any, served: Any) -> No
     assert missing.value.response.status_code == 404
 
 
+def test_an_assistant_of_ones_own_runs_its_graph_with_its_config_and_keeps_versions(lg: Any, served: Any) -> None:
+    made = lg.assistants.create(
+        "chat", config={"configurable": {"prefix": "Bonjour"}}, metadata={"team": "fr"}, name="French chat"
+    )
+    aid = made["assistant_id"]
+    assert uuid.UUID(aid) and made["graph_id"] == "chat" and made["version"] == 1
+    assert made["name"] == "French chat" and made["metadata"] == {"team": "fr"}
+    assert lg.assistants.get(aid) == made
+    # A run of it runs its graph with its config; the run's own config goes over it.
+    tid = lg.threads.create()["thread_id"]
+    assert texts(lg.runs.wait(tid, aid, input=human("salut")))[-1] == "Bonjour: salut"
+    hola = lg.runs.wait(tid, aid, input=human("amigo"), config={"configurable": {"prefix": "Hola"}})
+    assert texts(hola)[-1] == "Hola: amigo"
+    assert lg.runs.list(tid)[0]["assistant_id"] == aid
+    # The graph's own assistant is unchanged.
+    assert texts(lg.runs.wait(tid, "chat", input=human("hi")))[-1] == "Echo: hi"
+    # Found by graph, name and metadata, beside the graph's own.
+    assert aid in [a["assistant_id"] for a in lg.assistants.search(metadata={"team": "fr"})]
+    by_graph = [a["assistant_id"] for a in lg.assistants.search(graph_id="chat", limit=100)]
+    assert aid in by_graph and lg.assistants.get("chat")["assistant_id"] in by_graph
+    assert [a["assistant_id"] for a in lg.assistants.search(name="french", limit=100)] == [aid]
+    assert lg.assistants.get_schemas(aid)["graph_id"] == "chat"
+    # Each change is a version; an older one can be made the assistant again.
+    changed = lg.assistants.update(aid, config={"configurable": {"prefix": "Ciao"}}, metadata={"lang": "it"})
+    assert changed["version"] == 2 and changed["metadata"] == {"team": "fr", "lang": "it"}
+    assert texts(lg.runs.wait(tid, aid, input=human("tutti")))[-1] == "Ciao: tutti"
+    assert [v["version"] for v in lg.assistants.get_versions(aid)] == [2, 1]
+    assert lg.assistants.set_latest(aid, 1)["config"] == {"configurable": {"prefix": "Bonjour"}}
+    assert lg.assistants.get(aid)["version"] == 1
+    # Made again with the same id: 409, or the existing one with if_exists="do_nothing".
+    with pytest.raises(httpx.HTTPStatusError) as taken:
+        lg.assistants.create("chat", assistant_id=aid)
+    assert taken.value.response.status_code == 409
+    assert lg.assistants.create("chat", assistant_id=aid, if_exists="do_nothing")["version"] == 1
+    with pytest.raises(httpx.HTTPStatusError) as no_graph:
+        lg.assistants.create("no-such-graph")
+    assert no_graph.value.response.status_code == 404
+    lg.assistants.delete(aid)
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        lg.assistants.get(aid)
+    assert gone.value.response.status_code == 404
+    with pytest.raises(httpx.HTTPStatusError) as kept:
+        lg.assistants.delete("chat")  # the graph's own: its worker serves it
+    assert kept.value.response.status_code == 409
+
+
 # --- threads ----------------------------------------------------------------------------------
 
 
@@ -285,6 +331,47 @@ def test_multitask_reject_refuses_while_a_run_is_queued_and_enqueue_queues(lg: A
     assert gone.value.response.status_code == 404
 
 
+def test_runs_cancelled_by_id_or_status_and_threads_pruned(lg: Any) -> None:
+    # No worker serves this graph: its runs stay queued.
+    tid = lg.threads.create()["thread_id"]
+    first = lg.runs.create(tid, "nobody-serves-this", input={"x": 1})
+    second = lg.runs.create(tid, "nobody-serves-this", input={"x": 2}, multitask_strategy="enqueue")
+    lg.runs.cancel_many(thread_id=tid, run_ids=[first["run_id"], second["run_id"]])
+    assert {r["status"] for r in lg.runs.list(tid, limit=10)} == {"interrupted"}
+    other = lg.threads.create()["thread_id"]
+    pending = lg.runs.create(other, "nobody-serves-this", input={"x": 3})
+    lg.runs.cancel_many(status="pending")
+    assert lg.runs.get(other, pending["run_id"])["status"] == "interrupted"
+    rolled = lg.runs.create(other, "nobody-serves-this", input={"x": 4}, multitask_strategy="enqueue")
+    lg.runs.cancel_many(thread_id=other, run_ids=[rolled["run_id"]], action="rollback")
+    with pytest.raises(httpx.HTTPStatusError) as removed:
+        lg.runs.get(other, rolled["run_id"])
+    assert removed.value.response.status_code == 404
+    with pytest.raises(httpx.HTTPStatusError) as unnamed:
+        lg.runs.cancel_many()
+    assert unnamed.value.response.status_code == 400
+
+    # Pruned threads are gone; ids that name no thread are not counted.
+    assert lg.threads.prune([tid, other, str(uuid.uuid4())]) == {"pruned_count": 2}
+    for gone in (tid, other):
+        with pytest.raises(httpx.HTTPStatusError) as missing:
+            lg.threads.get(gone)
+        assert missing.value.response.status_code == 404
+    with pytest.raises(httpx.HTTPStatusError) as keep_latest:
+        lg.threads.prune([lg.threads.create()["thread_id"]], strategy="keep_latest")
+    assert keep_latest.value.response.status_code == 400
+
+
+def test_a_batch_of_stateless_runs_each_on_its_own_thread(lg: Any, served: Any) -> None:
+    made = lg.runs.create_batch([
+        {"assistant_id": "counter", "input": {"count": 1}},
+        {"assistant_id": "counter", "input": {"count": 2}},
+    ])
+    assert len(made) == 2 and made[0]["thread_id"] != made[1]["thread_id"]
+    counts = [lg.runs.join(r["thread_id"], r["run_id"])["count"] for r in made]
+    assert counts == [12, 13]
+
+
 def test_a_run_from_a_past_checkpoint_forks_the_thread(lg: Any, served: Any) -> None:
     thread = lg.threads.create()
     tid = thread["thread_id"]
@@ -357,6 +444,22 @@ def test_a_users_threads_are_its_own(tmp_path: Path) -> None:
                 call()
             assert hidden.value.response.status_code == 404
         assert bob.threads.search(metadata={"who": "alice"}) == []
+        # Assistants are the tenant's: an admin makes one, a user finds and runs it but
+        # cannot make or change one.
+        lg_admin = get_sync_client(url=f"{server.url}/langgraph", api_key=admin_key)
+        # (As a worker announces its graph.)
+        lg_admin.store.put_item(["stepwise", "assistants"], "nobody-serves-this", {"graph_id": "nobody-serves-this"})
+        aid = lg_admin.assistants.create("nobody-serves-this", name="shared")["assistant_id"]
+        assert alice.assistants.get(aid)["name"] == "shared"
+        assert alice.runs.create(alice.threads.create()["thread_id"], aid, input={"x": 3})["assistant_id"] == aid
+        for call in (
+            lambda: alice.assistants.create("nobody-serves-this"),
+            lambda: alice.assistants.update(aid, name="mine"),
+            lambda: alice.assistants.delete(aid),
+        ):
+            with pytest.raises(httpx.HTTPStatusError) as refused:
+                call()
+            assert refused.value.response.status_code == 403
         # Without a key: 401.
         anonymous = get_sync_client(url=f"{server.url}/langgraph", api_key=None)
         with pytest.raises(httpx.HTTPStatusError) as unauthorized:

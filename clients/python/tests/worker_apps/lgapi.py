@@ -1,7 +1,8 @@
 """Graphs served to LangGraph's own SDK (`langgraph_sdk` against ``/langgraph``):
 
 * ``chat``: one model node (an offline fake chat model that streams its tokens) answering
-  ``Echo: <last human message>``;
+  ``Echo: <last human message>`` (``<prefix>: ...`` with ``configurable.prefix`` in the run's
+  config);
 * ``approve``: a draft node, then ``interrupt({"question": ...})``, then a node writing the
   answer it was given;
 * ``counter``: a state that is not messages: ``count`` is added to by two nodes in a row, and
@@ -24,6 +25,7 @@ from typing_extensions import TypedDict
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.config import get_stream_writer
 from langgraph.types import interrupt
@@ -42,8 +44,9 @@ def last_human(state: MessagesState) -> str:
     return ""
 
 
-def chat_node(state: MessagesState) -> dict[str, Any]:
-    model = GenericFakeChatModel(messages=iter([AIMessage(f"Echo: {last_human(state)}")]))
+def chat_node(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+    prefix = config.get("configurable", {}).get("prefix", "Echo")
+    model = GenericFakeChatModel(messages=iter([AIMessage(f"{prefix}: {last_human(state)}")]))
     return {"messages": [model.invoke(state["messages"])]}
 
 

@@ -16,6 +16,9 @@
 //!   `DELETE` it (the run and what it wrote), `POST .../cancel?wait&action=interrupt|rollback`,
 //!   `GET .../join` (its values once ended), `GET .../stream` (its stream again: from its
 //!   start, or after `Last-Event-ID`).
+//! - `POST /runs/batch` `[RunCreate]` → 200 `[Run]` (stateless background runs, at most 100);
+//!   `POST /runs/cancel?action` `{thread_id, run_ids}` or `{status: pending | running | all}`
+//!   → 204 (the caller's runs only).
 
 use axum::Json;
 use axum::Router;
@@ -27,7 +30,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use stepwise_core::{Execution, ExecutionStatus, Id, Session};
 use stepwise_engine::{AgentChoice, MessageInput};
-use stepwise_store::{Store, StoreError};
+use stepwise_store::prelude::*;
+use stepwise_store::{PageRequest, SessionFilter, StoreError};
 
 use stepwise_server::{AgentBody, ApiError, ApiJson, ApiResult, AppState, Caller};
 
@@ -62,6 +66,8 @@ pub(super) fn router<S: Store>() -> Router<AppState<S>> {
             get(join_stream::<S>),
         )
         .route("/runs", post(create::<S>))
+        .route("/runs/batch", post(batch::<S>))
+        .route("/runs/cancel", post(cancel_many::<S>))
         .route("/runs/stream", post(stream::<S>))
         .route("/runs/wait", post(wait::<S>))
 }
@@ -221,7 +227,8 @@ async fn start<S: Store>(
         .assistant_id
         .as_deref()
         .ok_or_else(|| ApiError::invalid("assistant_id", "assistant_id is required"))?;
-    let graph = assistants::graph_of(state, caller, assistant).await?;
+    let assistant = assistants::run_assistant(state, caller, assistant).await?;
+    let graph = assistant.graph.clone();
     let multitask = Multitask::parse(body.multitask_strategy.as_deref())?;
     if body.input.is_some() && body.command.is_some() {
         return Err(ApiError::bad_request("send input or command, not both"));
@@ -239,8 +246,8 @@ async fn start<S: Store>(
     let lg = json!({
         "input": body.input,
         "command": body.command,
-        "config": body.config,
-        "context": body.context,
+        "config": assistants::merged_config(&assistant.config, body.config.as_ref()),
+        "context": assistants::merged_context(&assistant.context, body.context.as_ref()),
         "metadata": body.metadata,
         "checkpoint_id": body.checkpoint_id.clone().or_else(|| body
             .checkpoint
@@ -252,7 +259,7 @@ async fn start<S: Store>(
         "interrupt_after": body.interrupt_after,
         "stream_mode": body.stream_mode,
         "thread_id": thread_id(&session),
-        "assistant_id": assistants::assistant_id(&graph),
+        "assistant_id": assistant.assistant_id,
         "multitask_strategy": multitask.name(),
     });
     stepwise_server::limits::check_metadata_limits(
@@ -554,16 +561,7 @@ async fn cancel<S: Store>(
     stepwise_server::ApiQuery(query): stepwise_server::ApiQuery<CancelQuery>,
 ) -> ApiResult<Response> {
     let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
-    let rollback = match query.action.as_deref() {
-        None | Some("interrupt") => false,
-        Some("rollback") => true,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "action",
-                format!("action '{other}' is neither interrupt nor rollback"),
-            ));
-        }
-    };
+    let rollback = rollback_of(query.action.as_deref())?;
     let id = execution.id;
     // A rollback waits for the run to stop before removing it; `wait` waits for it too.
     let wait = rollback || truthy(query.wait.as_deref());
@@ -578,6 +576,142 @@ async fn cancel<S: Store>(
         Ok(_) | Err(StoreError::Conflict(_)) => Ok(StatusCode::ACCEPTED.into_response()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The action of a cancel: `interrupt` (the default) or `rollback`.
+fn rollback_of(action: Option<&str>) -> ApiResult<bool> {
+    match action {
+        None | Some("interrupt") => Ok(false),
+        Some("rollback") => Ok(true),
+        Some(other) => Err(ApiError::invalid(
+            "action",
+            format!("action '{other}' is neither interrupt nor rollback"),
+        )),
+    }
+}
+
+/// The most runs one batch makes.
+const MAX_BATCH: usize = 100;
+
+/// `runs.create_batch`: stateless background runs, each on a new thread, made in order; the
+/// first that cannot be made answers its error (the ones before it stay made).
+async fn batch<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(bodies): ApiJson<Vec<RunBody>>,
+) -> ApiResult<Json<Vec<Value>>> {
+    if bodies.len() > MAX_BATCH {
+        return Err(ApiError::invalid(
+            "runs",
+            format!("at most {MAX_BATCH} runs in one batch"),
+        ));
+    }
+    let mut made = Vec::with_capacity(bodies.len());
+    for body in &bodies {
+        let started = start(&state, &caller, None, body, false).await?;
+        made.push(run_body(&started.execution, &thread_id(&started.session)));
+    }
+    Ok(Json(made))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CancelManyBody {
+    thread_id: Option<String>,
+    run_ids: Option<Vec<String>>,
+    status: Option<String>,
+}
+
+/// The most threads a cancel by status looks through.
+const MAX_CANCEL_SCAN: usize = 10_000;
+
+/// `runs.cancel_many`: the runs named on a thread (`thread_id` and `run_ids`), or every run
+/// of the caller's threads that is `pending`, `running` or either (`status: all`). 204.
+async fn cancel_many<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    stepwise_server::ApiQuery(query): stepwise_server::ApiQuery<CancelQuery>,
+    ApiJson(body): ApiJson<CancelManyBody>,
+) -> ApiResult<StatusCode> {
+    let rollback = rollback_of(query.action.as_deref())?;
+    let mut chosen: Vec<(Session, Vec<Execution>)> = Vec::new();
+    match (&body.thread_id, &body.run_ids, body.status.as_deref()) {
+        (Some(thread), Some(runs), None) => {
+            let session = threads::load(&state, &caller, thread).await?;
+            let mut executions = Vec::new();
+            for run in runs {
+                executions.push(load_run(&state, &caller, thread, run).await?.1);
+            }
+            chosen.push((session, executions));
+        }
+        (None, None, Some(status @ ("pending" | "running" | "all"))) => {
+            let wanted = |e: &Execution| match status {
+                "pending" => e.status == ExecutionStatus::Pending,
+                "running" => e.status == ExecutionStatus::Running,
+                _ => true,
+            };
+            let mut cursor = None;
+            let mut scanned = 0;
+            loop {
+                let filter = SessionFilter {
+                    user_id: caller.session_owner_filter(None),
+                    ..SessionFilter::default()
+                };
+                let page = state
+                    .store()
+                    .list_sessions(
+                        &caller.tenant,
+                        filter,
+                        PageRequest {
+                            limit: 200,
+                            cursor: cursor.take(),
+                        },
+                    )
+                    .await?;
+                for session in page.items {
+                    scanned += 1;
+                    if !caller.sees(&session) {
+                        continue;
+                    }
+                    let busy: Vec<Execution> = state
+                        .engine
+                        .busy_executions(&caller.tenant, session.id)
+                        .await?
+                        .into_iter()
+                        .filter(|e| e.parent_execution_id.is_none() && wanted(e))
+                        .collect();
+                    if !busy.is_empty() {
+                        chosen.push((session, busy));
+                    }
+                }
+                match page.next_cursor {
+                    Some(next) if scanned < MAX_CANCEL_SCAN => cursor = Some(next),
+                    _ => break,
+                }
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "name the runs (thread_id and run_ids) or a status (pending, running or all)",
+            ));
+        }
+    }
+    for (session, executions) in chosen {
+        if rollback {
+            state
+                .engine
+                .make_room(&caller.tenant, session.id, &executions, true)
+                .await?;
+            continue;
+        }
+        for execution in executions {
+            match state.engine.cancel(&caller.tenant, execution.id).await {
+                Ok(_) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn join<S: Store>(

@@ -17,6 +17,8 @@
 //!   states and the graph's checkpoints), the caller's
 //! - `POST /threads/{id}/state` `{values, as_node?, checkpoint_id?}` → `{checkpoint}`: written
 //!   by a worker of the thread's graph (an execution queued for it, waited for)
+//! - `POST /threads/prune` `{thread_ids, strategy?: "delete"}` → 200 `{pruned_count}` (the
+//!   caller's threads among them deleted; `keep_latest` is 400: the checkpoints are the worker's)
 
 use axum::Json;
 use axum::Router;
@@ -48,6 +50,7 @@ pub(super) fn router<S: Store>() -> Router<AppState<S>> {
     Router::new()
         .route("/threads", post(create::<S>))
         .route("/threads/search", post(search::<S>))
+        .route("/threads/prune", post(prune::<S>))
         .route("/threads/count", post(count::<S>))
         .route(
             "/threads/{thread_id}",
@@ -360,6 +363,64 @@ async fn delete<S: Store>(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let session = load(&state, &caller, &id).await?;
+    remove(&state, &caller, &session).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The most threads one prune names.
+const MAX_PRUNE: usize = 1000;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PruneBody {
+    thread_ids: Vec<String>,
+    strategy: Option<String>,
+}
+
+/// `threads.prune`: the threads named are deleted (`strategy: "delete"`, the default); those
+/// the caller cannot see, or that are gone already, are not counted.
+async fn prune<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(body): ApiJson<PruneBody>,
+) -> ApiResult<Json<Value>> {
+    match body.strategy.as_deref() {
+        None | Some("delete") => {}
+        Some("keep_latest") => {
+            return Err(ApiError::invalid(
+                "strategy",
+                "keep_latest is not served: a thread's checkpoints are its worker's; prune with strategy delete",
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "strategy",
+                format!("strategy '{other}' is neither delete nor keep_latest"),
+            ));
+        }
+    }
+    if body.thread_ids.len() > MAX_PRUNE {
+        return Err(ApiError::invalid(
+            "thread_ids",
+            format!("at most {MAX_PRUNE} threads at once"),
+        ));
+    }
+    let mut pruned = 0;
+    for id in &body.thread_ids {
+        if let Some(session) = find(&state, &caller, id).await? {
+            remove(&state, &caller, &session).await?;
+            pruned += 1;
+        }
+    }
+    Ok(Json(json!({"pruned_count": pruned})))
+}
+
+/// Removes a thread: its runs stop first (a worker's at its next step).
+async fn remove<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: &Session,
+) -> ApiResult<()> {
     for busy in state
         .engine
         .busy_executions(&caller.tenant, session.id)
@@ -374,7 +435,7 @@ async fn delete<S: Store>(
         .store()
         .delete_session(&caller.tenant, session.id)
         .await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 #[derive(Deserialize, Default)]
