@@ -195,3 +195,128 @@ def test_an_end_users_token_is_refused_and_its_admin_reaches_the_store(tmp_path:
             nobody.store.get_item(["mem"], "k")
         assert unknown.value.response.status_code == 401
         assert as_admin.store.get_item(["mem"], "k")["value"] == {"n": 1}
+
+
+# --- semantic search: an embedding model behind an OpenAI-compatible /embeddings -------------
+
+import hashlib  # noqa: E402
+import http.server  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+from stepwise.testing import local_server  # noqa: E402
+
+_DIMS = 256
+_KEY = "sk-embed-secret-1234567890"
+_STOP = {"a", "an", "the", "and", "at", "all", "of"}
+
+
+def _embedding(text: str) -> list[float]:
+    """A bag of words: each word but the stop words (its stem: its first 3 letters) adds 1 at
+    its hash's place, so texts sharing stems are close."""
+    vector = [0.0] * _DIMS
+    for word in text.lower().replace(",", " ").split():
+        if word not in _STOP:
+            vector[int(hashlib.sha256(word[:3].encode()).hexdigest(), 16) % _DIMS] += 1.0
+    return vector
+
+
+class _Embeddings(http.server.BaseHTTPRequestHandler):
+    """OpenAI's `POST /v1/embeddings`; `fail` set answers 500."""
+
+    seen: list[dict[str, Any]] = []
+    fail = False
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Embeddings.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        if _Embeddings.fail or self.path != "/v1/embeddings":
+            answer, status = {"error": {"message": "the model is down"}}, 500
+        else:
+            data = [{"object": "embedding", "index": i, "embedding": _embedding(t)} for i, t in enumerate(body["input"])]
+            answer, status = {"object": "list", "data": data, "model": body["model"]}, 200
+        raw = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def indexed() -> Iterator[LocalServer]:
+    """A server whose store embeds the `text` field with an in-test OpenAI-style model."""
+    model = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+    args = ["--store-embed-model", "fake-embed", "--store-embed-url", url, "--store-embed-dims", str(_DIMS),
+            "--store-index-fields", "text"]
+    try:
+        with local_server(args=args, env={"STEPWISE_STORE_EMBED_API_KEY": _KEY}) as running:
+            yield running
+    finally:
+        model.shutdown()
+
+
+def test_a_query_ranks_the_items_by_meaning_when_an_embedding_model_is_configured(indexed: LocalServer) -> None:
+    client = langgraph_sdk.get_sync_client(url=f"{indexed.url}/langgraph", api_key="unused")
+    root = _ns()
+    client.store.put_item([root, "notes"], key="cats", value={"text": "cats purr and sleep all day", "n": 1})
+    client.store.put_item([root, "notes"], key="dogs", value={"text": "dogs bark at the mailman", "n": 2})
+    client.store.put_item([root, "notes"], key="stocks", value={"text": "stock markets fell sharply", "n": 3})
+    client.store.put_item([root, "notes"], key="plain", value={"text": "cats sleep", "n": 4}, index=False)
+    client.store.put_item([root, "notes"], key="fields", value={"title": "dogs bark", "text": "nothing"},
+                          index=["title"])
+    sent = _Embeddings.seen[-1]
+    assert sent["model"] == "fake-embed" and sent["input"] == ["dogs bark"]
+    assert sent["auth"] == f"Bearer {_KEY}"
+
+    found = client.store.search_items([root], query="a sleeping cat", limit=10)["items"]
+    keys = [i["key"] for i in found]
+    assert keys[0] == "cats"
+    scores = [i["score"] for i in found if i["score"] is not None]
+    assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1.0
+    # An item put with index=False has no vectors: it comes last, without a score.
+    assert keys[-1] == "plain" and found[-1]["score"] is None
+    # The put's own index fields were embedded, not the server's.
+    assert client.store.search_items([root], query="barking dogs", limit=2)["items"][0]["key"] in ("dogs", "fields")
+    # The filter and paging apply; the vectors are never in an answer.
+    only = client.store.search_items([root], query="cats", filter={"n": {"$gte": 2}}, limit=1, offset=0)["items"]
+    assert len(only) == 1 and only[0]["key"] != "cats"
+    assert all("__stepwise_index__" not in i["value"] for i in found)
+    assert client.store.get_item([root, "notes"], "cats")["value"] == {"text": "cats purr and sleep all day", "n": 1}
+
+    # StepwiseStore (a LangGraph BaseStore) searches the same way.
+    with Stepwise(indexed.url) as stepwise:
+        store = StepwiseStore(stepwise)
+        best = store.search((root,), query="cats sleeping", limit=1)
+        assert best[0].key == "cats" and best[0].score is not None
+        store.put((root, "more"), "birds", {"text": "birds sing at dawn"}, index=False)
+        assert store.search((root, "more"), query="birds")[0].score is None
+
+    # The key is never in the server's log.
+    assert _KEY not in indexed.log()
+
+
+def test_a_put_the_embedding_model_refuses_writes_nothing(indexed: LocalServer) -> None:
+    client = langgraph_sdk.get_sync_client(url=f"{indexed.url}/langgraph", api_key="unused")
+    root = _ns()
+    _Embeddings.fail = True
+    try:
+        with pytest.raises(httpx.HTTPStatusError) as down:
+            client.store.put_item([root], key="k", value={"text": "lost?"})
+        assert down.value.response.status_code == 503
+        assert down.value.response.json()["error"]["code"] == "unavailable"
+        assert "the model is down" in down.value.response.json()["error"]["message"]
+        assert client.store.get_item([root], "k") is None
+        # A put that embeds nothing does not need the model.
+        client.store.put_item([root], key="quiet", value={"text": "kept"}, index=False)
+        assert client.store.get_item([root], "quiet")["value"] == {"text": "kept"}
+    finally:
+        _Embeddings.fail = False
+    assert _KEY not in indexed.log()

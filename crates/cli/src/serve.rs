@@ -112,6 +112,71 @@ pub struct ServeArgs {
     pub retention: crate::cleanup::RetentionArgs,
     #[command(flatten)]
     pub end_users: EndUserArgs,
+    #[command(flatten)]
+    pub store_index: StoreIndexArgs,
+}
+
+/// Semantic search in the LangGraph store (`/langgraph/store`, `StepwiseStore`): an
+/// embedding model behind an OpenAI-compatible `/embeddings` endpoint.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct StoreIndexArgs {
+    /// The embedding model (as LangGraph's `store.index.embed`): turns semantic search on.
+    #[arg(long, env = "STEPWISE_STORE_EMBED_MODEL", value_name = "MODEL")]
+    pub store_embed_model: Option<String>,
+    /// Its OpenAI-compatible base URL (`.../v1`); default: STEPWISE_LLM_BASE_URL.
+    #[arg(long, env = "STEPWISE_STORE_EMBED_URL", value_name = "URL")]
+    pub store_embed_url: Option<String>,
+    /// The vectors' length, checked on each answer (any when unset).
+    #[arg(long, env = "STEPWISE_STORE_EMBED_DIMS", value_name = "N")]
+    pub store_embed_dims: Option<usize>,
+    /// The value fields embedded when a put names none (`$`, the whole value, by default).
+    #[arg(
+        long,
+        env = "STEPWISE_STORE_INDEX_FIELDS",
+        value_delimiter = ',',
+        value_name = "FIELD"
+    )]
+    pub store_index_fields: Vec<String>,
+}
+
+impl StoreIndexArgs {
+    /// The index these settings turn on (the key from STEPWISE_STORE_EMBED_API_KEY, else
+    /// STEPWISE_LLM_API_KEY); `None` without a model.
+    pub fn index(&self) -> anyhow::Result<Option<stepwise_server::store_index::StoreIndex>> {
+        let Some(model) = self
+            .store_embed_model
+            .as_deref()
+            .filter(|m| !m.trim().is_empty())
+        else {
+            return Ok(None);
+        };
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let url = self
+            .store_embed_url
+            .clone()
+            .or_else(|| env("STEPWISE_LLM_BASE_URL"))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--store-embed-model needs the model's URL: --store-embed-url (or STEPWISE_LLM_BASE_URL)"
+                )
+            })?;
+        let key = env("STEPWISE_STORE_EMBED_API_KEY").or_else(|| env("STEPWISE_LLM_API_KEY"));
+        let fields = self
+            .store_index_fields
+            .iter()
+            .map(|f| f.trim().to_string())
+            .filter(|f| !f.is_empty())
+            .collect();
+        stepwise_server::store_index::StoreIndex::new(
+            &url,
+            model,
+            key,
+            fields,
+            self.store_embed_dims,
+        )
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!(e))
+    }
 }
 
 /// End users: the app's own tokens (JWT) and the pages that may call from a browser
@@ -293,6 +358,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
             jwt,
             cors_origins,
             retention: args.retention.policy(),
+            store_index: args.store_index.index()?,
         },
         connections: args.connections(),
         listen: listens.remove(0),

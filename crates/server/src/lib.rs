@@ -26,6 +26,7 @@ pub mod schemas;
 mod sessions;
 mod shapes;
 pub mod step_cache;
+pub mod store_index;
 mod ui_assets;
 mod workers;
 
@@ -92,6 +93,8 @@ pub struct ServerConfig {
     /// The server's retention policy (`GET /v1/retention` answers it for a tenant without
     /// one of its own); the node sets it from its cleaner's.
     pub retention: stepwise_store::RetentionPolicy,
+    /// The LangGraph store's embedding model, for searches with a `query` (none by default).
+    pub store_index: Option<store_index::StoreIndex>,
 }
 
 /// `stepwise serve`'s defaults for the limits (a [`ServerConfig::default`] has none, for
@@ -117,6 +120,7 @@ impl Default for ServerConfig {
             },
             cors_origins: CorsOrigins::default(),
             retention: stepwise_store::RetentionPolicy::default(),
+            store_index: None,
         }
     }
 }

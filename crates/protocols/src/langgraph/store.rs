@@ -3,12 +3,16 @@
 //! callers reach it; a `user` (an end-user token or key) gets 403 `forbidden`.
 //!
 //! - `PUT /store/items` `{namespace, key, value, index?, ttl?}` → 204 (`ttl` in minutes;
-//!   `index` is accepted and ignored: there is no vector index).
+//!   `index`: `false`, or the fields to embed, when the server has an embedding model).
 //! - `GET /store/items?namespace=a.b&key=k&refresh_ttl=` → 200 the item, or `null`.
 //! - `DELETE /store/items` `{namespace, key}` → 204.
 //! - `POST /store/items/search` `{namespace_prefix, filter?, limit?, offset?, query?,
-//!   refresh_ttl?}` → 200 `{"items": [...]}`; a `query` (semantic search) is 400: no
-//!   embedding function is configured.
+//!   refresh_ttl?}` → 200 `{"items": [...]}`; with a `query`, the items ranked by how close
+//!   their embedded fields are to it (`score`, the cosine similarity), when the server has an
+//!   embedding model (`stepwise serve --store-embed-model`; 400 otherwise).
+//!
+//! The vectors of an item are kept in its value under `__stepwise_index__`, which no answer
+//! shows.
 //! - `POST /store/namespaces` `{prefix?, suffix?, max_depth?, limit?, offset?}` → 200
 //!   `{"namespaces": [[...]]}`.
 //!
@@ -21,7 +25,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{post, put};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+use stepwise_server::store_index::{StoreIndex, cosine};
 use stepwise_store::prelude::*;
 use stepwise_store::{AccessRole, NamespaceQuery, StoreItem, StoreItemPut, StoreItemSearch};
 
@@ -30,6 +35,44 @@ use stepwise_server::{ApiError, ApiJson, ApiQuery, ApiResult, AppState, Caller};
 /// A search answers 10 items unless asked, a listing 100 (the SDK's defaults).
 const DEFAULT_SEARCH_LIMIT: u32 = 10;
 const DEFAULT_NAMESPACE_LIMIT: u32 = 100;
+/// Where an item's vectors are kept in its value.
+const VECTORS: &str = "__stepwise_index__";
+/// The most items a search with a `query` ranks.
+const MAX_RANKED: u32 = 10_000;
+
+/// `value` without the vectors kept in it.
+fn shown(mut value: Value) -> Value {
+    if let Value::Object(map) = &mut value {
+        map.remove(VECTORS);
+    }
+    value
+}
+
+/// The vectors kept in an item's value.
+fn vectors_of(value: &Value) -> Vec<Vec<f32>> {
+    value
+        .get(VECTORS)
+        .and_then(|v| v.get("vectors"))
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_array)
+                .map(|v| {
+                    v.iter()
+                        .filter_map(Value::as_f64)
+                        .map(|x| x as f32)
+                        .collect()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// 503 `unavailable`: the embedding model did not answer (nothing was written).
+fn embedding_failed(message: String) -> ApiError {
+    tracing::warn!(error = %message, "the store's embedding model failed");
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+}
 
 pub(super) fn router<S: Store>() -> Router<AppState<S>> {
     Router::new()
@@ -71,7 +114,7 @@ impl ItemBody {
         ItemBody {
             namespace: item.namespace,
             key: item.key,
-            value: item.value,
+            value: shown(item.value),
             created_at: item.created_at.to_rfc3339(),
             updated_at: item.updated_at.to_rfc3339(),
             score: searched.then_some(None),
@@ -84,7 +127,9 @@ struct PutItem {
     namespace: Vec<String>,
     key: String,
     value: Value,
-    // `index` (false, or the fields to embed) is not read: there is no vector index.
+    /// `false`: not embedded; a list: the fields embedded (else the server's).
+    #[serde(default)]
+    index: Option<Value>,
     #[serde(default)]
     ttl: Option<f64>,
 }
@@ -95,10 +140,41 @@ async fn put_item<S: Store>(
     ApiJson(body): ApiJson<PutItem>,
 ) -> ApiResult<StatusCode> {
     require_tenant_caller(&caller)?;
+    let mut value = body.value;
+    if let Value::Object(map) = &mut value {
+        map.remove(VECTORS);
+    }
+    let fields: Option<Vec<String>> = match body.index {
+        None | Some(Value::Null) | Some(Value::Bool(true)) => None,
+        Some(Value::Bool(false)) => Some(Vec::new()),
+        Some(Value::Array(list)) => Some(
+            list.iter()
+                .map(|f| f.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    ApiError::invalid("index", "index is false or a list of field paths")
+                })?,
+        ),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "index",
+                "index is false or a list of field paths",
+            ));
+        }
+    };
+    if let Some(index) = &state.config.store_index
+        && value.is_object()
+    {
+        let texts = StoreIndex::texts(&value, fields.as_deref().unwrap_or(index.fields()));
+        if !texts.is_empty() {
+            let vectors = index.embed(&texts).await.map_err(embedding_failed)?;
+            value[VECTORS] = json!({"vectors": vectors});
+        }
+    }
     let put = StoreItemPut {
         namespace: body.namespace,
         key: body.key,
-        value: body.value,
+        value,
         ttl_minutes: body.ttl,
     };
     state.store().put_store_item(&caller.tenant, put).await?;
@@ -198,11 +274,16 @@ async fn search_items<S: Store>(
     ApiJson(body): ApiJson<SearchItems>,
 ) -> ApiResult<Json<SearchAnswer>> {
     require_tenant_caller(&caller)?;
-    if body.query.as_deref().is_some_and(|q| !q.is_empty()) {
-        return Err(ApiError::invalid(
-            "query",
-            "semantic search (query) needs an embedding index, and this store has none: search by namespace_prefix and filter",
-        ));
+    if let Some(query) = body.query.clone().filter(|q| !q.trim().is_empty()) {
+        let Some(index) = state.config.store_index.clone() else {
+            return Err(ApiError::invalid(
+                "query",
+                "semantic search (query) needs an embedding model, and this server has none (stepwise serve --store-embed-model): search by namespace_prefix and filter",
+            ));
+        };
+        return ranked(&state, &caller, &index, &query, body)
+            .await
+            .map(Json);
     }
     let search = StoreItemSearch {
         namespace_prefix: body.namespace_prefix,
@@ -221,6 +302,77 @@ async fn search_items<S: Store>(
             .map(|item| ItemBody::new(item, true))
             .collect(),
     }))
+}
+
+/// A search with a `query`: the items under the prefix that pass the filter, ranked by their
+/// best cosine similarity to the query (those without vectors last, with no score).
+async fn ranked<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    index: &StoreIndex,
+    query: &str,
+    body: SearchItems,
+) -> ApiResult<SearchAnswer> {
+    let wanted = index
+        .embed(&[query.to_string()])
+        .await
+        .map_err(embedding_failed)?
+        .pop()
+        .unwrap_or_default();
+    let mut scored: Vec<(Option<f64>, StoreItem)> = Vec::new();
+    let mut offset = 0;
+    while offset < MAX_RANKED {
+        let page = state
+            .store()
+            .search_store_items(
+                &caller.tenant,
+                StoreItemSearch {
+                    namespace_prefix: body.namespace_prefix.clone(),
+                    filter: body.filter.clone(),
+                    limit: stepwise_store::langgraph_store::MAX_STORE_LIMIT,
+                    offset,
+                    refresh_ttl: false,
+                },
+            )
+            .await?;
+        let full = page.len() as u32 == stepwise_store::langgraph_store::MAX_STORE_LIMIT;
+        offset += page.len() as u32;
+        for item in page {
+            let score = vectors_of(&item.value)
+                .iter()
+                .map(|v| cosine(&wanted, v))
+                .fold(None, |best: Option<f64>, s| {
+                    Some(best.map_or(s, |b| b.max(s)))
+                });
+            scored.push((score, item));
+        }
+        if !full {
+            break;
+        }
+    }
+    scored.sort_by(|(a, _), (b, _)| match (a, b) {
+        (Some(a), Some(b)) => b.total_cmp(a),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    let limit = body.limit.unwrap_or(DEFAULT_SEARCH_LIMIT) as usize;
+    let skip = body.offset.unwrap_or(0) as usize;
+    let refresh = body.refresh_ttl.unwrap_or(true);
+    let mut items = Vec::new();
+    for (score, item) in scored.into_iter().skip(skip).take(limit) {
+        if refresh {
+            // The time to live of what a search answers starts again, as without a query.
+            state
+                .store()
+                .get_store_item(&caller.tenant, &item.namespace, &item.key, true)
+                .await?;
+        }
+        let mut shown = ItemBody::new(item, true);
+        shown.score = Some(score);
+        items.push(shown);
+    }
+    Ok(SearchAnswer { items })
 }
 
 #[derive(Deserialize)]

@@ -13,7 +13,10 @@ The store is the tenant's: an admin or worker key reaches it; an end user's toke
 (403). Items may carry a time to live in minutes (``ttl=``); reads start it again unless asked
 not to (``refresh_ttl=False``). Searches take a namespace prefix, a ``filter`` on the value's
 top-level fields (equality, or ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``) and
-``limit``/``offset``; there is no vector index, so a search ``query`` raises.
+``limit``/``offset``. A search ``query`` ranks the items by meaning (``score``) when the server
+has an embedding model (``stepwise serve --store-embed-model MODEL``; the fields embedded are the
+server's ``--store-index-fields`` or a put's ``index=[...]``, none with ``index=False``); without
+one it raises.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ def _request(op: Op) -> _Request:
         body: dict[str, Any] = {"namespace": list(op.namespace), "key": op.key, "value": dict(op.value)}
         if op.ttl is not None:
             body["ttl"] = op.ttl
+        if op.index is not None:  # False, or the fields to embed
+            body["index"] = op.index if op.index is False else list(op.index)
         return "PUT", _ITEMS, body, None, "none"
     if isinstance(op, SearchOp):
         body = {
