@@ -419,10 +419,12 @@ def make_key(database: str, tenant: str, user: str, role: str) -> str:
 def test_a_users_threads_are_its_own(tmp_path: Path) -> None:
     database = f"sqlite://{tmp_path / 'users.db'}"
     admin_key = make_key(database, "acme", "ops", "admin")
+    other_admin = make_key(database, "other", "ops", "admin")
     with local_server(database=database) as server:
         with Stepwise(server.url, api_key=admin_key) as admin:
             alice_key = admin.keys.create("alice", role="user")["key"]
             bob_key = admin.keys.create("bob", role="user")["key"]
+            worker_key = admin.keys.create("runner", role="worker")["key"]
         alice = get_sync_client(url=f"{server.url}/langgraph", api_key=alice_key)
         bob = get_sync_client(url=f"{server.url}/langgraph", api_key=bob_key)
         thread = alice.threads.create(metadata={"who": "alice"})
@@ -456,6 +458,32 @@ def test_a_users_threads_are_its_own(tmp_path: Path) -> None:
             lambda: alice.assistants.create("nobody-serves-this"),
             lambda: alice.assistants.update(aid, name="mine"),
             lambda: alice.assistants.delete(aid),
+        ):
+            with pytest.raises(httpx.HTTPStatusError) as refused:
+                call()
+            assert refused.value.response.status_code == 403
+        # Another tenant's admin: 404 on the same paths (the owner's 200s are above).
+        stranger = get_sync_client(url=f"{server.url}/langgraph", api_key=other_admin)
+        for call in (
+            lambda: stranger.threads.get(tid),
+            lambda: stranger.runs.get(tid, run["run_id"]),
+            lambda: stranger.runs.create(tid, "nobody-serves-this", input={"x": 5}),
+            lambda: stranger.assistants.get(aid),
+        ):
+            with pytest.raises(httpx.HTTPStatusError) as elsewhere:
+                call()
+            assert elsewhere.value.response.status_code == 404
+        assert stranger.threads.search(limit=100) == [] and stranger.assistants.search(name="shared") == []
+        # A worker key reaches the store and the assistants, not threads or runs (403, as
+        # sessions are on /v1).
+        worker = get_sync_client(url=f"{server.url}/langgraph", api_key=worker_key)
+        worker.store.put_item(["w"], key="k", value={"ok": True})
+        assert worker.assistants.get(aid)["assistant_id"] == aid
+        for call in (
+            lambda: worker.threads.create(),
+            lambda: worker.threads.get(tid),
+            lambda: worker.runs.create(tid, aid, input={"x": 6}),
+            lambda: worker.threads.search(),
         ):
             with pytest.raises(httpx.HTTPStatusError) as refused:
                 call()

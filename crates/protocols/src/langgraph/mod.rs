@@ -21,23 +21,42 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
-use stepwise_store::Store;
+use axum::response::{IntoResponse, Response};
+use stepwise_store::{AccessRole, Store};
 
-use stepwise_server::{AppState, authenticated, method_not_allowed, not_found};
+use stepwise_server::{ApiError, AppState, Caller, authenticated, method_not_allowed, not_found};
 
 /// The LangGraph SDK's key header.
 const X_API_KEY: &str = "x-api-key";
 
 /// The routes under `/langgraph`, with auth and the rate limit of `/v1`.
 pub(crate) fn router<S: Store>(state: &AppState<S>) -> Router<AppState<S>> {
+    // Threads and runs are an admin's and its users'; a worker reaches the store and the
+    // assistants (and its own executions on `/v1`), as on `/v1` where sessions are 403 to it.
+    let conversations = threads::router::<S>()
+        .merge(runs::router::<S>())
+        .route_layer(middleware::from_fn(no_workers));
     let routes = store::router::<S>()
         .merge(assistants::router::<S>())
-        .merge(threads::router::<S>())
-        .merge(runs::router::<S>())
+        .merge(conversations)
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found);
     authenticated(state, routes).route_layer(middleware::from_fn(x_api_key_as_bearer))
+}
+
+/// 403 `forbidden` for a `worker` caller.
+async fn no_workers(request: Request, next: Next) -> Response {
+    if request
+        .extensions()
+        .get::<Caller>()
+        .is_some_and(|caller| caller.role == AccessRole::Worker)
+    {
+        return ApiError::forbidden(
+            "LangGraph's threads and runs need an admin key or a user's key or token; this key is a `worker`",
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Takes the SDK's `x-api-key` as the request's `Authorization: Bearer` (an `Authorization`
