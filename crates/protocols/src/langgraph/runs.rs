@@ -720,9 +720,8 @@ async fn join<S: Store>(
     Path((thread, run)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
-    if is_live(&execution)
-        && let Some((mut follower, _slot)) = follow(&state, &caller, &session, &execution).await?
-    {
+    if is_live(&execution) {
+        let (mut follower, _slot) = follow(&state, &caller, &session, &execution).await?;
         while follower.next().await.is_some() {}
     }
     Ok(Json(outcome(&state, &caller, execution.id).await?))
@@ -735,7 +734,7 @@ async fn follow<S: Store>(
     caller: &Caller,
     session: &Session,
     execution: &Execution,
-) -> ApiResult<Option<(RunFollower<S>, stepwise_server::SubscriberSlot)>> {
+) -> ApiResult<(RunFollower<S>, stepwise_server::SubscriberSlot)> {
     let slot = state.stream_slot(&caller.tenant, session.id)?;
     let live = state.store().subscribe(&caller.tenant, session.id);
     let (turn, after) = find_turn(state.store(), &caller.tenant, session.id, execution.id).await?;
@@ -747,7 +746,7 @@ async fn follow<S: Store>(
         live,
         Start::After(after),
     );
-    Ok(Some((follower, slot)))
+    Ok((follower, slot))
 }
 
 /// `stream_mode` (repeated or once), `stream_subgraphs` and `cancel_on_disconnect` of a
@@ -801,7 +800,7 @@ async fn join_stream<S: Store>(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let follower = follow(&state, &caller, &session, &execution).await?;
+    let follower = Some(follow(&state, &caller, &session, &execution).await?);
     Ok(respond(Streamed {
         tenant: caller.tenant.clone(),
         thread_id: thread_id(&session),
