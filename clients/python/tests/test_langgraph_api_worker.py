@@ -206,8 +206,9 @@ def test_a_langgraph_api_run_keeps_its_chunks_on_steps_and_its_state_in_a_snapsh
     assert state["created_at"] == latest.created_at
 
 
-def test_messages_are_kept_as_their_model_dump_and_tokens_go_out_live():
-    model = GenericFakeChatModel(messages=iter([AIMessage("hello there", id="m-1")]))
+def chatting(answer: AIMessage) -> Any:
+    """One node, ``chat``: an offline model that streams `answer`."""
+    model = GenericFakeChatModel(messages=iter([answer]))
 
     def chat(state: MessagesState) -> dict:
         return {"messages": [model.invoke(state["messages"])]}
@@ -216,7 +217,11 @@ def test_messages_are_kept_as_their_model_dump_and_tokens_go_out_live():
     builder.add_node("chat", chat)
     builder.add_edge(START, "chat")
     builder.add_edge("chat", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_messages_are_kept_as_their_model_dump_and_tokens_go_out_live():
+    graph = chatting(AIMessage("hello there", id="m-1"))
     api, tokens = FakeApi(), Tokens()
     request = {"input": {"messages": [{"role": "user", "content": "hi", "id": "u-1"}]}}
     answer = langgraph_handler(graph)(claim(api, "e1", request, deltas=tokens))
@@ -552,18 +557,9 @@ def test_the_worker_announces_each_graph_once_when_it_starts(caplog):
 
 
 def test_the_events_mode_streams_the_graphs_events_live_and_keeps_the_same_chunks():
-    model = GenericFakeChatModel(messages=iter([AIMessage("hi you", id="m-2")]))
-
-    def chat(state: MessagesState) -> dict:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    builder.add_edge("chat", END)
     api, live = FakeApi(), Tokens()
     request = {"input": {"messages": [{"role": "user", "content": "hey"}]}, "stream_mode": ["events", "values"]}
-    answer = langgraph_handler(builder.compile(checkpointer=InMemorySaver()))(claim(api, "e1", request, deltas=live))
+    answer = langgraph_handler(chatting(AIMessage("hi you", id="m-2")))(claim(api, "e1", request, deltas=live))
     assert answer == "hi you"
     events = [i["data"] for i in live.items if i["mode"] == "events"]
     names = [e["event"] for e in events]

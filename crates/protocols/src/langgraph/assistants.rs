@@ -127,26 +127,33 @@ fn namespace() -> Vec<String> {
     NAMESPACE.iter().map(|s| s.to_string()).collect()
 }
 
-/// Every graph the tenant's workers announced, by name.
-async fn announced<S: Store>(state: &AppState<S>, caller: &Caller) -> ApiResult<Vec<Announced>> {
-    let items = match state
+/// The tenant's store items under `prefix` (none on a backend without LangGraph's store:
+/// files).
+async fn items_under<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    prefix: Vec<String>,
+) -> ApiResult<Vec<StoreItem>> {
+    let search = StoreItemSearch {
+        namespace_prefix: prefix,
+        filter: None,
+        limit: MAX_LIMIT,
+        offset: 0,
+        refresh_ttl: false,
+    };
+    match state
         .store()
-        .search_store_items(
-            &caller.tenant,
-            StoreItemSearch {
-                namespace_prefix: namespace(),
-                filter: None,
-                limit: MAX_LIMIT,
-                offset: 0,
-                refresh_ttl: false,
-            },
-        )
+        .search_store_items(&caller.tenant, search)
         .await
     {
-        // A backend without LangGraph's store (files) has no announced graphs.
-        Err(StoreError::InvalidState(_)) => Vec::new(),
-        other => other?,
-    };
+        Err(StoreError::InvalidState(_)) => Ok(Vec::new()),
+        other => Ok(other?),
+    }
+}
+
+/// Every graph the tenant's workers announced, by name.
+async fn announced<S: Store>(state: &AppState<S>, caller: &Caller) -> ApiResult<Vec<Announced>> {
+    let items = items_under(state, caller, namespace()).await?;
     let mut found: Vec<Announced> = items
         .into_iter()
         .filter(|item| item.namespace == namespace())
@@ -231,23 +238,7 @@ async fn custom<S: Store>(
 
 /// Every assistant of one's own of the tenant.
 async fn customs<S: Store>(state: &AppState<S>, caller: &Caller) -> ApiResult<Vec<Value>> {
-    let items = match state
-        .store()
-        .search_store_items(
-            &caller.tenant,
-            StoreItemSearch {
-                namespace_prefix: custom_namespace(),
-                filter: None,
-                limit: MAX_LIMIT,
-                offset: 0,
-                refresh_ttl: false,
-            },
-        )
-        .await
-    {
-        Err(StoreError::InvalidState(_)) => Vec::new(),
-        other => other?,
-    };
+    let items = items_under(state, caller, custom_namespace()).await?;
     Ok(items
         .into_iter()
         .filter_map(|item| item.value.get("assistant").cloned())
