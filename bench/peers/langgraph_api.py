@@ -60,12 +60,19 @@ INPUT = {"messages": [{"role": "user", "content": "hi"}]}
 PATIENCE_S = 120.0
 
 GRAPH_MODULE = '''\
-"""The benchmark's graph: one node that answers at once."""
+"""The benchmark's graph: one node that answers (after $LGAPI_BENCH_NODE_MS milliseconds)."""
+import os
+import time
+
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
+NODE_S = float(os.environ.get("LGAPI_BENCH_NODE_MS", "0")) / 1000.0
+
 
 def answer(state: MessagesState) -> dict:
+    if NODE_S > 0:
+        time.sleep(NODE_S)
     return {"messages": [AIMessage("ok")]}
 
 
@@ -127,6 +134,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "--n-jobs-per-worker (default 8)")
     p.add_argument("--seconds", type=float, default=20.0, help="how long the runs.wait clients run (default 20)")
     p.add_argument("--only", choices=("stepwise", "langgraph"), help="measure one server only")
+    p.add_argument("--node-ms", type=float, default=0.0,
+                   help="the node works this long before answering (default 0): the first values event "
+                        "(the run's input) should not wait for it")
     p.add_argument("--bin", default=None,
                    help="the stepwise binary (default: $STEPWISE_BIN, else target/release/stepwise when newer "
                    "than the sources, else target/debug/stepwise)")
@@ -542,6 +552,7 @@ def main() -> None:
             os.execv(str(client), [str(client), str(Path(__file__).resolve()), *sys.argv[1:]])
         sys.exit(f"{sys.executable} cannot import langgraph_sdk, langgraph and stepwise; give --client-python")
     a.client_python = a.client_python if Path(a.client_python).is_file() else sys.executable
+    os.environ["LGAPI_BENCH_NODE_MS"] = str(a.node_ms)  # for both servers' graphs
 
     import langgraph_sdk
     from importlib.metadata import version
@@ -563,7 +574,8 @@ def main() -> None:
                    "langgraph": version("langgraph"), "stepwise_client": version("stepwise-client")},
         "langgraph_dev": {"cli": a.langgraph_dev, "langgraph_api / runtime_inmem / langgraph": lgdev_version},
         "params": {"runs": a.runs, "warmup": a.warmup, "thread": a.thread, "clients": a.clients,
-                   "seconds": a.seconds, "durability": a.durability, "graph": "MessagesState, one node, no model"},
+                   "seconds": a.seconds, "durability": a.durability, "node_ms": a.node_ms,
+                   "graph": "MessagesState, one node, no model"},
     }
     log(f"stepwise binary: {binary_line}")
     log(f"langgraph dev: {a.langgraph_dev} (langgraph-api, runtime-inmem, langgraph: {lgdev_version})")
