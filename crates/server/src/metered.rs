@@ -235,6 +235,16 @@ impl<S: Store> MessageStore for Metered<S> {
         timed(Timed::SaveMessage, self.inner.append_message(tenant, new)).await
     }
 
+    async fn queue_message(
+        &self,
+        tenant: &Tenant,
+        new: NewMessage,
+    ) -> Result<(Message, Ack<Message>)> {
+        let started = Instant::now();
+        let (message, ack) = self.inner.queue_message(tenant, new).await?;
+        Ok((message, timed_ack(Timed::SaveMessage, started, ack)))
+    }
+
     async fn list_messages(
         &self,
         tenant: &Tenant,

@@ -2,16 +2,24 @@
 //! server-time order.
 
 use stepwise_core::{Id, Message};
-use stepwise_store::{MessageQuery, NewMessage, Result, StoreError, Tenant};
+use stepwise_store::{Ack, MessageQuery, NewMessage, Result, StoreError, Tenant};
 
 use crate::state::Key;
 use crate::{FileStore, check_depth};
 
 impl stepwise_store::MessageStore for FileStore {
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+        self.queue_message(tenant, new).await?.1.await
+    }
+
+    async fn queue_message(
+        &self,
+        tenant: &Tenant,
+        new: NewMessage,
+    ) -> Result<(Message, Ack<Message>)> {
         check_depth("metadata", [&new.metadata])?;
         let session_id = new.session_id;
-        let ack = {
+        let (queued, ack) = {
             let mut state = self.lock();
             // Read the clock under the lock, so concurrent appends are stored in time order.
             let now = self.now();
@@ -35,9 +43,9 @@ impl stepwise_store::MessageStore for FileStore {
                 },
                 true,
             );
-            self.enqueue(&mut state, message)
+            (message.clone(), self.enqueue(&mut state, message))
         };
-        ack.await
+        Ok((queued, ack))
     }
 
     /// No session cache here: every message of the session is new.

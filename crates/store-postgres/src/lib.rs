@@ -176,6 +176,11 @@ impl PgStore {
             queue_bell.clone(),
             stopped.clone(),
         ));
+        tokio::spawn(relay::run_announcer(
+            relay.clone(),
+            pool.clone(),
+            stopped.clone(),
+        ));
         tokio::spawn(relay::run_fetcher(
             relay.clone(),
             pool.clone(),

@@ -2,12 +2,13 @@
 //! same statement, listed in order (after a message, by role, up to a limit).
 
 use stepwise_core::{Id, Message};
-use stepwise_store::{MessageQuery, NewMessage, Result, StoreError, Tenant};
+use stepwise_store::{Ack, MessageQuery, NewMessage, Result, StoreError, Tenant};
 
 use tokio_postgres::GenericClient;
 
 use crate::PgStore;
 use crate::sql::{self, Params, args, json_text, map_pg, message_cols};
+use crate::writer::MessageJob;
 
 /// One statement: the session row is bumped only if it exists for this tenant, and the
 /// message is inserted only then (no row returned: no such session).
@@ -54,10 +55,41 @@ pub(crate) async fn insert(c: &impl GenericClient, tenant: &Tenant, m: &Message)
 }
 
 impl stepwise_store::MessageStore for PgStore {
+    /// Through the group-commit writer of the message's session (see
+    /// [`Self::queue_message`]), answered once committed.
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+        self.queue_message(tenant, new).await?.1.await
+    }
+
+    /// On the writer of the message's session: it commits with the session's events and
+    /// the batch's other writes, in one transaction that locks the session's row once (a
+    /// statement of its own waited for the writer's lock of that row), after the writes
+    /// the session queued before it.
+    async fn queue_message(
+        &self,
+        tenant: &Tenant,
+        new: NewMessage,
+    ) -> Result<(Message, Ack<Message>)> {
         let message = new.into_message(self.now());
-        insert(&**self.client().await?, tenant, &message).await?;
-        Ok(message)
+        for (field, text) in [
+            ("content", Some(&message.content)),
+            ("related_type", message.related_type.as_ref()),
+            ("related_id", message.related_id.as_ref()),
+            ("context_url", message.context_url.as_ref()),
+        ] {
+            if let Some(text) = text {
+                sql::check_text(field, text)?;
+            }
+        }
+        let ack = self
+            .inner
+            .writer
+            .message(MessageJob {
+                tenant: tenant.as_str().to_string(),
+                message: message.clone(),
+            })
+            .await?;
+        Ok((message, ack))
     }
 
     async fn list_messages(

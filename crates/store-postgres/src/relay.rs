@@ -68,6 +68,10 @@ pub(crate) struct Relay {
     wake: Notify,
     /// Rung by a `NOTIFY` on [`QUEUE_CHANNEL`] (and after (re)connecting the listener).
     pub(crate) queue: Notify,
+    /// The last event id of each session committed here since the last `NOTIFY` was sent
+    /// (see [`run_announcer`]).
+    outbox: Mutex<HashMap<Id, i64>>,
+    announce: Notify,
 }
 
 impl Relay {
@@ -77,7 +81,29 @@ impl Relay {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
             queue: Notify::new(),
+            outbox: Mutex::new(HashMap::new()),
+            announce: Notify::new(),
         }
+    }
+
+    /// Asks for committed events to be announced to the other nodes: `(session, event id)`
+    /// pairs, sent after the commit by [`run_announcer`], the highest id of each session.
+    pub(crate) fn announce(&self, committed: impl IntoIterator<Item = (Id, i64)>) {
+        let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        let mut any = false;
+        for (session, id) in committed {
+            let last = outbox.entry(session).or_insert(id);
+            *last = (*last).max(id);
+            any = true;
+        }
+        drop(outbox);
+        if any {
+            self.announce.notify_one();
+        }
+    }
+
+    fn take_outbox(&self) -> HashMap<Id, i64> {
+        std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -366,6 +392,66 @@ async fn fetch(
         }
     }
     Ok(())
+}
+
+/// Sends the other nodes' doorbell for events committed here: one `NOTIFY` per session
+/// with `<session>:<last id>`, for everything [`Relay::announce`]d while the last one was
+/// sent, in a transaction of its own that does not wait for its WAL flush.
+///
+/// Why not in the batch's transaction: a transaction that notifies holds PostgreSQL's
+/// lock on the notification queue from before its commit until it ends, its WAL flush
+/// included, so the writers' commits went one flush at a time instead of sharing one.
+/// Nothing is lost with the notification: it is a doorbell, the events are in the table,
+/// and the fetcher's poll reads what a missed one would have announced.
+pub(crate) async fn run_announcer(
+    relay: Arc<Relay>,
+    pool: Pool,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => return,
+            _ = relay.announce.notified() => {}
+        }
+        let outbox = relay.take_outbox();
+        if outbox.is_empty() {
+            continue;
+        }
+        // Ids and numbers only: nothing here needs quoting.
+        let payloads: Vec<String> = outbox
+            .iter()
+            .map(|(session, last)| format!("('{}:{last}')", session.simple()))
+            .collect();
+        let statement = format!(
+            "SET LOCAL synchronous_commit TO off; \
+             SELECT pg_notify('{CHANNEL}', p) FROM (VALUES {}) AS v(p)",
+            payloads.join(",")
+        );
+        let sent = match pool.get().await {
+            Ok(mut client) => notify_without_flush(&mut client, &statement).await,
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "could not announce events to the other nodes; their poll will find them");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Runs `statement` (its `NOTIFY`s) in a transaction after `SET LOCAL synchronous_commit
+/// TO off`: rolled back, not left open on the pooled connection, when it fails.
+pub(crate) async fn notify_without_flush(
+    client: &mut deadpool_postgres::Object,
+    statement: &str,
+) -> Result<(), String> {
+    let tx = crate::sql::pg(client)
+        .transaction()
+        .await
+        .map_err(|e| e.to_string())?;
+    tx.batch_execute(statement)
+        .await
+        .map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())
 }
 
 /// Keeps one LISTEN connection open (reconnecting after a pause when it drops) and rings

@@ -1,4 +1,4 @@
-//! Group commit. Steps, snapshots and events are queued on a bounded channel and return
+//! Group commit. Steps, snapshots, events and messages are queued on a bounded channel and return
 //! an [`Ack`] at once; one writer task takes whatever is queued (up to `max_batch`) and
 //! commits it in one transaction with a handful of set-based statements (multi-row
 //! inserts from `unnest` arrays), so the cost per save falls as concurrency rises. Only
@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadpool_postgres::Pool;
 use stepwise_core::codec;
-use stepwise_core::{Event, ExecutionStatus, Id, Snapshot, Step, StepBody, Timestamp};
+use stepwise_core::{Event, ExecutionStatus, Id, Message, Snapshot, Step, StepBody, Timestamp};
 use stepwise_store::{Ack, AckSender, NewEvent, NewStep, Result, StepAppend, StoreError};
 use tokio::sync::mpsc;
 
 use crate::relay::Relay;
-use crate::sql::{self, args, map_pg, map_pool};
+use crate::sql::{self, args, json_text, map_pg, map_pool};
 
 pub(crate) struct StepJob {
     pub tenant: String,
@@ -45,10 +45,17 @@ pub(crate) struct EventJob {
     pub now: Timestamp,
 }
 
+/// A message of a session, stamped before it is queued; the session's count moves with it.
+pub(crate) struct MessageJob {
+    pub tenant: String,
+    pub message: Message,
+}
+
 pub(crate) enum Job {
     Step(StepJob, AckSender<StepAppend>),
     Snapshot(SnapshotJob, AckSender<Snapshot>),
     Event(EventJob, AckSender<Event>),
+    Message(MessageJob, AckSender<Message>),
     /// Answered once everything queued before it is committed.
     Flush(AckSender<()>),
 }
@@ -122,6 +129,15 @@ impl Writer {
         Ok(ack)
     }
 
+    /// Queues a message on its session's writer: it commits with the session's events and
+    /// the other writes of the batch, under one lock of the session's row.
+    pub(crate) async fn message(&self, job: MessageJob) -> Result<Ack<Message>> {
+        let (tx, ack) = Ack::channel();
+        self.send(job.message.session_id, Job::Message(job, tx))
+            .await?;
+        Ok(ack)
+    }
+
     /// Waits until everything queued on every writer before this call is committed.
     pub(crate) async fn flush(&self) -> Result<()> {
         let mut acks = Vec::with_capacity(self.txs.len());
@@ -158,16 +174,18 @@ async fn run(
         let mut steps = Vec::new();
         let mut snapshots = Vec::new();
         let mut events = Vec::new();
+        let mut messages = Vec::new();
         let mut flushes = Vec::new();
         for job in jobs.drain(..) {
             match job {
                 Job::Step(job, ack) => steps.push((job, ack)),
                 Job::Snapshot(job, ack) => snapshots.push((job, ack)),
                 Job::Event(job, ack) => events.push((job, ack)),
+                Job::Message(job, ack) => messages.push((job, ack)),
                 Job::Flush(ack) => flushes.push(ack),
             }
         }
-        let writes = steps.len() + snapshots.len() + events.len();
+        let writes = steps.len() + snapshots.len() + events.len() + messages.len();
         let committed = if writes == 0 {
             Ok(Done::default())
         } else {
@@ -175,6 +193,7 @@ async fn run(
                 steps: steps.iter().map(|(j, _)| j).collect(),
                 snapshots: snapshots.iter().map(|(j, _)| j).collect(),
                 events: events.iter().map(|(j, _)| j).collect(),
+                messages: messages.iter().map(|(j, _)| j).collect(),
             };
             commit_with_retries(&pool, &inputs).await
         };
@@ -193,6 +212,11 @@ async fn run(
                     })
                     .collect();
                 relay.committed_locally(published);
+                relay.announce(
+                    done.events
+                        .iter()
+                        .filter_map(|e| e.as_ref().ok().map(|e| (e.session_id, e.id))),
+                );
                 for ((_, ack), result) in steps.into_iter().zip(done.steps) {
                     let _ = ack.send(result);
                 }
@@ -201,6 +225,9 @@ async fn run(
                 }
                 for ((_, ack), result) in events.into_iter().zip(done.events) {
                     let _ = ack.send(result);
+                }
+                for ((job, ack), result) in messages.into_iter().zip(done.messages) {
+                    let _ = ack.send(result.map(|()| job.message));
                 }
                 for ack in flushes {
                     let _ = ack.send(Ok(()));
@@ -218,6 +245,9 @@ async fn run(
                 for (_, ack) in events {
                     let _ = ack.send(Err(e.clone()));
                 }
+                for (_, ack) in messages {
+                    let _ = ack.send(Err(e.clone()));
+                }
                 for ack in flushes {
                     let _ = ack.send(Err(e.clone()));
                 }
@@ -230,6 +260,7 @@ struct Inputs<'a> {
     steps: Vec<&'a StepJob>,
     snapshots: Vec<&'a SnapshotJob>,
     events: Vec<&'a EventJob>,
+    messages: Vec<&'a MessageJob>,
 }
 
 #[derive(Default)]
@@ -237,6 +268,7 @@ struct Done {
     steps: Vec<Result<StepAppend>>,
     snapshots: Vec<Result<Snapshot>>,
     events: Vec<Result<Event>>,
+    messages: Vec<Result<()>>,
 }
 
 /// A batch failure: whether trying again may succeed, and the error for the callers.
@@ -304,7 +336,12 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
         .collect();
     exec_ids.sort_unstable();
     exec_ids.dedup();
-    let mut event_sessions: Vec<Id> = inputs.events.iter().map(|e| e.new.session_id).collect();
+    let mut event_sessions: Vec<Id> = inputs
+        .events
+        .iter()
+        .map(|e| e.new.session_id)
+        .chain(inputs.messages.iter().map(|m| m.message.session_id))
+        .collect();
     event_sessions.sort_unstable();
     event_sessions.dedup();
     let snapshot_execs: Vec<Id> = inputs
@@ -371,17 +408,21 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
         );
     }
 
-    // The three kinds touch different rows: their statements are pipelined too.
-    let (steps, snapshots, events) = tokio::try_join!(
+    // The kinds touch different rows: their statements are pipelined too (the messages'
+    // and the events' updates of a session's row run in the order they were sent).
+    let messages = messages_of_sessions(&inputs.messages, &sessions);
+    let (steps, snapshots, events, ()) = tokio::try_join!(
         write_steps(&tx, &inputs.steps, &exec_of),
         write_snapshots(&tx, &inputs.snapshots, &exec_of),
         write_events(&tx, &inputs.events, &mut sessions),
+        write_messages(&tx, &inputs.messages, &messages),
     )?;
     tx.commit().await?;
     Ok(Done {
         steps,
         snapshots,
         events,
+        messages,
     })
 }
 
@@ -834,16 +875,90 @@ async fn write_events(
         args![session_ids, seqs, tenants, message_ids, execution_ids, types, contents, metadata, times],
     )
     .await?;
-    // The doorbell for other nodes: delivered at commit, session and last id only.
-    let payloads: Vec<String> = touched
-        .iter()
-        .zip(&lasts)
-        .map(|(id, last)| format!("{}:{last}", id.simple()))
-        .collect();
-    tx.execute_typed(
-        "SELECT pg_notify('stepwise_events', p) FROM unnest($1::text[]) AS p",
-        args![payloads],
-    )
-    .await?;
+    // The other nodes' doorbell is sent after the commit (`relay::run_announcer`).
     Ok(results)
+}
+
+/// Each message's answer: written when its session exists for its tenant (the row the batch
+/// locked), `NotFound` otherwise.
+fn messages_of_sessions(
+    jobs: &[&MessageJob],
+    sessions: &HashMap<Id, SessionRow>,
+) -> Vec<Result<()>> {
+    jobs.iter()
+        .map(|job| {
+            sessions
+                .get(&job.message.session_id)
+                .filter(|s| s.tenant == job.tenant)
+                .map(|_| ())
+                .ok_or(StoreError::NotFound("session"))
+        })
+        .collect()
+}
+
+/// Inserts the accepted messages and moves each session's count, `updated_at` (its newest
+/// message's time) and an abandoned session back to active, as one append does.
+async fn write_messages(
+    tx: &tokio_postgres::Transaction<'_>,
+    jobs: &[&MessageJob],
+    accepted: &[Result<()>],
+) -> std::result::Result<(), Failed> {
+    let written: Vec<&Message> = jobs
+        .iter()
+        .zip(accepted)
+        .filter(|(_, ok)| ok.is_ok())
+        .map(|(job, _)| &job.message)
+        .collect();
+    if written.is_empty() {
+        return Ok(());
+    }
+    let mut per_session: HashMap<Id, (i64, i64)> = HashMap::new();
+    for m in &written {
+        let entry = per_session.entry(m.session_id).or_insert((0, i64::MIN));
+        entry.0 += 1;
+        entry.1 = entry.1.max(m.created_at.0);
+    }
+    let mut s_ids: Vec<Id> = per_session.keys().copied().collect();
+    s_ids.sort_unstable();
+    let counts: Vec<i64> = s_ids.iter().map(|id| per_session[id].0).collect();
+    let times: Vec<i64> = s_ids.iter().map(|id| per_session[id].1).collect();
+    let tenants: Vec<String> = jobs
+        .iter()
+        .zip(accepted)
+        .filter(|(_, ok)| ok.is_ok())
+        .map(|(job, _)| job.tenant.clone())
+        .collect();
+    let ids: Vec<Id> = written.iter().map(|m| m.id).collect();
+    let sessions: Vec<Id> = written.iter().map(|m| m.session_id).collect();
+    let roles: Vec<String> = written
+        .iter()
+        .map(|m| m.role.as_str().to_string())
+        .collect();
+    let contents: Vec<String> = written.iter().map(|m| m.content.clone()).collect();
+    let executions: Vec<Option<Id>> = written.iter().map(|m| m.execution_id).collect();
+    let related_types: Vec<Option<String>> =
+        written.iter().map(|m| m.related_type.clone()).collect();
+    let related_ids: Vec<Option<String>> = written.iter().map(|m| m.related_id.clone()).collect();
+    let context_urls: Vec<Option<String>> = written.iter().map(|m| m.context_url.clone()).collect();
+    let metadata: Vec<String> = written.iter().map(|m| json_text(&m.metadata)).collect();
+    let created: Vec<i64> = written.iter().map(|m| m.created_at.0).collect();
+    let bump = async {
+        tx.execute_typed(
+            "UPDATE sessions s SET message_count = s.message_count + u.n, updated_at = u.t, \
+         status = CASE WHEN s.status = 'abandoned' THEN 'active' ELSE s.status END \
+         FROM unnest($1::uuid[], $2::int8[], $3::int8[]) AS u(id, n, t) WHERE s.id = u.id",
+            args![s_ids, counts, times],
+        )
+        .await
+    };
+    let insert = async {
+        tx.execute_typed(
+        "INSERT INTO messages (id, tenant_id, session_id, role, content, execution_id, related_type, related_id, context_url, metadata, created_at) \
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[])",
+        args![ids, tenants, sessions, roles, contents, executions, related_types, related_ids, context_urls, metadata, created],
+    )
+        .await
+    };
+    tokio::try_join!(bump, insert)?;
+    Ok(())
 }

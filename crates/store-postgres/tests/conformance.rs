@@ -149,6 +149,7 @@ pg_conformance! {
     session_cache
     session_message_cache
     fire_and_forget
+    queued_messages
     step_mirrored
     snapshots
     events

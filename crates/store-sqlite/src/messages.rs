@@ -3,7 +3,7 @@
 use rusqlite::types::Value as Sql;
 use rusqlite::{OptionalExtension, params, params_from_iter};
 use stepwise_core::{Id, Message};
-use stepwise_store::{MessageQuery, NewMessage, Result, StoreError, Tenant};
+use stepwise_store::{Ack, MessageQuery, NewMessage, Result, StoreError, Tenant};
 
 use crate::SqliteStore;
 use crate::rows::{self, bid, json_text, message_cols, opt_bid};
@@ -45,22 +45,35 @@ pub(crate) fn insert_message(conn: &rusqlite::Connection, tenant: &str, m: &Mess
 
 impl stepwise_store::MessageStore for SqliteStore {
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
+        self.queue_message(tenant, new).await?.1.await
+    }
+
+    async fn queue_message(
+        &self,
+        tenant: &Tenant,
+        new: NewMessage,
+    ) -> Result<(Message, Ack<Message>)> {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
         let message = new.into_message(now);
-        self.write(move |conn, _| {
-            let m = &message;
-            let touched = conn
-                .prepare_cached(BUMP_SESSION)
-                .and_then(|mut s| s.execute(params![now.0, bid(m.session_id), tenant]))
-                .map_err(map_sqlite)?;
-            if touched == 0 {
-                return Err(StoreError::NotFound("session"));
-            }
-            insert_message(conn, &tenant, m)?;
-            Ok(message)
-        })
-        .await
+        let queued = message.clone();
+        let ack = self
+            .inner
+            .writer
+            .submit(move |conn, _| {
+                let m = &message;
+                let touched = conn
+                    .prepare_cached(BUMP_SESSION)
+                    .and_then(|mut s| s.execute(params![now.0, bid(m.session_id), tenant]))
+                    .map_err(map_sqlite)?;
+                if touched == 0 {
+                    return Err(StoreError::NotFound("session"));
+                }
+                insert_message(conn, &tenant, m)?;
+                Ok(message)
+            })
+            .await?;
+        Ok((queued, ack))
     }
 
     async fn list_messages(

@@ -78,6 +78,7 @@ macro_rules! __with_cases {
             list_sessions
             list_sessions_pagination
             messages
+            queued_messages
             executions
             execution_transitions
             execution_with_messages

@@ -333,3 +333,95 @@ pub async fn messages<H: Harness>(harness: &H) {
 fn ids(messages: &[Message]) -> Vec<Id> {
     messages.iter().map(|m| m.id).collect()
 }
+
+/// Queued messages: answered at once as they will be stored, durable once their acks
+/// resolve, in the order queued with the session's events between them; the session's
+/// count moves with them; a session that does not exist for the tenant (another tenant's
+/// included) is `NotFound`, from the call or its ack, and nothing is written.
+pub async fn queued_messages<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let other = tenant("other");
+    let session = create_session(&store, &acme, Some("queued")).await;
+    let execution =
+        create_execution(&store, &acme, Some(session.id), ExecutionStatus::Running).await;
+
+    let mut queued = Vec::new();
+    let mut acks = Vec::new();
+    for n in 1..=20 {
+        let new = NewMessage::new(session.id, Role::Info, format!("Step {n}: done"))
+            .for_execution(execution.id);
+        let (message, ack) = ok(store.queue_message(&acme, new).await, "queue_message");
+        assert_eq!(message.content, format!("Step {n}: done"));
+        assert_eq!(message.execution_id, Some(execution.id));
+        // Its event behind it, as the engine queues them.
+        drop(ok(
+            store
+                .append_event(&acme, stepwise_store::message_created(&message))
+                .await,
+            "queue its event",
+        ));
+        queued.push(message);
+        acks.push(ack);
+    }
+    for (ack, message) in acks.into_iter().zip(&queued) {
+        let stored = ok(ack.await, "a queued message's ack");
+        assert_eq!(&stored, message, "the ack answers the message as stored");
+    }
+    let listed = ok(
+        store
+            .list_messages(&acme, session.id, MessageQuery::default())
+            .await,
+        "list_messages",
+    );
+    assert_eq!(
+        listed, queued,
+        "queued messages are stored in the order queued"
+    );
+    assert_eq!(
+        some(store.get_session(&acme, session.id).await, "session").message_count,
+        20
+    );
+    ok(store.flush().await, "flush");
+    let events = ok(
+        store.list_events(&acme, session.id, 0, 100).await,
+        "list_events",
+    );
+    let announced: Vec<Option<Id>> = events.iter().map(|e| e.message_id).collect();
+    let expected: Vec<Option<Id>> = queued.iter().map(|m| Some(m.id)).collect();
+    assert_eq!(
+        announced, expected,
+        "each event follows its message, in order"
+    );
+
+    // Another tenant, and a session that does not exist: nothing is written.
+    for (who, session_id) in [(&other, session.id), (&acme, stepwise_core::new_id())] {
+        let refused = match store
+            .queue_message(who, NewMessage::new(session_id, Role::Info, "not yours"))
+            .await
+        {
+            Ok((_, ack)) => ack.await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        assert!(
+            matches!(refused, Err(StoreError::NotFound(_))),
+            "a message to a session the tenant does not have: {refused:?}"
+        );
+    }
+    ok(store.flush().await, "flush");
+    assert_eq!(
+        some(store.get_session(&acme, session.id).await, "session").message_count,
+        20,
+        "a refused message moves no count"
+    );
+    assert_eq!(
+        ok(
+            store
+                .list_messages(&acme, session.id, MessageQuery::default())
+                .await,
+            "list_messages",
+        )
+        .len(),
+        20
+    );
+}

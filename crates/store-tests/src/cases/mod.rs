@@ -36,7 +36,7 @@ pub use isolation::tenant_isolation;
 pub use langgraph_store::{
     langgraph_store_isolation, langgraph_store_items, langgraph_store_search, langgraph_store_ttl,
 };
-pub use messages::messages;
+pub use messages::{messages, queued_messages};
 pub use mirrored::step_mirrored;
 pub use queue::{
     queue_claim_batch, queue_claims, queue_concurrent_claim_batches, queue_concurrent_claims,
