@@ -5,8 +5,9 @@
 //! The order is the built-in agents' and the same for every driver:
 //!
 //! 1. the steps queued so far are made durable (the run's own acks, or a store flush);
-//! 2. the answer goes to the session (so a client that sees `completed` finds it);
-//! 3. the snapshot (final when the execution finishes: every finished execution has one);
+//! 2. the answer goes to the session (so a client that sees `completed` finds it) and,
+//!    written at the same time, 3. the snapshot (final when the execution finishes: every
+//!    finished execution has one);
 //! 4. the transition in the store (the status a client reads);
 //! 5. the status line or the question (a question after the pause, so an answer sent right
 //!    after it resumes the execution);
@@ -112,20 +113,25 @@ impl<S: Store> Engine<S> {
             Driver::External => store.flush().await?,
             Driver::Idle { .. } => {}
         }
-        if let (
-            Outcome::Completed {
-                answer: Some(answer),
-                ..
-            },
-            Some(session_id),
-        ) = (outcome, session_id)
-        {
-            publisher
-                .say(tenant, session_id, execution.id, Role::Assistant, answer)
-                .await;
-        }
-        self.finishing_snapshot(tenant, execution, &mut driver, outcome)
-            .await?;
+        // The answer and the snapshot are written together (one group commit on the SQL
+        // backends, not one after the other); both are durable before the transition.
+        let answer = async {
+            if let (
+                Outcome::Completed {
+                    answer: Some(answer),
+                    ..
+                },
+                Some(session_id),
+            ) = (outcome, session_id)
+            {
+                publisher
+                    .say(tenant, session_id, execution.id, Role::Assistant, answer)
+                    .await;
+            }
+        };
+        let snapshot = self.finishing_snapshot(tenant, execution, &mut driver, outcome);
+        let ((), saved) = tokio::join!(answer, snapshot);
+        saved?;
         let done = store
             .transition_execution(tenant, execution.id, outcome.transition())
             .await?;
@@ -264,13 +270,29 @@ impl<S: Store> Engine<S> {
         Ok(())
     }
 
-    /// Waits until the steps queued so far are durable (before a status change, so a
-    /// finished execution's steps are all there when a client sees it finished).
+    /// Waits until the steps and lines queued so far are durable (before a status change,
+    /// so a finished execution's steps and lines are all there when a client sees it
+    /// finished).
     pub(super) async fn settle_steps(&self, run: &mut Run) {
-        if let Some(ack) = run.last_ack.take()
-            && let Err(e) = ack.await
-        {
+        let (step, line) = (run.last_ack.take(), run.last_line.take());
+        let step = async {
+            match step {
+                Some(ack) => ack.await.map(|_| ()),
+                None => Ok(()),
+            }
+        };
+        let line = async {
+            match line {
+                Some(ack) => ack.await.map(|_| ()),
+                None => Ok(()),
+            }
+        };
+        let (step, line) = tokio::join!(step, line);
+        if let Err(e) = step {
             tracing::warn!(execution = %run.ctx.execution.id, error = %e, "a step could not be saved");
+        }
+        if let Err(e) = line {
+            tracing::warn!(execution = %run.ctx.execution.id, error = %e, "a line could not be saved");
         }
     }
 

@@ -176,6 +176,9 @@ impl RunControl {
 struct Run {
     ctx: AgentContext,
     last_ack: Option<Ack<StepAppend>>,
+    /// The last line the run queued (the started line, a step's info line): awaited with
+    /// the steps before the execution's status changes.
+    last_line: Option<Ack<Message>>,
     parent_snapshot_id: Option<Id>,
     latest_snapshot_id: Option<Id>,
 }
@@ -353,6 +356,27 @@ impl Drop for Counted<'_> {
 
 impl<S: Store> Engine<S> {
     /// Stores a lifecycle line ("Execution started"...) with `{"kind": "status"}`.
+    /// [`Self::say_status`] queued, not awaited (see [`Publisher::note_queued`]).
+    async fn queue_status(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        execution_id: Id,
+        text: &str,
+    ) -> Option<Ack<Message>> {
+        self.inner
+            .publisher
+            .note_queued(
+                tenant,
+                session_id,
+                execution_id,
+                Role::Info,
+                text,
+                &MessageNote::kind("status"),
+            )
+            .await
+    }
+
     async fn say_status(&self, tenant: &Tenant, session_id: Id, execution_id: Id, text: &str) {
         self.inner
             .publisher

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 use stepwise_core::{EventType, Id, Message, Role};
-use stepwise_store::{NewEvent, NewMessage, Store, Tenant, message_created};
+use stepwise_store::{Ack, NewEvent, NewMessage, Store, Tenant, message_created};
 
 /// What an engine-written message is about, stored as its `metadata` and repeated in its
 /// `message.created` event beside `role`, so a client reads the step number, the tool and
@@ -55,6 +55,19 @@ impl MessageNote {
     }
 }
 
+/// An engine-written message of an execution with its [`MessageNote`] as metadata.
+fn noted(
+    session_id: Id,
+    execution_id: Id,
+    role: Role,
+    content: &str,
+    note: &MessageNote,
+) -> NewMessage {
+    let mut message = NewMessage::new(session_id, role, content).for_execution(execution_id);
+    message.metadata = note.to_metadata();
+    message
+}
+
 /// Stores messages and queues events. Cheap to clone.
 #[derive(Clone)]
 pub struct Publisher<S> {
@@ -95,9 +108,34 @@ impl<S: Store> Publisher<S> {
         content: &str,
         note: &MessageNote,
     ) -> Option<Message> {
-        let mut message = NewMessage::new(session_id, role, content).for_execution(execution_id);
-        message.metadata = note.to_metadata();
-        self.post(tenant, message).await
+        self.post(tenant, noted(session_id, execution_id, role, content, note))
+            .await
+    }
+
+    /// [`Self::note`] without waiting for the disk: the message is queued, then its
+    /// `message.created` event behind it, and the [`Ack`] resolves once the message is
+    /// durable (a session's queued writes commit in order). `None` (logged) when the store
+    /// refused it.
+    pub async fn note_queued(
+        &self,
+        tenant: &Tenant,
+        session_id: Id,
+        execution_id: Id,
+        role: Role,
+        content: &str,
+        note: &MessageNote,
+    ) -> Option<Ack<Message>> {
+        let message = noted(session_id, execution_id, role, content, note);
+        match self.store.queue_message(tenant, message).await {
+            Ok((message, ack)) => {
+                self.message_created(tenant, &message).await;
+                Some(ack)
+            }
+            Err(e) => {
+                tracing::warn!(session = %session_id, error = %e, "could not queue a message");
+                None
+            }
+        }
     }
 
     /// Stores a message and queues its `message.created` event; `None` (logged) when the

@@ -88,10 +88,13 @@ impl<S: Store> Engine<S> {
         } else {
             "Execution resumed"
         };
+        // Queued, not awaited: the run's first wait for the disk is its end.
+        let mut last_line = None;
         if execution.parent_execution_id.is_none()
             && let Some(session_id) = session_id
         {
-            self.say_status(tenant, session_id, execution.id, started_text)
+            last_line = self
+                .queue_status(tenant, session_id, execution.id, started_text)
                 .await;
         }
         self.inner
@@ -120,6 +123,7 @@ impl<S: Store> Engine<S> {
                 deltas,
             },
             last_ack: None,
+            last_line,
             parent_snapshot_id,
             latest_snapshot_id,
         };

@@ -1,5 +1,5 @@
-//! Saving a built-in agent's step: the step row (queued, not awaited), its
-//! `step.completed` event and its info line with the step's metadata.
+//! Saving a built-in agent's step: the step row, its `step.completed` event and its info
+//! line with the step's metadata, all queued, not awaited.
 
 use stepwise_core::{EventType, Role, Step, StepBody, StepError, StepKind, Timestamp, new_id};
 use stepwise_store::{NewStep, Store, Tenant};
@@ -8,8 +8,9 @@ use super::finish::Outcome;
 use super::{Engine, MessageNote, Run, RunControl, RunEnd};
 
 impl<S: Store> Engine<S> {
-    /// Queues a step (fire-and-forget: the agent loop does not wait for the disk), its
-    /// `step.completed` event and its info line, and adds it to the context.
+    /// Queues a step, its `step.completed` event and its info line (fire-and-forget: the
+    /// agent loop does not wait for the disk; `finish` awaits them), and adds it to the
+    /// context.
     pub(super) async fn save_step(
         &self,
         tenant: &Tenant,
@@ -78,8 +79,8 @@ impl<S: Store> Engine<S> {
             } else {
                 ("Step", kind.as_str())
             };
-            publisher
-                .note(
+            let queued = publisher
+                .note_queued(
                     tenant,
                     session_id,
                     execution.id,
@@ -88,6 +89,9 @@ impl<S: Store> Engine<S> {
                     &MessageNote::step(number, note_kind, tool),
                 )
                 .await;
+            if queued.is_some() {
+                run.last_line = queued;
+            }
         }
         run.ctx.steps.push(step);
     }
