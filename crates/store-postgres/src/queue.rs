@@ -50,10 +50,10 @@ const RENEW_LEASES: &str = "UPDATE executions SET lease_expires_at = $1 WHERE id
 const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - $4, 0), updated_at = $1 \
      WHERE id = $2 AND lease_owner = $3 AND status = 'running'";
 const QUEUE_DEPTH: &str = "SELECT COUNT(*) AS n FROM executions WHERE status = 'pending'";
-/// In a transaction that does not wait for its WAL flush: it holds the notification
-/// queue's lock only briefly (see `relay::run_announcer`).
+/// Run by `relay::notify_without_flush`, in a transaction that does not wait for its WAL
+/// flush: it holds the notification queue's lock only briefly (see `relay::run_announcer`).
 const NOTIFY_QUEUE: &str =
-    "BEGIN; SET LOCAL synchronous_commit TO off; SELECT pg_notify('stepwise_queue', ''); COMMIT;";
+    "SET LOCAL synchronous_commit TO off; SELECT pg_notify('stepwise_queue', '')";
 
 /// Asks for the other nodes' workers to be rung (after the caller's commit). Rings
 /// coalesce: at most one `NOTIFY` is in flight per node, and every ask made while it is
