@@ -285,14 +285,16 @@ impl stepwise_store::ExecutionStore for PgStore {
 
     /// Checks the move against the current state (row locked), applies it and rings the
     /// queue when the execution is queued again or its session may run its next one.
+    ///
+    /// It does not wait for the writers: whoever queued saves that must land first has
+    /// awaited their acks (the engine does, see `finish`), so a move does not wait for every
+    /// writer's batch in flight, other sessions' included.
     async fn transition_execution(
         &self,
         tenant: &Tenant,
         id: Id,
         transition: Transition,
     ) -> Result<Execution> {
-        // Saves queued before this call land before the move (steps before `completed`).
-        self.inner.writer.flush().await?;
         let now = self.now();
         let mut client = self.client().await?;
         let tx = pg(&mut client).transaction().await.map_err(map_pg)?;

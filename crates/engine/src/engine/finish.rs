@@ -5,10 +5,11 @@
 //! The order is the built-in agents' and the same for every driver:
 //!
 //! 1. the steps queued so far are made durable (the run's own acks, or a store flush);
-//! 2. the answer goes to the session (so a client that sees `completed` finds it) and,
-//!    written at the same time, 3. the snapshot (final when the execution finishes: every
-//!    finished execution has one);
-//! 4. the transition in the store (the status a client reads);
+//! 2. the answer goes to the session (so a client that sees `completed` finds it) and
+//!    3. the snapshot (final when the execution finishes: every finished execution has
+//!    one). A run's queued steps, its answer and its snapshot are awaited together: they
+//!    ride one group commit on the SQL backends, not three one after the other;
+//! 4. the transition in the store (the status a client reads), once 1–3 are durable;
 //! 5. the status line or the question (a question after the pause, so an answer sent right
 //!    after it resumes the execution);
 //! 6. the execution's event;
@@ -108,13 +109,21 @@ impl<S: Store> Engine<S> {
         // A recorder's lease ends with its execution (finished, paused or failed here).
         self.recorders().remove(&execution.id);
 
-        match &mut driver {
-            Driver::Run(run) => self.settle_steps(run).await,
-            Driver::External => store.flush().await?,
-            Driver::Idle { .. } => {}
-        }
-        // The answer and the snapshot are written together (one group commit on the SQL
-        // backends, not one after the other); both are durable before the transition.
+        let settled = match &mut driver {
+            Driver::Run(run) => Some(queued_writes(run)),
+            Driver::External => {
+                store.flush().await?;
+                None
+            }
+            Driver::Idle { .. } => None,
+        };
+        let settled = async {
+            if let Some(settled) = settled {
+                settled.await;
+            }
+        };
+        // The run's queued writes, the answer and the snapshot are waited for together;
+        // all are durable before the transition.
         let answer = async {
             if let (
                 Outcome::Completed {
@@ -130,7 +139,7 @@ impl<S: Store> Engine<S> {
             }
         };
         let snapshot = self.finishing_snapshot(tenant, execution, &mut driver, outcome);
-        let ((), saved) = tokio::join!(answer, snapshot);
+        let ((), (), saved) = tokio::join!(settled, answer, snapshot);
         saved?;
         let done = store
             .transition_execution(tenant, execution.id, outcome.transition())
@@ -221,14 +230,15 @@ impl<S: Store> Engine<S> {
                 let state =
                     snapshot_state(execution, outcome.status(), outcome.snapshot_extra(), &[]);
                 let step_number = u32::try_from(execution.step_count).unwrap_or(u32::MAX);
-                // Queued, not awaited: nothing links to it.
-                if let Err(e) = store
-                    .save_snapshot(
-                        tenant,
-                        new_snapshot(execution, step_number, true, *parent_snapshot_id, state),
-                    )
-                    .await
-                {
+                // Durable before the transition, which does not wait for queued saves: a
+                // finished execution has its snapshot.
+                let snapshot =
+                    new_snapshot(execution, step_number, true, *parent_snapshot_id, state);
+                let saved = match store.save_snapshot(tenant, snapshot).await {
+                    Ok(ack) => ack.await.map(|_| ()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = saved {
                     tracing::warn!(execution = %execution.id, error = %e, "could not save a snapshot");
                 }
             }
@@ -268,32 +278,6 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(())
-    }
-
-    /// Waits until the steps and lines queued so far are durable (before a status change,
-    /// so a finished execution's steps and lines are all there when a client sees it
-    /// finished).
-    pub(super) async fn settle_steps(&self, run: &mut Run) {
-        let (step, line) = (run.last_ack.take(), run.last_line.take());
-        let step = async {
-            match step {
-                Some(ack) => ack.await.map(|_| ()),
-                None => Ok(()),
-            }
-        };
-        let line = async {
-            match line {
-                Some(ack) => ack.await.map(|_| ()),
-                None => Ok(()),
-            }
-        };
-        let (step, line) = tokio::join!(step, line);
-        if let Err(e) = step {
-            tracing::warn!(execution = %run.ctx.execution.id, error = %e, "a step could not be saved");
-        }
-        if let Err(e) = line {
-            tracing::warn!(execution = %run.ctx.execution.id, error = %e, "a line could not be saved");
-        }
     }
 
     /// Ends a built-in agent's run: a store that refuses the transition means another
@@ -351,7 +335,7 @@ impl<S: Store> Engine<S> {
     /// Shutdown: the steps so far are made durable and the execution goes back to the
     /// queue, to resume from its last saved step.
     pub(super) async fn release(&self, run: &mut Run, ctl: &RunControl) -> RunEnd {
-        self.settle_steps(run).await;
+        queued_writes(run).await;
         if let Err(e) = self
             .inner
             .store
@@ -392,14 +376,47 @@ fn run_end(outcome: Outcome) -> RunEnd {
     }
 }
 
+/// Takes the acks of the steps and lines `run` queued so far; the future resolves once they
+/// are durable (a failed one is logged). It holds no borrow of the run, so the run's
+/// answer and snapshot can be written while it waits: before a status change, so that a
+/// finished execution's steps and lines are all there when a client sees it finished.
+fn queued_writes(run: &mut Run) -> impl std::future::Future<Output = ()> + use<> {
+    let (steps, line) = (std::mem::take(&mut run.step_acks), run.last_line.take());
+    let execution = run.ctx.execution.id;
+    async move {
+        let steps = async {
+            // They resolve together (one or two group commits): waiting in turn costs
+            // the slowest.
+            for ack in steps {
+                if let Err(e) = ack.await {
+                    tracing::warn!(execution = %execution, error = %e, "a step could not be saved");
+                }
+            }
+        };
+        let line = async {
+            match line {
+                Some(ack) => ack.await.map(|_| ()),
+                None => Ok(()),
+            }
+        };
+        let ((), line) = tokio::join!(steps, line);
+        if let Err(e) = line {
+            tracing::warn!(execution = %execution, error = %e, "a line could not be saved");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
     use stepwise_core::{ExecutionStatus, StepBody, StepKind};
-    use stepwise_store::{NewSnapshot, StoreError};
+    use stepwise_store::prelude::*;
+    use stepwise_store::{NewSnapshot, NewStep, StoreError, Transition};
 
-    use super::super::testing::{Harness, line, status};
+    use super::super::late_steps::LateFirstStep;
+    use super::super::testing::{Harness, call, line, status};
     use super::super::{ExternalStep, OpenExternal};
+    use crate::agent::Decision;
     use stepwise_core::Execution;
 
     async fn open(h: &Harness) -> Execution {
@@ -436,6 +453,65 @@ mod tests {
             .await
             .expect("the step is saved");
         assert!(appended.created);
+    }
+
+    #[tokio::test]
+    async fn a_run_changes_status_only_once_every_step_it_queued_is_durable() {
+        // The first step's ack resolves after the second's (as when a store commits one
+        // execution's steps out of order): the run waits for both before completing.
+        let h = Harness::over(
+            vec![
+                Ok(Decision::act(vec![call(
+                    "calculator",
+                    json!({"expression": "2+2"}),
+                )])),
+                Ok(Decision::finish("It is 4")),
+            ],
+            LateFirstStep::new,
+        )
+        .await;
+        let id = h.say("what is 2+2?").await;
+        h.run_next().await;
+
+        let execution = h.execution(id).await;
+        assert_eq!(execution.status, ExecutionStatus::Completed);
+        assert_eq!(h.steps(id).await.len(), 2);
+        assert_eq!(
+            h.engine.store().early().await,
+            0,
+            "the execution completed before its first step's ack resolved"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_late_step_store_sees_a_status_that_did_not_wait_for_its_step() {
+        // The twin of the test above: a move made without awaiting the step is seen.
+        let h = Harness::over(vec![], LateFirstStep::new).await;
+        let id = h.say("hello").await;
+        let store = h.engine.store();
+        store
+            .claim_next("test-worker", std::time::Duration::from_secs(60), 5)
+            .await
+            .expect("claiming works")
+            .expect("an execution is queued");
+        let ack = store
+            .append_step(
+                &h.tenant,
+                NewStep {
+                    execution_id: id,
+                    step_number: 1,
+                    kind: StepKind::Action,
+                    body: StepBody::default(),
+                },
+            )
+            .await
+            .expect("the step is queued");
+        store
+            .transition_execution(&h.tenant, id, Transition::Cancel)
+            .await
+            .expect("cancelled");
+        ack.await.expect("the step is saved");
+        assert_eq!(store.early().await, 1);
     }
 
     #[tokio::test]

@@ -23,6 +23,8 @@ mod submit;
 mod tools_run;
 
 #[cfg(test)]
+mod late_steps;
+#[cfg(test)]
 mod testing;
 
 use std::collections::HashMap;
@@ -175,7 +177,10 @@ impl RunControl {
 /// One run of an execution: the agent's context and what the loop keeps between steps.
 struct Run {
     ctx: AgentContext,
-    last_ack: Option<Ack<StepAppend>>,
+    /// The acks of the steps the run queued since it last waited for them: all awaited
+    /// before the execution's status changes (a store need not commit one execution's
+    /// steps in the order queued, so the last one's ack alone would not do).
+    step_acks: Vec<Ack<StepAppend>>,
     /// The last line the run queued (the started line, a step's info line): awaited with
     /// the steps before the execution's status changes.
     last_line: Option<Ack<Message>>,

@@ -122,7 +122,7 @@ impl<S: Store> Engine<S> {
                 cancel: ctl.cancel.clone(),
                 deltas,
             },
-            last_ack: None,
+            step_acks: Vec::new(),
             last_line,
             parent_snapshot_id,
             latest_snapshot_id,

@@ -50,7 +50,7 @@ impl<S: Store> Engine<S> {
             )
             .await
         {
-            Ok(ack) => run.last_ack = Some(ack),
+            Ok(ack) => run.step_acks.push(ack),
             Err(e) => {
                 tracing::warn!(execution = %execution.id, step = number, error = %e, "could not queue a step")
             }

@@ -55,9 +55,10 @@ pub(super) fn call(name: &str, arguments: Value) -> ToolCall {
     }
 }
 
-/// An engine running the scripted agent over a fresh SQLite store, with one session.
-pub(super) struct Harness {
-    pub engine: Engine<SqliteStore>,
+/// An engine running the scripted agent over a fresh SQLite store (or a wrapper of it),
+/// with one session.
+pub(super) struct Harness<S: Store = SqliteStore> {
+    pub engine: Engine<S>,
     pub tenant: Tenant,
     pub session_id: Id,
     _dir: TempDir,
@@ -65,8 +66,19 @@ pub(super) struct Harness {
 
 impl Harness {
     pub async fn new(script: Vec<Result<Decision, AgentError>>) -> Harness {
+        Harness::over(script, |store| store).await
+    }
+}
+
+impl<S: Store> Harness<S> {
+    /// [`Harness::new`] over `wrap` of the SQLite store.
+    pub async fn over(
+        script: Vec<Result<Decision, AgentError>>,
+        wrap: impl FnOnce(SqliteStore) -> S,
+    ) -> Harness<S> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = SqliteStore::open(&dir.path().join("engine.db")).expect("a SQLite store");
+        let store = wrap(store);
         let mut agents = AgentRegistry::new();
         agents.register(SCRIPTED, ScriptedAgent { script });
         let config = EngineConfig {

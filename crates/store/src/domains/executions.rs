@@ -30,7 +30,9 @@ crate::domain! {
         fn list_executions(&self, tenant: &Tenant, session_id: Id) -> Result<Vec<Execution>>;
 
         /// Moves an execution to another status; a move the lifecycle does not allow is
-        /// `InvalidState`, an unknown execution `NotFound`.
+        /// `InvalidState`, an unknown execution `NotFound`. Saves queued before the call
+        /// and not yet durable may land after the move: a caller whose steps, snapshots or
+        /// messages must be there first awaits their acks (or `flush`) before.
         fn transition_execution(&self, tenant: &Tenant, id: Id, transition: Transition) -> Result<Execution>;
 
         /// Hard delete (a rollback, `on_busy: rollback`): the finished executions `ids` of the
