@@ -325,8 +325,8 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
     let pg: &mut tokio_postgres::Client = &mut client;
     let tx = pg.transaction().await?;
 
-    // Lock the executions the steps and snapshots touch, then the sessions the events and
-    // snapshots touch, each in id order. The two statements are pipelined (sent together,
+    // Lock the executions the steps and snapshots touch, then the sessions the events,
+    // messages and snapshots touch, each in id order. The two statements are pipelined (sent together,
     // run in order).
     let mut exec_ids: Vec<Id> = inputs
         .steps
@@ -336,14 +336,15 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
         .collect();
     exec_ids.sort_unstable();
     exec_ids.dedup();
-    let mut event_sessions: Vec<Id> = inputs
+    // The sessions whose rows the events (their ids) and the messages (their counts) move.
+    let mut written_sessions: Vec<Id> = inputs
         .events
         .iter()
         .map(|e| e.new.session_id)
         .chain(inputs.messages.iter().map(|m| m.message.session_id))
         .collect();
-    event_sessions.sort_unstable();
-    event_sessions.dedup();
+    written_sessions.sort_unstable();
+    written_sessions.dedup();
     let snapshot_execs: Vec<Id> = inputs
         .snapshots
         .iter()
@@ -360,15 +361,15 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
         .await
     };
     let lock_sessions = async {
-        if event_sessions.is_empty() && snapshot_execs.is_empty() {
+        if written_sessions.is_empty() && snapshot_execs.is_empty() {
             return Ok(Vec::new());
         }
         if snapshot_execs.is_empty() {
-            // Events only (most batches): the sessions by key.
+            // Events and messages only (most batches): the sessions by key.
             return tx
                 .query_typed(
                     "SELECT id, tenant_id, last_event_id FROM sessions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
-                    args![event_sessions],
+                    args![written_sessions],
                 )
                 .await;
         }
@@ -380,7 +381,7 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
             "SELECT id, tenant_id, last_event_id FROM sessions \
              WHERE id = ANY($1::uuid[] || array_remove(ARRAY(SELECT session_id FROM executions WHERE id = ANY($2)), NULL)) \
              ORDER BY id FOR NO KEY UPDATE",
-            args![event_sessions, snapshot_execs],
+            args![written_sessions, snapshot_execs],
         )
         .await
     };
@@ -903,15 +904,17 @@ async fn write_messages(
     jobs: &[&MessageJob],
     accepted: &[Result<()>],
 ) -> std::result::Result<(), Failed> {
-    let written: Vec<&Message> = jobs
+    let written: Vec<&MessageJob> = jobs
         .iter()
         .zip(accepted)
         .filter(|(_, ok)| ok.is_ok())
-        .map(|(job, _)| &job.message)
+        .map(|(job, _)| *job)
         .collect();
     if written.is_empty() {
         return Ok(());
     }
+    let tenants: Vec<String> = written.iter().map(|job| job.tenant.clone()).collect();
+    let written: Vec<&Message> = written.iter().map(|job| &job.message).collect();
     let mut per_session: HashMap<Id, (i64, i64)> = HashMap::new();
     for m in &written {
         let entry = per_session.entry(m.session_id).or_insert((0, i64::MIN));
@@ -922,12 +925,6 @@ async fn write_messages(
     s_ids.sort_unstable();
     let counts: Vec<i64> = s_ids.iter().map(|id| per_session[id].0).collect();
     let times: Vec<i64> = s_ids.iter().map(|id| per_session[id].1).collect();
-    let tenants: Vec<String> = jobs
-        .iter()
-        .zip(accepted)
-        .filter(|(_, ok)| ok.is_ok())
-        .map(|(job, _)| job.tenant.clone())
-        .collect();
     let ids: Vec<Id> = written.iter().map(|m| m.id).collect();
     let sessions: Vec<Id> = written.iter().map(|m| m.session_id).collect();
     let roles: Vec<String> = written

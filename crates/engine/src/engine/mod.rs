@@ -382,18 +382,15 @@ impl<S: Store> Engine<S> {
             .await
     }
 
+    /// [`Self::queue_status`], waiting until the line is durable.
     async fn say_status(&self, tenant: &Tenant, session_id: Id, execution_id: Id, text: &str) {
-        self.inner
-            .publisher
-            .note(
-                tenant,
-                session_id,
-                execution_id,
-                Role::Info,
-                text,
-                &MessageNote::kind("status"),
-            )
-            .await;
+        if let Some(ack) = self
+            .queue_status(tenant, session_id, execution_id, text)
+            .await
+            && let Err(e) = ack.await
+        {
+            tracing::warn!(session = %session_id, error = %e, "could not store a message");
+        }
     }
 
     /// Queues an event about one of a run's steps.
