@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stepwise_core::{Event, Execution, Id, Message, Snapshot, Step};
+use stepwise_core::{Event, Execution, Id, Message, Snapshot, Step, Timestamp};
 use stepwise_store::{
     Ack, Claim, ClaimFilter, EventStore, ExecutionStore, IfBusy, Layer, Loaded, MessageQuery,
     MessageStore, NewEvent, NewExecution, NewMessage, NewSnapshot, NewStep, PassKeys,
@@ -339,6 +339,10 @@ impl<S: Store> QueueStore for Metered<S> {
 
     async fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>> {
         self.inner.renew_leases(worker, ids, lease).await
+    }
+
+    async fn lease_expiry(&self, worker: &str, id: Id) -> Result<Option<Timestamp>> {
+        self.inner.lease_expiry(worker, id).await
     }
 
     async fn release(&self, worker: &str, id: Id) -> Result<()> {

@@ -315,6 +315,48 @@ async fn a_lost_workers_execution_is_taken_over_and_its_old_lease_is_fenced() {
     server.stop().await;
 }
 
+/// A worker that writes more often than a third of its lease keeps the lease without a
+/// heartbeat: a write renews a lease that has aged (not every write commits a renewal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_writing_steps_keeps_its_lease_without_heartbeats() {
+    let server = TestServer::start().await; // 5 s leases
+    let (session, execution) = message_for(&server, "coder", "write code").await;
+    let first = claim(&server, "coder", 1, 0.0).await.remove(0);
+    let lease = text(&first, "lease");
+    let steps = format!("/v1/executions/{execution}/steps");
+    // 8 steps 0.9 s apart: 7.2 s, past the 5 s lease the claim started.
+    for n in 1..=8 {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        let (status, body) = leased(
+            &server,
+            &steps,
+            Some(&lease),
+            json!({"step_number": n, "model_output": format!("step {n}")}),
+        )
+        .await;
+        assert_eq!(status, 201, "step {n}: {body}");
+    }
+    assert!(
+        claim(&server, "coder", 1, 0.0).await.is_empty(),
+        "the writing worker's lease was taken over"
+    );
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/complete"),
+        Some(&lease),
+        json!({"output": "done"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["attempts"], 1, "{body}");
+    let messages = server.messages(&session).await;
+    assert!(
+        messages.iter().any(|m| m["content"] == "Step 8: step 8"),
+        "{messages:?}"
+    );
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_answer_cancel_and_hand_back() {
     let server = TestServer::start().await;

@@ -220,6 +220,18 @@ impl stepwise_store::QueueStore for FileStore {
         Ok(lost)
     }
 
+    async fn lease_expiry(&self, worker: &str, id: Id) -> Result<Option<Timestamp>> {
+        let state = self.lock();
+        let Some(key) = state.executions.get(&id) else {
+            return Ok(None);
+        };
+        Ok(state.exec(&key.tenant, id).and_then(|(_, entry)| {
+            let lease = entry.lease.as_ref()?;
+            (entry.execution.status == ExecutionStatus::Running && lease.owner == worker)
+                .then_some(lease.expires_at)
+        }))
+    }
+
     async fn release(&self, worker: &str, id: Id) -> Result<()> {
         self.queue_release(worker, id, false).await
     }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stepwise_core::{Execution, Id};
+use stepwise_core::{Execution, Id, Timestamp};
 use stepwise_store::rules::{attempts_exhausted, gave_up_message, lease_until};
 use stepwise_store::{Claim, ClaimFilter, Result, Tenant};
 
@@ -45,6 +45,7 @@ const CLAIM_PENDING: &str = concat!(
     execution_cols!()
 );
 const RENEW_LEASES: &str = "UPDATE executions SET lease_expires_at = $1 WHERE id = ANY($2) AND lease_owner = $3 AND status = 'running' RETURNING id";
+const LEASE_EXPIRY: &str = "SELECT lease_expires_at FROM executions WHERE id = $1 AND lease_owner = $2 AND status = 'running'";
 /// Back to pending (the attempt does not count) and the queue rung, in one statement.
 /// `$4`: 1 gives the attempt back (a release), 0 keeps it (a retry).
 const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = GREATEST(attempts - $4, 0), updated_at = $1 \
@@ -300,6 +301,18 @@ impl stepwise_store::QueueStore for PgStore {
             held.insert(sql::get::<Id>(row, "id")?);
         }
         Ok(ids.into_iter().filter(|id| !held.contains(id)).collect())
+    }
+
+    async fn lease_expiry(&self, worker: &str, id: Id) -> Result<Option<Timestamp>> {
+        let client = self.client().await?;
+        let row = client
+            .query_typed_opt(LEASE_EXPIRY, args![id, worker])
+            .await
+            .map_err(map_pg)?;
+        Ok(match row {
+            Some(row) => sql::get::<Option<i64>>(&row, "lease_expires_at")?.map(Timestamp),
+            None => None,
+        })
     }
 
     async fn release(&self, worker: &str, id: Id) -> Result<()> {

@@ -30,6 +30,7 @@ const NEXT_PENDING: &str = "SELECT e.id, e.tenant_id, e.resume_answer FROM queue
 const START: &str = "UPDATE executions SET status = 'running', lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, \
      resume_answer = NULL, started_at = COALESCE(started_at, ?3), updated_at = ?3 WHERE id = ?4";
 const RENEW: &str = "UPDATE executions SET lease_expires_at = ?1 WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
+const LEASE_EXPIRY: &str = "SELECT lease_expires_at FROM executions WHERE id = ?1 AND lease_owner = ?2 AND status = 'running'";
 /// `?4`: 1 gives the attempt back (a release), 0 keeps it (a retry).
 const RELEASE: &str = "UPDATE executions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = MAX(attempts - ?4, 0), updated_at = ?1 \
      WHERE id = ?2 AND lease_owner = ?3 AND status = 'running'";
@@ -167,6 +168,20 @@ impl stepwise_store::QueueStore for SqliteStore {
                 }
             }
             Ok(lost)
+        })
+        .await
+    }
+
+    async fn lease_expiry(&self, worker: &str, id: Id) -> Result<Option<Timestamp>> {
+        let worker = worker.to_string();
+        self.read(move |conn, _| {
+            conn.prepare_cached(LEASE_EXPIRY)
+                .and_then(|mut s| {
+                    s.query_row(params![bid(id), worker], |r| r.get::<_, Option<i64>>(0))
+                        .optional()
+                })
+                .map(|until| until.flatten().map(Timestamp))
+                .map_err(map_sqlite)
         })
         .await
     }

@@ -301,8 +301,10 @@ impl<S: Store> Engine<S> {
             } else {
                 ("Step", step.kind.as_str())
             };
-            publisher
-                .note(
+            // Queued behind the step: the step is what the request waits for; the line
+            // commits with the next batch, and the run's end flushes it before its status.
+            if let Some(ack) = publisher
+                .note_queued(
                     tenant,
                     session_id,
                     execution.id,
@@ -310,7 +312,10 @@ impl<S: Store> Engine<S> {
                     &format!("{prefix} {number}: {}", step_summary(step)),
                     &MessageNote::step(number, note_kind, first_tool),
                 )
-                .await;
+                .await
+            {
+                super::log_if_lost(session_id, ack);
+            }
         }
     }
 

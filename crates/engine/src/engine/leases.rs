@@ -333,8 +333,16 @@ impl<S: Store> Engine<S> {
             && resume_answer.is_none()
             && let Some(session_id) = execution.session_id
         {
-            self.say_status(tenant, session_id, execution.id, &text)
-                .await;
+            if !steps.is_empty() {
+                // A take-over's or a hand-back's line is there when the claim is answered.
+                self.say_status(tenant, session_id, execution.id, &text)
+                    .await;
+            } else {
+                // Queued: it commits with the worker's first write (or the writer's next
+                // batch), not as a wait of its own before the claim is answered.
+                self.post_status(tenant, session_id, execution.id, &text)
+                    .await;
+            }
         }
         self.inner
             .publisher
@@ -406,7 +414,7 @@ impl<S: Store> Engine<S> {
         }
         match lease {
             Some(lease) => {
-                self.renew(tenant, &execution, lease).await?;
+                self.keep_lease(tenant, &execution, lease).await?;
             }
             None if execution.agent_type == EXTERNAL_AGENT => {
                 // A recorder from before leases: its write renews the lease this node
@@ -415,7 +423,7 @@ impl<S: Store> Engine<S> {
                 if let Some(token) = remembered
                     && execution.status == ExecutionStatus::Running
                 {
-                    self.renew(tenant, &execution, &token).await?;
+                    self.keep_lease(tenant, &execution, &token).await?;
                 }
             }
             None => {
@@ -467,6 +475,7 @@ impl<S: Store> Engine<S> {
         self.back_in_queue(
             tenant,
             execution,
+            lease,
             "Worker stopped: the execution waits for the next worker",
             "Execution handed back to the queue",
         )
@@ -500,6 +509,7 @@ impl<S: Store> Engine<S> {
         self.back_in_queue(
             tenant,
             execution,
+            lease,
             &line,
             "Execution queued again after an agent error",
         )
@@ -508,16 +518,29 @@ impl<S: Store> Engine<S> {
 
     /// After a release or a requeue: the execution as it is now (`LeaseLost` when the
     /// lease was not current, so nothing moved), the session's line, the event and the
-    /// doorbell.
+    /// doorbell. The move happened when the execution is pending, or running under another
+    /// lease: a worker waiting for work claimed it at once. (The caller found `lease`
+    /// current with most of it to run just before the move, so no take-over came between.)
     async fn back_in_queue(
         &self,
         tenant: &Tenant,
         execution: &Execution,
+        lease: &str,
         line: &str,
         event: &str,
     ) -> Result<Execution> {
         let now = self.load_execution(tenant, execution.id).await?;
-        if now.status != ExecutionStatus::Pending {
+        let moved = match now.status {
+            ExecutionStatus::Pending => true,
+            ExecutionStatus::Running => self
+                .inner
+                .store
+                .lease_expiry(lease, now.id)
+                .await?
+                .is_none(),
+            _ => false,
+        };
+        if !moved {
             return Err(StoreError::LeaseLost(lost_reason(&now)));
         }
         if let Some(session_id) = now.session_id
@@ -546,6 +569,22 @@ impl<S: Store> Engine<S> {
             .get_execution(tenant, id)
             .await?
             .ok_or(StoreError::NotFound("execution"))
+    }
+
+    /// Checks that `lease` is the execution's current one for a write carrying it
+    /// (`LeaseLost` with the reason when not), renewing it only once a third of it has run
+    /// since its last renewal (as often as a heartbeat renews it): an agent writing steps
+    /// back to back commits a renewal now and then, not one per write. The check is a read;
+    /// a lease it finds current has at least two thirds of its length to run, so it cannot
+    /// run out during the write.
+    async fn keep_lease(&self, tenant: &Tenant, execution: &Execution, lease: &str) -> Result<()> {
+        let length = self.inner.config.lease;
+        let fresh_until = lease_until(Timestamp::now(), length * 2 / 3);
+        let expiry = self.inner.store.lease_expiry(lease, execution.id).await?;
+        if expiry.is_some_and(|until| until.0 >= fresh_until.0) {
+            return Ok(());
+        }
+        self.renew(tenant, execution, lease).await.map(|_| ())
     }
 
     /// Renews `lease` on the execution; `LeaseLost` with the reason when it is not current.

@@ -382,6 +382,18 @@ impl<S: Store> Engine<S> {
             .await
     }
 
+    /// [`Self::queue_status`] for a line no one waits on (a worker's or an external
+    /// agent's run: its end flushes every queued write before the status moves, see
+    /// `finish`). The line commits with the writer's next batch; a failure is logged.
+    async fn post_status(&self, tenant: &Tenant, session_id: Id, execution_id: Id, text: &str) {
+        if let Some(ack) = self
+            .queue_status(tenant, session_id, execution_id, text)
+            .await
+        {
+            log_if_lost(session_id, ack);
+        }
+    }
+
     /// [`Self::queue_status`], waiting until the line is durable.
     async fn say_status(&self, tenant: &Tenant, session_id: Id, execution_id: Id, text: &str) {
         if let Some(ack) = self
@@ -447,4 +459,13 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 fn cut(text: &str, max: usize) -> String {
     stepwise_core::summary::cut_chars(text, max)
+}
+
+/// Logs a queued line's write if it fails; no request waits on it.
+pub(super) fn log_if_lost(session_id: Id, ack: Ack<Message>) {
+    tokio::spawn(async move {
+        if let Err(e) = ack.await {
+            tracing::warn!(session = %session_id, error = %e, "could not store a message");
+        }
+    });
 }

@@ -259,6 +259,28 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
         claim(&store, "w2").await.is_none(),
         "a held lease is not claimable"
     );
+    let expiry = |worker: &'static str| {
+        let store = store.clone();
+        async move {
+            ok(
+                store.lease_expiry(worker, execution.id).await,
+                "lease_expiry",
+            )
+        }
+    };
+    assert_eq!(
+        expiry("w1").await,
+        Some(deadline),
+        "the holder reads its lease's deadline"
+    );
+    assert_eq!(expiry("w2").await, None, "a lease another worker holds");
+    assert_eq!(
+        ok(
+            store.lease_expiry("w1", stepwise_core::new_id()).await,
+            "lease_expiry of an unknown id"
+        ),
+        None
+    );
 
     // Renewal moves the deadline on: 20 s, renew for 30 s, 20 s more is still inside it.
     clock.advance_secs(20);
@@ -269,6 +291,7 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
     assert!(lost.is_empty(), "w1 still holds its lease: {lost:?}");
     let renewed = read(&store).await.lease_expires_at.expect("still leased");
     assert!(renewed > deadline, "renewed {renewed:?} after {deadline:?}");
+    assert_eq!(expiry("w1").await, Some(renewed), "the renewed deadline");
     clock.advance_secs(20);
     assert!(
         claim(&store, "w2").await.is_none(),
@@ -312,6 +335,12 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
         lost,
         vec![execution.id],
         "w1 learns it no longer holds the execution"
+    );
+    assert_eq!(expiry("w1").await, None, "w1's lease was taken over");
+    assert_eq!(
+        expiry("w2").await,
+        taken.execution.lease_expires_at,
+        "the new holder's deadline"
     );
     assert!(
         ok(
@@ -398,6 +427,10 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
         )
         .is_empty()
     );
+    assert!(
+        ok(store.lease_expiry("w2", next.id).await, "lease_expiry w2").is_some(),
+        "w2 holds the next execution's lease"
+    );
 
     // Finishing an execution ends its lease.
     ok(
@@ -422,6 +455,14 @@ pub async fn queue_leases<H: Harness>(harness: &H) {
         "renew finished",
     );
     assert_eq!(lost, vec![next.id]);
+    assert_eq!(
+        ok(
+            store.lease_expiry("w2", next.id).await,
+            "lease_expiry finished"
+        ),
+        None,
+        "a finished execution's lease is no one's"
+    );
     clock.advance_days(1);
     assert!(
         claim(&store, "w3").await.is_none(),

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use stepwise_core::Id;
+use stepwise_core::{Id, Timestamp};
 
 use crate::{Claim, ClaimFilter, Result};
 
@@ -24,6 +24,12 @@ crate::domain! {
         /// Extends the leases this worker holds on these executions; returns the ids it no
         /// longer holds (cancelled, finished, or taken over).
         fn renew_leases(&self, worker: &str, ids: Vec<Id>, lease: Duration) -> Result<Vec<Id>>;
+
+        /// When `worker`'s lease on this running execution runs out, if it holds it
+        /// (`None`: cancelled, paused, finished, back in the queue, taken over, or never
+        /// this worker's). A read, nothing written: an agent's writes check their lease
+        /// with it and renew only a lease that has aged (see the engine's `keep_lease`).
+        fn lease_expiry(&self, worker: &str, id: Id) -> Result<Option<Timestamp>>;
 
         /// Gives a claimed execution back to the queue at once (graceful shutdown); the
         /// attempt it was claimed with does not count.
