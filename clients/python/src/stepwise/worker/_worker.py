@@ -357,6 +357,9 @@ class Worker:
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)
         self._active: dict[str, _Active] = {}
+        # A new claim of an execution whose run here is still ending (its retry or release
+        # answered, a waiting claim took it at once): started when that run is gone.
+        self._next_claim: dict[str, Mapping[str, Any]] = {}
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._started = False
@@ -646,7 +649,7 @@ class Worker:
     # --- slots --------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        return max(0, self.concurrency - len(self._active))
+        return max(0, self.concurrency - len(self._active) - len(self._next_claim))
 
     @property
     def running(self) -> list[Run]:
@@ -744,6 +747,11 @@ class Worker:
         active.thread = thread
         with self._cv:
             if eid in self._active:
+                if self._active[eid].run.lease != run.lease:
+                    # Its run here handed it back (a retry, a release) and is still ending:
+                    # the new claim starts when it is gone.
+                    self._next_claim[eid] = claim
+                    return
                 logger.warning("execution %s was claimed again while it runs here; ignored", eid)
                 return
             self._active[eid] = active
@@ -792,7 +800,10 @@ class Worker:
         finally:
             with self._cv:
                 self._active.pop(run.execution_id, None)
+                next_claim = self._next_claim.pop(run.execution_id, None)
                 self._cv.notify_all()
+            if next_claim is not None:
+                self._start_run(next_claim)
 
     def _finish(self, active: _Active, outcome: tuple[str, Any]) -> None:
         run = active.run
