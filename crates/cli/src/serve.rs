@@ -34,9 +34,10 @@ pub struct ServeArgs {
     /// Worker tasks running executions (each runs one at a time).
     #[arg(long, env = "STEPWISE_WORKERS", default_value_t = 8, value_name = "N")]
     pub workers: usize,
-    /// Messages this node queues at once; the others wait their turn, so a burst of
-    /// messages cannot take the cores (and the SQLite writer) from running executions
-    /// (0: automatic, from --workers).
+    /// Messages this node queues at once while its executions work; the others wait their
+    /// turn, so a burst of messages cannot take the cores (and the SQLite writer) from
+    /// running executions (0: measured: the limit rises while cores are free and falls to a
+    /// quarter of --workers when executions wait for one).
     #[arg(
         long,
         env = "STEPWISE_INTAKE_CONCURRENCY",

@@ -225,6 +225,10 @@ impl<S: Store> Store for Metered<S> {
         self.inner.session_cache()
     }
 
+    fn write_backlog(&self) -> u64 {
+        self.inner.write_backlog()
+    }
+
     fn backend_name(&self) -> &'static str {
         self.inner.backend_name()
     }

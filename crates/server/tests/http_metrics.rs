@@ -176,6 +176,8 @@ async fn a_finished_message_shows_in_save_latency_and_status_counts() {
     for series in [
         "stepwise_queue_depth",
         "stepwise_executions_running",
+        "stepwise_intake_limit",
+        "stepwise_intake_waited_total",
         "stepwise_sse_subscribers",
         "stepwise_store_bytes",
         "stepwise_save_errors_total",

@@ -302,6 +302,10 @@ impl Store for PgStore {
         Some(&self.inner.session_cache)
     }
 
+    fn write_backlog(&self) -> u64 {
+        self.inner.writer.depth()
+    }
+
     fn backend_name(&self) -> &'static str {
         "postgres"
     }

@@ -343,6 +343,10 @@ impl Store for SqliteStore {
         Some(&self.inner.session_cache)
     }
 
+    fn write_backlog(&self) -> u64 {
+        self.inner.writer.depth()
+    }
+
     fn backend_name(&self) -> &'static str {
         "sqlite"
     }

@@ -101,6 +101,12 @@ pub trait Store:
         None
     }
 
+    /// Writes queued in this process and not yet committed (the save queue's depth: what
+    /// the running executions' writes wait behind). 0 on a backend that queues none.
+    fn write_backlog(&self) -> u64 {
+        0
+    }
+
     fn backend_name(&self) -> &'static str;
 }
 

@@ -448,6 +448,7 @@ async fn measure_mixed(
     // What is still queued when intake stops; the workers' running executions (at most
     // K) count as done.
     let left = store.queue_depth().await?;
+    let (intake_limit, intake_waited) = (engine.intake_limit(), engine.intake_waited());
     engine.shutdown(Duration::from_secs(30)).await;
     let accepted = accepted.load(Ordering::Relaxed);
     let completed = accepted.saturating_sub(left);
@@ -463,5 +464,7 @@ async fn measure_mixed(
         "completed_per_sec": completed_per_sec.round(),
         "completed_to_accepted": if accepted_per_sec > 0.0 { round(completed_per_sec / accepted_per_sec, 3) } else { 0.0 },
         "left_pending": left,
+        "intake_limit_at_end": intake_limit,
+        "intake_waited": intake_waited,
     }))
 }

@@ -97,6 +97,14 @@ impl Store for OpenedStore {
         }
     }
 
+    fn write_backlog(&self) -> u64 {
+        match self {
+            OpenedStore::Sqlite(store) => store.write_backlog(),
+            OpenedStore::Postgres(store) => store.write_backlog(),
+            OpenedStore::Files(store) => store.write_backlog(),
+        }
+    }
+
     fn backend_name(&self) -> &'static str {
         match self {
             OpenedStore::Sqlite(store) => store.backend_name(),

@@ -13,6 +13,7 @@ mod cancel;
 mod decisions;
 mod external;
 mod finish;
+mod intake;
 mod leases;
 mod publish;
 mod runner;
@@ -72,7 +73,8 @@ pub struct EngineConfig {
     /// How long one tool call may run before it counts as failed ("timed out"); the agent
     /// sees that error as the call's result and goes on. Subagents are not limited by it.
     pub tool_timeout: Duration,
-    /// Messages this node queues at once (0: the default, see [`intake_permits`]).
+    /// Messages this node queues at once while its runs work (0: measured, see
+    /// [`intake`]).
     pub intake_concurrency: usize,
 }
 
@@ -87,20 +89,6 @@ impl Default for EngineConfig {
             tool_timeout: Duration::from_secs(300),
             intake_concurrency: 0,
         }
-    }
-}
-
-/// How many messages a node queues at once while its runs are working. Queueing one is a
-/// short burst of CPU and one write; under a flood of messages every request in flight
-/// competes with the running executions for the same cores (and, on SQLite, the same
-/// writer), and a few dozen clients would take nearly all of them. So while some run of
-/// this node is doing its own work (not waiting for its agent's model), intake goes a few
-/// at a time and the others wait their turn without using a core. While every run waits
-/// for its agent (the usual case with model calls), or none runs, intake is not held.
-fn intake_permits(config: &EngineConfig) -> usize {
-    match config.intake_concurrency {
-        0 => config.workers.div_ceil(4).clamp(1, 8),
-        n => n,
     }
 }
 
@@ -200,9 +188,8 @@ struct Inner<S: Store> {
     worker_bell: Notify,
     /// When each worker process was last recorded in the store.
     presence: leases::Presence,
-    /// Messages being queued at once on this node while runs are working (see
-    /// [`intake_permits`]).
-    intake: tokio::sync::Semaphore,
+    /// Messages being queued at once on this node while runs are working (see [`intake`]).
+    intake: intake::Intake,
     /// Runs of this node, and how many of them are waiting for their agent's decision.
     runs: AtomicUsize,
     thinking: AtomicUsize,
@@ -251,7 +238,7 @@ impl<S: Store> Engine<S> {
                 store,
                 agents,
                 tools: Arc::new(tools),
-                intake: tokio::sync::Semaphore::new(intake_permits(&config)),
+                intake: intake::Intake::new(config.intake_concurrency, config.workers),
                 runs: AtomicUsize::new(0),
                 thinking: AtomicUsize::new(0),
                 config,
@@ -321,6 +308,17 @@ impl<S: Store> Engine<S> {
         self.running_map().len()
     }
 
+    /// Messages this node queues at once while its runs work now (measured unless
+    /// `--intake-concurrency` fixes it; see [`intake`]).
+    pub fn intake_limit(&self) -> usize {
+        self.inner.intake.limit()
+    }
+
+    /// Messages that waited for their turn to be queued since this node started.
+    pub fn intake_waited(&self) -> u64 {
+        self.inner.intake.waited()
+    }
+
     fn running_map(&self) -> std::sync::MutexGuard<'_, HashMap<Id, CancellationToken>> {
         self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -337,7 +335,7 @@ impl<S: Store> Engine<S> {
 
     /// Whether some run of this node is doing its own work right now (saving, publishing,
     /// running tools), not waiting for its agent: then the cores and the store are the
-    /// runs' to share, and intake takes its turn (see [`intake_permits`]).
+    /// runs' to share, and intake takes its turn (see [`intake`]).
     fn runs_working(&self) -> bool {
         self.inner.runs.load(Ordering::Relaxed) > self.inner.thinking.load(Ordering::Relaxed)
     }

@@ -118,12 +118,11 @@ impl<S: Store> Engine<S> {
             },
             _ => agent,
         };
-        // (The semaphore is closed only when the engine is dropped: never while `self` lives.)
-        let _turn = if self.runs_working() {
-            self.inner.intake.acquire().await.ok()
-        } else {
-            None
-        };
+        let _turn = self
+            .inner
+            .intake
+            .turn(self.runs_working(), store.write_backlog())
+            .await;
 
         if let Some(latest) = self
             .latest_root_execution(tenant, session.last_execution_id)

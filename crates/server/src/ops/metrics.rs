@@ -182,6 +182,16 @@ pub async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
         state.engine.running_count() as u64,
     );
     gauge(
+        "stepwise_intake_limit",
+        "Messages this process queues at once while its executions work (measured: it rises while cores are free and falls when executions wait for one).",
+        state.engine.intake_limit() as u64,
+    );
+    gauge(
+        "stepwise_intake_waited_total",
+        "Messages that waited for their turn to be queued while executions worked.",
+        state.engine.intake_waited(),
+    );
+    gauge(
         "stepwise_sse_subscribers",
         "Open event streams.",
         crate::events::subscriber_count() as u64,
