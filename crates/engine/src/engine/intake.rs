@@ -60,8 +60,8 @@ pub(super) struct Intake {
     /// The write backlog at which the store counts as contended: four writes for each
     /// worker, at least 32.
     backlog_limit: u64,
-    /// The last pressure reading (when, the stall total in microseconds); `None` inside
-    /// when the limit is not measured.
+    /// The last pressure reading (when, the stall total in microseconds); `None` when the
+    /// limit is not measured.
     pressure: Option<Mutex<(Instant, u64)>>,
     /// Messages that waited for their turn (for `/metrics`).
     waited: AtomicU64,
@@ -111,8 +111,8 @@ impl Intake {
 
     /// Waits for a message's turn to be queued. `runs_working`: whether some run of this
     /// node is doing its own work now (else the message goes at once, not counted);
-    /// `backlog`: the store's write backlog now.
-    pub(super) async fn turn(&self, runs_working: bool, backlog: u64) -> Turn<'_> {
+    /// `backlog`: reads the store's write backlog (only when the limit is sampled).
+    pub(super) async fn turn(&self, runs_working: bool, backlog: impl FnOnce() -> u64) -> Turn<'_> {
         if !runs_working {
             return Turn {
                 intake: self,
@@ -136,7 +136,7 @@ impl Intake {
 
     /// Reads the pressure when the last reading is [`SAMPLE_EVERY`] old (one reader at a
     /// time; the others go on with the limit as it is) and moves the limit.
-    fn sample(&self, backlog: u64) {
+    fn sample(&self, backlog: impl FnOnce() -> u64) {
         let Some(pressure) = &self.pressure else {
             return;
         };
@@ -155,7 +155,7 @@ impl Intake {
         *last = (now, total);
         drop(last);
         let pressure = stalled.as_secs_f64() / elapsed.as_secs_f64();
-        self.adjust(pressure >= CONTENDED_SHARE || backlog >= self.backlog_limit);
+        self.adjust(pressure >= CONTENDED_SHARE || backlog() >= self.backlog_limit);
     }
 
     /// Doubles the limit while the cores have room; halves it (to the floor) while they
@@ -293,12 +293,12 @@ mod tests {
         // (A stall total above any reading: the pressure since reads as none.)
         let mut intake = intake;
         intake.pressure = Some(long_ago());
-        intake.sample(intake.backlog_limit - 1);
+        intake.sample(|| intake.backlog_limit - 1);
         assert_eq!(intake.limit(), 16, "no pressure, a short backlog: room");
         intake.pressure = Some(long_ago());
-        intake.sample(intake.backlog_limit);
+        intake.sample(|| intake.backlog_limit);
         assert_eq!(intake.limit(), 8, "a backlog at the limit: contended");
-        intake.sample(10_000);
+        intake.sample(|| 10_000);
         assert_eq!(intake.limit(), 8, "read again only after SAMPLE_EVERY");
     }
 
@@ -315,20 +315,21 @@ mod tests {
     async fn a_fixed_concurrency_is_not_measured_and_no_run_working_holds_nothing() {
         let intake = Intake::new(3, 8);
         let held: Vec<Turn<'_>> = [
-            intake.turn(true, 0).await,
-            intake.turn(true, 0).await,
-            intake.turn(true, 0).await,
+            intake.turn(true, || 0).await,
+            intake.turn(true, || 0).await,
+            intake.turn(true, || 0).await,
         ]
         .into();
         assert_eq!(intake.limit(), 3);
         assert!(intake.pressure.is_none(), "a fixed limit is not measured");
-        let free = intake.turn(false, 0).await;
+        let free = intake.turn(false, || 0).await;
         assert!(free.permit.is_none(), "no run working: not held");
-        let waiting = tokio::time::timeout(Duration::from_millis(50), intake.turn(true, 0)).await;
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(50), intake.turn(true, || 0)).await;
         assert!(waiting.is_err(), "the fourth waits while runs work");
         assert_eq!(intake.waited(), 1);
         drop(held);
-        let next = tokio::time::timeout(Duration::from_secs(5), intake.turn(true, 0)).await;
+        let next = tokio::time::timeout(Duration::from_secs(5), intake.turn(true, || 0)).await;
         assert!(next.is_ok_and(|t| t.permit.is_some()));
     }
 }

@@ -121,7 +121,7 @@ impl<S: Store> Engine<S> {
         let _turn = self
             .inner
             .intake
-            .turn(self.runs_working(), store.write_backlog())
+            .turn(self.runs_working(), || store.write_backlog())
             .await;
 
         if let Some(latest) = self
