@@ -232,6 +232,70 @@ fn kill_9_mid_run_then_restart_completes_with_every_step_exactly_once() {
     assert!(done["attempts"].as_u64().unwrap_or(0) >= 2, "{done}");
 }
 
+/// kill -9 while runs are ending, three times at different moments, then a last restart:
+/// every execution completes once, with one answer and one final snapshot. A run's end (its
+/// answer, final snapshot, status and `execution.completed`) is one write, so a kill between
+/// the answer and the status cannot leave an answer that the run, taken over, gives again.
+#[test]
+fn kill_9_while_runs_end_leaves_each_execution_one_answer_and_one_final_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+    let mut posted: Vec<(String, String, String)> = Vec::new();
+    for (round, after) in [40u64, 120, 250].into_iter().enumerate() {
+        let server = Server::start(&db);
+        for i in 0..12 {
+            let content = format!("hello {round}.{i}");
+            let (status, accepted) =
+                server.request("POST", "/v1/messages", Some(json!({ "content": content })));
+            assert_eq!(status, 202, "{accepted}");
+            let text = |key: &str| accepted[key].as_str().unwrap_or_default().to_string();
+            let execution = accepted["execution"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            posted.push((text("session_id"), execution, content));
+        }
+        std::thread::sleep(Duration::from_millis(after));
+        server.signal("-KILL");
+    }
+
+    let server = Server::start(&db);
+    for (session, execution, content) in &posted {
+        let done = wait_for(|| {
+            let (_, e) = server.request("GET", &format!("/v1/executions/{execution}"), None);
+            matches!(e["status"].as_str(), Some("completed" | "failed")).then_some(e)
+        });
+        assert_eq!(done["status"], json!("completed"), "{done}");
+        let (status, export) =
+            server.request("GET", &format!("/v1/sessions/{session}/export"), None);
+        assert_eq!(status, 200, "{export}");
+        let of_execution = |key: &str| -> Vec<Value> {
+            export[key]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|row| row["execution_id"].as_str() == Some(execution.as_str()))
+                .collect()
+        };
+        let answers: Vec<Value> = of_execution("messages")
+            .iter()
+            .filter(|m| m["role"] == json!("assistant"))
+            .map(|m| m["content"].clone())
+            .collect();
+        assert_eq!(
+            answers,
+            vec![json!(format!("Echo: {content}"))],
+            "execution {execution}: one answer"
+        );
+        let finals = of_execution("snapshots")
+            .iter()
+            .filter(|s| s["is_final"] == json!(true))
+            .count();
+        assert_eq!(finals, 1, "execution {execution}: one final snapshot");
+    }
+}
+
 #[test]
 fn sigterm_exits_zero_and_loses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");

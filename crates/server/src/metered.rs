@@ -229,6 +229,19 @@ impl<S: Store> Store for Metered<S> {
         self.inner.write_backlog()
     }
 
+    fn orders_transitions(&self) -> bool {
+        self.inner.orders_transitions()
+    }
+
+    async fn queue_ending(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        ending: stepwise_store::Ending,
+    ) -> Result<Ack<Execution>> {
+        self.inner.queue_ending(tenant, id, ending).await
+    }
+
     fn backend_name(&self) -> &'static str {
         self.inner.backend_name()
     }

@@ -130,6 +130,7 @@ pg_conformance! {
     messages
     executions
     execution_transitions
+    queued_ending
     execution_with_messages
     remove_executions
     queue_claims

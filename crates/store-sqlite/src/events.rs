@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use rusqlite::{OptionalExtension, params};
-use stepwise_core::{Event, Id};
+use rusqlite::{Connection, OptionalExtension, params};
+use stepwise_core::{Event, Id, Timestamp};
 use stepwise_store::{Ack, NewEvent, Result, StoreError, Tenant};
 
 use crate::rows::{self, bid, event_cols, json_text, opt_bid};
-use crate::writer::map_sqlite;
+use crate::writer::{Published, map_sqlite};
 use crate::{Inner, SqliteStore, count};
 use tokio::sync::broadcast;
 
@@ -76,40 +76,11 @@ impl Inner {
 
 impl stepwise_store::EventStore for SqliteStore {
     async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
-        let tenant = tenant.as_str().to_string();
+        let tenant = tenant.clone();
         let now = self.now();
-        let metadata = json_text(&new.metadata);
-        let tenant_key = Tenant::new(tenant.clone())?;
         self.inner
             .writer
-            .submit(move |conn, published| {
-                let seq: Option<i64> = conn
-                    .prepare_cached(NEXT_SEQ)
-                    .and_then(|mut s| {
-                        s.query_row(params![bid(new.session_id), tenant], |r| r.get(0))
-                            .optional()
-                    })
-                    .map_err(map_sqlite)?;
-                let seq = seq.ok_or(StoreError::NotFound("session"))?;
-                conn.prepare_cached(INSERT_EVENT)
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            bid(new.session_id),
-                            seq,
-                            tenant,
-                            opt_bid(new.message_id),
-                            opt_bid(new.execution_id),
-                            new.event_type.as_str(),
-                            new.content,
-                            metadata,
-                            now.0
-                        ])
-                    })
-                    .map_err(map_sqlite)?;
-                let event = new.into_event(seq, now);
-                published.push((tenant_key, Arc::new(event.clone())));
-                Ok(event)
-            })
+            .submit(move |conn, published| insert_event(conn, &tenant, new, now, published))
             .await
     }
 
@@ -139,4 +110,41 @@ impl stepwise_store::EventStore for SqliteStore {
     fn publish_live(&self, tenant: &Tenant, event: Event) {
         self.event_publish_live(tenant, event)
     }
+}
+
+/// Appends an event on the writer's connection, numbered next in its session, and
+/// queues it for the subscribers once the batch commits. `NotFound` without the session.
+pub(crate) fn insert_event(
+    conn: &Connection,
+    tenant: &Tenant,
+    new: NewEvent,
+    now: Timestamp,
+    published: &mut Published,
+) -> Result<Event> {
+    let seq: Option<i64> = conn
+        .prepare_cached(NEXT_SEQ)
+        .and_then(|mut s| {
+            s.query_row(params![bid(new.session_id), tenant.as_str()], |r| r.get(0))
+                .optional()
+        })
+        .map_err(map_sqlite)?;
+    let seq = seq.ok_or(StoreError::NotFound("session"))?;
+    conn.prepare_cached(INSERT_EVENT)
+        .and_then(|mut s| {
+            s.execute(params![
+                bid(new.session_id),
+                seq,
+                tenant.as_str(),
+                opt_bid(new.message_id),
+                opt_bid(new.execution_id),
+                new.event_type.as_str(),
+                new.content,
+                json_text(&new.metadata),
+                now.0
+            ])
+        })
+        .map_err(map_sqlite)?;
+    let event = new.into_event(seq, now);
+    published.push((tenant.clone(), Arc::new(event.clone())));
+    Ok(event)
 }

@@ -2,7 +2,7 @@
 //! `queue.rs`).
 
 use rusqlite::{Connection, OptionalExtension, params};
-use stepwise_core::{Execution, Id, Message};
+use stepwise_core::{Execution, Id, Message, Timestamp};
 use stepwise_store::rules::{BUSY, check_execution_with_messages, check_transition, removal_set};
 use stepwise_store::{
     IfBusy, NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition,
@@ -249,43 +249,50 @@ impl stepwise_store::ExecutionStore for SqliteStore {
     ) -> Result<Execution> {
         let tenant = tenant.as_str().to_string();
         let now = self.now();
-        self.write(move |conn, _| {
-            let current =
-                load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))?;
-            check_transition(current.status, &transition)?;
-            let target = transition.target();
-            let (output, error, answer, done): (
-                Option<String>,
-                Option<String>,
-                Option<String>,
-                Option<i64>,
-            ) = match &transition {
-                Transition::Pause { .. } => (None, None, None, None),
-                Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
-                Transition::Complete { output } => {
-                    (Some(json_text(output)), None, None, Some(now.0))
-                }
-                Transition::Fail { error_message } => {
-                    (None, Some(error_message.clone()), None, Some(now.0))
-                }
-                Transition::Cancel => (None, None, None, Some(now.0)),
-            };
-            conn.prepare_cached(TRANSITION)
-                .and_then(|mut s| {
-                    s.execute(params![
-                        target.as_str(),
-                        output,
-                        error,
-                        answer,
-                        done,
-                        now.0,
-                        bid(id),
-                        tenant
-                    ])
-                })
-                .map_err(map_sqlite)?;
-            load_execution(conn, &tenant, id)?.ok_or(StoreError::NotFound("execution"))
-        })
-        .await
+        self.write(move |conn, _| move_execution(conn, &tenant, id, &transition, now))
+            .await
     }
+}
+
+/// Moves an execution to another status on the writer's connection (the lifecycle checked
+/// first, so a refused move writes nothing) and answers it as it is now.
+pub(crate) fn move_execution(
+    conn: &Connection,
+    tenant: &str,
+    id: Id,
+    transition: &Transition,
+    now: Timestamp,
+) -> Result<Execution> {
+    let current = load_execution(conn, tenant, id)?.ok_or(StoreError::NotFound("execution"))?;
+    check_transition(current.status, transition)?;
+    let target = transition.target();
+    let (output, error, answer, done): (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    ) = match transition {
+        Transition::Pause { .. } => (None, None, None, None),
+        Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
+        Transition::Complete { output } => (Some(json_text(output)), None, None, Some(now.0)),
+        Transition::Fail { error_message } => {
+            (None, Some(error_message.clone()), None, Some(now.0))
+        }
+        Transition::Cancel => (None, None, None, Some(now.0)),
+    };
+    conn.prepare_cached(TRANSITION)
+        .and_then(|mut s| {
+            s.execute(params![
+                target.as_str(),
+                output,
+                error,
+                answer,
+                done,
+                now.0,
+                bid(id),
+                tenant
+            ])
+        })
+        .map_err(map_sqlite)?;
+    load_execution(conn, tenant, id)?.ok_or(StoreError::NotFound("execution"))
 }

@@ -37,9 +37,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
+use stepwise_core::codec;
 use stepwise_core::codec::DEFAULT_COMPRESS_THRESHOLD;
-use stepwise_core::{Id, SharedClock, Timestamp, system_clock};
-use stepwise_store::{EventHub, Result, Store, StoreError};
+use stepwise_core::{Execution, Id, SharedClock, Timestamp, system_clock};
+use stepwise_store::rules::check_transition;
+use stepwise_store::{Ack, Ending, EventHub, Result, Store, StoreError, Tenant, message_created};
 
 pub(crate) use crate::retention::delete_session_rows;
 use crate::writer::{Published, WalPolicy, Writer, map_sqlite};
@@ -320,6 +322,19 @@ fn connect(path: &Path, options: &SqliteOptions, writer: bool) -> Result<Connect
     Ok(conn)
 }
 
+/// A part of a run's end that the store refused (its session or parent gone: nothing of
+/// it written) is logged and left out; a database failure fails the whole end.
+fn left_out<T>(written: Result<T>, execution: Id, what: &str) -> Result<()> {
+    match written {
+        Ok(_) => Ok(()),
+        Err(e) if writer::database_failed(&e) => Err(e),
+        Err(e) => {
+            tracing::warn!(execution = %execution, error = %e, "a run's end was written without {what}");
+            Ok(())
+        }
+    }
+}
+
 pub(crate) fn is_unique_violation(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation)
 }
@@ -345,6 +360,74 @@ impl Store for SqliteStore {
 
     fn write_backlog(&self) -> u64 {
         self.inner.writer.depth()
+    }
+
+    /// One writer thread takes every write in the order queued, and a run's end is one of
+    /// its jobs: it commits in the batch of the run's last writes or a later one.
+    fn orders_transitions(&self) -> bool {
+        true
+    }
+
+    async fn queue_ending(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        ending: Ending,
+    ) -> Result<Ack<Execution>> {
+        let tenant = tenant.clone();
+        let now = self.now();
+        let Ending {
+            answer,
+            snapshot,
+            transition,
+            event,
+        } = ending;
+        let answer = answer.map(|new| new.into_message(now));
+        let snapshot = snapshot.map(|new| {
+            let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
+            let replace = new.replace;
+            (new.into_snapshot(now), state, replace)
+        });
+        self.inner
+            .writer
+            .submit(move |conn, published| {
+                // The move is checked first: a refused one writes nothing.
+                let current = executions::load_execution(conn, tenant.as_str(), id)?
+                    .ok_or(StoreError::NotFound("execution"))?;
+                check_transition(current.status, &transition)?;
+                if let Some(message) = &answer {
+                    let written = messages::write_message(conn, tenant.as_str(), message, now)
+                        .and_then(|()| {
+                            events::insert_event(
+                                conn,
+                                &tenant,
+                                message_created(message),
+                                now,
+                                published,
+                            )
+                        });
+                    left_out(written, id, "the answer")?;
+                }
+                if let Some((snapshot, state, replace)) = &snapshot {
+                    let written = snapshots::insert_snapshot(
+                        conn,
+                        tenant.as_str(),
+                        snapshot,
+                        state,
+                        *replace,
+                        now,
+                    );
+                    left_out(written, id, "the snapshot")?;
+                }
+                let moved =
+                    executions::move_execution(conn, tenant.as_str(), id, &transition, now)?;
+                if let Some(event) = event {
+                    let written = events::insert_event(conn, &tenant, event, now, published);
+                    left_out(written, id, "the execution's event")?;
+                }
+                Ok(moved)
+            })
+            .await
     }
 
     fn backend_name(&self) -> &'static str {

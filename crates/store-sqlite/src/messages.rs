@@ -2,7 +2,7 @@
 
 use rusqlite::types::Value as Sql;
 use rusqlite::{OptionalExtension, params, params_from_iter};
-use stepwise_core::{Id, Message};
+use stepwise_core::{Id, Message, Timestamp};
 use stepwise_store::{Ack, MessageQuery, NewMessage, Result, StoreError, Tenant};
 
 use crate::SqliteStore;
@@ -43,6 +43,24 @@ pub(crate) fn insert_message(conn: &rusqlite::Connection, tenant: &str, m: &Mess
         .map_err(map_sqlite)
 }
 
+/// Inserts a message and moves its session's count; `NotFound` (nothing written) when the
+/// session is not the tenant's.
+pub(crate) fn write_message(
+    conn: &rusqlite::Connection,
+    tenant: &str,
+    m: &Message,
+    now: Timestamp,
+) -> Result<()> {
+    let touched = conn
+        .prepare_cached(BUMP_SESSION)
+        .and_then(|mut s| s.execute(params![now.0, bid(m.session_id), tenant]))
+        .map_err(map_sqlite)?;
+    if touched == 0 {
+        return Err(StoreError::NotFound("session"));
+    }
+    insert_message(conn, tenant, m)
+}
+
 impl stepwise_store::MessageStore for SqliteStore {
     async fn append_message(&self, tenant: &Tenant, new: NewMessage) -> Result<Message> {
         self.queue_message(tenant, new).await?.1.await
@@ -61,15 +79,7 @@ impl stepwise_store::MessageStore for SqliteStore {
             .inner
             .writer
             .submit(move |conn, _| {
-                let m = &message;
-                let touched = conn
-                    .prepare_cached(BUMP_SESSION)
-                    .and_then(|mut s| s.execute(params![now.0, bid(m.session_id), tenant]))
-                    .map_err(map_sqlite)?;
-                if touched == 0 {
-                    return Err(StoreError::NotFound("session"));
-                }
-                insert_message(conn, &tenant, m)?;
+                write_message(conn, &tenant, &message, now)?;
                 Ok(message)
             })
             .await?;

@@ -3,9 +3,9 @@
 
 use std::sync::atomic::Ordering;
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use stepwise_core::codec;
-use stepwise_core::{Id, Snapshot};
+use stepwise_core::{Id, Snapshot, Timestamp};
 use stepwise_store::{Ack, NewSnapshot, Result, StoreError, Tenant};
 
 use crate::rows::{self, Bid, bid, opt_bid, snapshot_cols};
@@ -45,57 +45,7 @@ impl stepwise_store::SnapshotStore for SqliteStore {
         self.inner
             .writer
             .submit(move |conn, _| {
-                let s = &snapshot;
-                let session: Option<Option<Bid>> = conn
-                    .prepare_cached(SESSION_OF_EXECUTION)
-                    .and_then(|mut st| {
-                        st.query_row(params![bid(s.execution_id), tenant], |r| r.get(0))
-                            .optional()
-                    })
-                    .map_err(map_sqlite)?;
-                let session = session.ok_or(StoreError::NotFound("execution"))?;
-                if let Some(parent) = s.parent_snapshot_id {
-                    let found = count(conn, SNAPSHOT_EXISTS, params![bid(parent), tenant])?;
-                    if found == 0 {
-                        return Err(StoreError::invalid(
-                            "parent_snapshot_id",
-                            "no such snapshot",
-                        ));
-                    }
-                }
-                conn.prepare_cached(INSERT_SNAPSHOT)
-                    .and_then(|mut st| {
-                        st.execute(params![
-                            bid(s.id),
-                            tenant,
-                            bid(s.execution_id),
-                            session,
-                            opt_bid(s.parent_snapshot_id),
-                            s.agent_id,
-                            s.agent_name,
-                            s.step_number,
-                            s.is_final,
-                            s.debug_mode,
-                            state,
-                            now.0
-                        ])
-                    })
-                    .map_err(map_sqlite)?;
-                conn.prepare_cached(EXECUTION_LAST_SNAPSHOT)
-                    .and_then(|mut st| st.execute(params![bid(s.id), now.0, bid(s.execution_id)]))
-                    .map_err(map_sqlite)?;
-                if replace {
-                    conn.prepare_cached(DELETE_EARLIER_SNAPSHOTS)
-                        .and_then(|mut st| {
-                            st.execute(params![bid(s.execution_id), tenant, bid(s.id)])
-                        })
-                        .map_err(map_sqlite)?;
-                }
-                if let Some(session) = session {
-                    conn.prepare_cached(SESSION_LAST_SNAPSHOT)
-                        .and_then(|mut st| st.execute(params![bid(s.id), session, now.0]))
-                        .map_err(map_sqlite)?;
-                }
+                insert_snapshot(conn, &tenant, &snapshot, &state, replace, now)?;
                 Ok(snapshot)
             })
             .await
@@ -136,4 +86,65 @@ impl stepwise_store::SnapshotStore for SqliteStore {
         })
         .await
     }
+}
+
+/// Inserts a snapshot, which becomes its execution's and session's last (`replace`: the
+/// execution's earlier ones go). Refusals (`NotFound`, `Invalid`) come before any write.
+pub(crate) fn insert_snapshot(
+    conn: &Connection,
+    tenant: &str,
+    s: &Snapshot,
+    state: &[u8],
+    replace: bool,
+    now: Timestamp,
+) -> Result<()> {
+    let session: Option<Option<Bid>> = conn
+        .prepare_cached(SESSION_OF_EXECUTION)
+        .and_then(|mut st| {
+            st.query_row(params![bid(s.execution_id), tenant], |r| r.get(0))
+                .optional()
+        })
+        .map_err(map_sqlite)?;
+    let session = session.ok_or(StoreError::NotFound("execution"))?;
+    if let Some(parent) = s.parent_snapshot_id {
+        let found = count(conn, SNAPSHOT_EXISTS, params![bid(parent), tenant])?;
+        if found == 0 {
+            return Err(StoreError::invalid(
+                "parent_snapshot_id",
+                "no such snapshot",
+            ));
+        }
+    }
+    conn.prepare_cached(INSERT_SNAPSHOT)
+        .and_then(|mut st| {
+            st.execute(params![
+                bid(s.id),
+                tenant,
+                bid(s.execution_id),
+                session,
+                opt_bid(s.parent_snapshot_id),
+                s.agent_id,
+                s.agent_name,
+                s.step_number,
+                s.is_final,
+                s.debug_mode,
+                state,
+                now.0
+            ])
+        })
+        .map_err(map_sqlite)?;
+    conn.prepare_cached(EXECUTION_LAST_SNAPSHOT)
+        .and_then(|mut st| st.execute(params![bid(s.id), now.0, bid(s.execution_id)]))
+        .map_err(map_sqlite)?;
+    if replace {
+        conn.prepare_cached(DELETE_EARLIER_SNAPSHOTS)
+            .and_then(|mut st| st.execute(params![bid(s.execution_id), tenant, bid(s.id)]))
+            .map_err(map_sqlite)?;
+    }
+    if let Some(session) = session {
+        conn.prepare_cached(SESSION_LAST_SNAPSHOT)
+            .and_then(|mut st| st.execute(params![bid(s.id), session, now.0]))
+            .map_err(map_sqlite)?;
+    }
+    Ok(())
 }

@@ -71,7 +71,7 @@ pub(crate) struct Job {
 
 /// Whether a failed job may have left writes behind: the database failed under it (a
 /// refusal, such as a missing row or a conflict, is decided before anything is written).
-fn database_failed(e: &StoreError) -> bool {
+pub(crate) fn database_failed(e: &StoreError) -> bool {
     matches!(
         e,
         StoreError::Backend(_) | StoreError::StorageFull(_) | StoreError::Unavailable(_)

@@ -81,6 +81,7 @@ macro_rules! __with_cases {
             queued_messages
             executions
             execution_transitions
+            queued_ending
             execution_with_messages
             remove_executions
             queue_claims

@@ -107,7 +107,70 @@ pub trait Store:
         0
     }
 
+    /// Whether [`Store::queue_ending`] writes a run's end in one commit, after every write
+    /// this process queued before it (one writer taking its queue in order), so that the
+    /// caller need not await those writes first. `false` by default: the caller awaits its
+    /// own writes' acks, then writes the end ([`ExecutionStore::transition_execution`]).
+    fn orders_transitions(&self) -> bool {
+        false
+    }
+
+    /// Queues the end of a run: its answer (and the answer's `message.created` event), its
+    /// snapshot, the move of the execution `id` and the execution's event. The [`Ack`]
+    /// resolves with the moved execution once all of it is durable.
+    ///
+    /// Where [`Store::orders_transitions`] holds it is one write, committed after every
+    /// write queued before it: a move the lifecycle refuses (`InvalidState`, `NotFound`)
+    /// writes nothing, and a refused answer or snapshot (its session or parent gone) is
+    /// logged and left out. The default keeps the order the slow way: it waits for every
+    /// queued write ([`OperationsStore::flush`]), writes the answer and the snapshot, then
+    /// the move, then the event (a refused move then leaves the answer and snapshot).
+    fn queue_ending(
+        &self,
+        tenant: &Tenant,
+        id: stepwise_core::Id,
+        ending: Ending,
+    ) -> impl std::future::Future<Output = Result<Ack<stepwise_core::Execution>>> + Send {
+        async move {
+            self.flush().await?;
+            if let Some(answer) = ending.answer {
+                match self.append_message(tenant, answer).await {
+                    Ok(message) => {
+                        if let Err(e) =
+                            durable(self.append_event(tenant, message_created(&message)).await)
+                                .await
+                        {
+                            tracing::warn!(execution = %id, error = %e, "could not store the answer's event");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(execution = %id, error = %e, "could not store the answer")
+                    }
+                }
+            }
+            if let Some(snapshot) = ending.snapshot
+                && let Err(e) = durable(self.save_snapshot(tenant, snapshot).await).await
+            {
+                tracing::warn!(execution = %id, error = %e, "could not save a snapshot");
+            }
+            let moved = self
+                .transition_execution(tenant, id, ending.transition)
+                .await?;
+            if let Some(event) = ending.event
+                && let Err(e) = durable(self.append_event(tenant, event).await).await
+            {
+                tracing::warn!(execution = %id, error = %e, "could not store the execution's event");
+            }
+            Ok(Ack::ready(Ok(moved)))
+        }
+    }
+
     fn backend_name(&self) -> &'static str;
+}
+
+/// A queued write's result once durable: the call's refusal or the ack's.
+async fn durable<T: Send + 'static>(queued: Result<Ack<T>>) -> Result<T> {
+    queued?.await
 }
 
 /// Every domain trait, for code that calls store methods on a concrete backend:

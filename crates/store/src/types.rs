@@ -284,6 +284,20 @@ impl Transition {
     }
 }
 
+/// The end of a run, written with its move by [`crate::Store::queue_ending`]: the
+/// answer (with its `message.created` event), the final snapshot, the move and the
+/// execution's event.
+#[derive(Debug, Clone)]
+pub struct Ending {
+    /// The assistant's message to the session.
+    pub answer: Option<NewMessage>,
+    /// The snapshot the run leaves (final unless it paused).
+    pub snapshot: Option<NewSnapshot>,
+    pub transition: Transition,
+    /// The execution's event (`execution.completed`...), of its session.
+    pub event: Option<NewEvent>,
+}
+
 /// Which executions a claim may take.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClaimFilter {

@@ -105,6 +105,27 @@ impl Store for OpenedStore {
         }
     }
 
+    fn orders_transitions(&self) -> bool {
+        match self {
+            OpenedStore::Sqlite(store) => store.orders_transitions(),
+            OpenedStore::Postgres(store) => store.orders_transitions(),
+            OpenedStore::Files(store) => store.orders_transitions(),
+        }
+    }
+
+    async fn queue_ending(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        ending: stepwise_store::Ending,
+    ) -> Result<Ack<Execution>> {
+        match self {
+            OpenedStore::Sqlite(store) => store.queue_ending(tenant, id, ending).await,
+            OpenedStore::Postgres(store) => store.queue_ending(tenant, id, ending).await,
+            OpenedStore::Files(store) => store.queue_ending(tenant, id, ending).await,
+        }
+    }
+
     fn backend_name(&self) -> &'static str {
         match self {
             OpenedStore::Sqlite(store) => store.backend_name(),

@@ -14,10 +14,19 @@
 //!    after it resumes the execution);
 //! 6. the execution's event;
 //! 7. the doorbell: the session's next queued execution may run now.
+//!
+//! A built-in run that completes, on a store that commits a move after the writes queued
+//! before it (SQLite's one writer, [`Store::orders_transitions`]), queues 1–4 and the
+//! event in that order and waits once: they ride one commit (two when the writer's batch
+//! fills between them), and the move is never durable before the rest.
+
+use std::future::IntoFuture;
 
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, Id, Role};
-use stepwise_store::{Result, Store, StoreError, Tenant, Transition};
+use stepwise_store::{
+    Ending, NewEvent, NewMessage, NewSnapshot, Result, Store, StoreError, Tenant, Transition,
+};
 
 use super::snapshots::{new_snapshot, snapshot_state};
 use super::{Engine, Run, RunControl, RunEnd};
@@ -66,6 +75,29 @@ impl Outcome {
         }
     }
 
+    /// The execution's event: its type, content and metadata (`step_count`: the steps
+    /// of a completed execution).
+    fn event(&self, step_count: u64) -> (EventType, &str, Value) {
+        match self {
+            Outcome::Completed { answer, .. } => (
+                EventType::ExecutionCompleted,
+                answer.as_deref().unwrap_or("Execution completed"),
+                json!({ "step_count": step_count }),
+            ),
+            Outcome::Failed { reason } => (EventType::ExecutionFailed, reason.as_str(), json!({})),
+            Outcome::Paused { question } => (
+                EventType::ExecutionPaused,
+                question.as_str(),
+                json!({ "question": question }),
+            ),
+            Outcome::Cancelled => (
+                EventType::ExecutionCancelled,
+                "Execution cancelled",
+                json!({}),
+            ),
+        }
+    }
+
     /// What the snapshot adds to the state: the output, the error or the question.
     fn snapshot_extra(&self) -> Option<Value> {
         match self {
@@ -108,6 +140,16 @@ impl<S: Store> Engine<S> {
         let session_id = execution.session_id.filter(|_| announce);
         // A recorder's lease ends with its execution (finished, paused or failed here).
         self.recorders().remove(&execution.id);
+        if matches!(outcome, Outcome::Completed { .. })
+            && !matches!(driver, Driver::Idle { .. })
+            && store.orders_transitions()
+        {
+            let done = self
+                .complete_in_one_commit(tenant, execution, driver, outcome, session_id)
+                .await?;
+            self.ring();
+            return Ok(done);
+        }
 
         let settled = match &mut driver {
             Driver::Run(run) => Some(queued_writes(run)),
@@ -167,30 +209,11 @@ impl<S: Store> Engine<S> {
                 }
             }
         }
-        let (event_type, content, metadata) = match outcome {
-            Outcome::Completed { answer, .. } => {
-                let step_count = match &driver {
-                    Driver::Run(run) => run.ctx.steps.len() as u64,
-                    _ => done.step_count,
-                };
-                (
-                    EventType::ExecutionCompleted,
-                    answer.as_deref().unwrap_or("Execution completed"),
-                    json!({ "step_count": step_count }),
-                )
-            }
-            Outcome::Failed { reason } => (EventType::ExecutionFailed, reason.as_str(), json!({})),
-            Outcome::Paused { question } => (
-                EventType::ExecutionPaused,
-                question.as_str(),
-                json!({ "question": question }),
-            ),
-            Outcome::Cancelled => (
-                EventType::ExecutionCancelled,
-                "Execution cancelled",
-                json!({}),
-            ),
+        let step_count = match &driver {
+            Driver::Run(run) => run.ctx.steps.len() as u64,
+            _ => done.step_count,
         };
+        let (event_type, content, metadata) = outcome.event(step_count);
         publisher
             .emit(
                 tenant,
@@ -203,6 +226,81 @@ impl<S: Store> Engine<S> {
             .await;
         self.ring();
         Ok(done)
+    }
+
+    /// Completes an execution in one commit, on a store that writes an execution's end
+    /// after the writes queued before it ([`Store::orders_transitions`]): the answer, the
+    /// final snapshot, the move and `execution.completed` are one write, queued behind what
+    /// the run or the agent wrote, and awaited with a built-in run's own queued writes (an
+    /// external agent's were acknowledged already; no flush is needed, the queue is FIFO).
+    async fn complete_in_one_commit(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        driver: Driver<'_>,
+        outcome: &Outcome,
+        session_id: Option<Id>,
+    ) -> Result<Execution> {
+        let (settled, snapshot, step_count) = match driver {
+            Driver::Run(run) => {
+                let state = snapshot_state(
+                    execution,
+                    outcome.status(),
+                    outcome.snapshot_extra(),
+                    &run.ctx.steps,
+                );
+                let step_number = run.ctx.steps.last().map_or(0, |s| s.step_number);
+                let snapshot =
+                    new_snapshot(execution, step_number, true, run.parent_snapshot_id, state);
+                let step_count = run.ctx.steps.len() as u64;
+                (Some(queued_writes(run)), Some(snapshot), step_count)
+            }
+            Driver::External | Driver::Idle { .. } => {
+                let snapshot = self.external_snapshot(tenant, execution, outcome).await?;
+                (None, snapshot, execution.step_count)
+            }
+        };
+        let answer = match (outcome, session_id) {
+            (
+                Outcome::Completed {
+                    answer: Some(answer),
+                    ..
+                },
+                Some(session_id),
+            ) => Some(
+                NewMessage::new(session_id, Role::Assistant, answer).for_execution(execution.id),
+            ),
+            _ => None,
+        };
+        let event = execution.session_id.map(|session_id| {
+            let (event_type, content, metadata) = outcome.event(step_count);
+            NewEvent {
+                session_id,
+                message_id: None,
+                execution_id: Some(execution.id),
+                event_type,
+                content: content.to_string(),
+                metadata,
+            }
+        });
+        let ending = Ending {
+            answer,
+            snapshot,
+            transition: outcome.transition(),
+            event,
+        };
+        let ended = self
+            .inner
+            .store
+            .queue_ending(tenant, execution.id, ending)
+            .await?;
+        let settled = async {
+            if let Some(settled) = settled {
+                settled.await;
+            }
+        };
+        let ((), moved) = tokio::join!(settled, ended.into_future());
+        moved
     }
 
     /// The snapshot an outcome leaves: final unless the execution paused.
@@ -243,41 +341,60 @@ impl<S: Store> Engine<S> {
                 }
             }
             Driver::External => {
-                let snapshots = store.list_snapshots(tenant, execution.id).await?;
-                let parent_snapshot_id = if is_final {
-                    // The agent's own final snapshot stands.
-                    if snapshots.iter().any(|s| s.is_final) {
-                        return Ok(());
-                    }
-                    snapshots.last().map(|s| s.id)
-                } else {
-                    None
-                };
-                let mut state = json!({"execution_id": execution.id, "status": outcome.status()});
-                match outcome {
-                    Outcome::Completed { output, .. } => {
-                        state["output"] = output.clone();
-                        state["error_message"] = Value::Null;
-                    }
-                    Outcome::Failed { reason } => {
-                        state["output"] = Value::Null;
-                        state["error_message"] = json!(reason);
-                    }
-                    Outcome::Paused { question } => state["question"] = json!(question),
-                    Outcome::Cancelled => {}
+                if let Some(snapshot) = self.external_snapshot(tenant, execution, outcome).await? {
+                    store.save_snapshot(tenant, snapshot).await?.await?;
                 }
-                let mut snapshot = new_snapshot(
-                    execution,
-                    u32::try_from(execution.step_count).unwrap_or(u32::MAX),
-                    is_final,
-                    parent_snapshot_id,
-                    state,
-                );
-                snapshot.debug_mode = false;
-                store.save_snapshot(tenant, snapshot).await?.await?;
             }
         }
         Ok(())
+    }
+
+    /// The snapshot an external agent's execution is left with: none when it finishes and
+    /// the agent saved a final one itself, else one naming the outcome (after the agent's
+    /// last snapshot).
+    async fn external_snapshot(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        outcome: &Outcome,
+    ) -> Result<Option<NewSnapshot>> {
+        let is_final = !matches!(outcome, Outcome::Paused { .. });
+        let snapshots = self
+            .inner
+            .store
+            .list_snapshots(tenant, execution.id)
+            .await?;
+        let parent_snapshot_id = if is_final {
+            // The agent's own final snapshot stands.
+            if snapshots.iter().any(|s| s.is_final) {
+                return Ok(None);
+            }
+            snapshots.last().map(|s| s.id)
+        } else {
+            None
+        };
+        let mut state = json!({"execution_id": execution.id, "status": outcome.status()});
+        match outcome {
+            Outcome::Completed { output, .. } => {
+                state["output"] = output.clone();
+                state["error_message"] = Value::Null;
+            }
+            Outcome::Failed { reason } => {
+                state["output"] = Value::Null;
+                state["error_message"] = json!(reason);
+            }
+            Outcome::Paused { question } => state["question"] = json!(question),
+            Outcome::Cancelled => {}
+        }
+        let mut snapshot = new_snapshot(
+            execution,
+            u32::try_from(execution.step_count).unwrap_or(u32::MAX),
+            is_final,
+            parent_snapshot_id,
+            state,
+        );
+        snapshot.debug_mode = false;
+        Ok(Some(snapshot))
     }
 
     /// Ends a built-in agent's run: a store that refuses the transition means another

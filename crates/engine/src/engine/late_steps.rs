@@ -104,6 +104,9 @@ impl<S: Store> PassKeys for LateFirstStep<S> {}
 impl<S: Store> PassLangGraphStore for LateFirstStep<S> {}
 impl<S: Store> PassOperations for LateFirstStep<S> {}
 
+// `orders_transitions` is left at its default (`false`): a store whose acks resolve out of
+// order is one where the engine must await a run's acks before the status moves, the path
+// these tests check. (Over SQLite, the status would otherwise ride the writer's queue.)
 impl<S: Store> Store for LateFirstStep<S> {
     type Checkpoints = S::Checkpoints;
 

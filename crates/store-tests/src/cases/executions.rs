@@ -1,7 +1,8 @@
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, ExecutionStatus, Id, Role, TokenUsage};
 use stepwise_store::{
-    IfBusy, MessageQuery, NewEvent, NewExecution, NewMessage, Store, StoreError, Tenant, Transition,
+    Ending, IfBusy, MessageQuery, NewEvent, NewExecution, NewMessage, NewSnapshot, Store,
+    StoreError, Tenant, Transition,
 };
 
 use crate::Harness;
@@ -297,6 +298,184 @@ pub async fn execution_transitions<H: Harness>(harness: &H) {
         some(store.get_execution(&acme, done.id).await, "done"),
         done
     );
+}
+
+/// `queue_ending`, a run's end: once its ack resolves, the answer with its
+/// `message.created` event, the final snapshot, the move and the execution's event are
+/// durable, and so is every write queued before it (a backend that orders its writes
+/// commits them in one, the others wait for the queue first). A move the lifecycle refuses
+/// writes no event and no second move.
+pub async fn queued_ending<H: Harness>(harness: &H) {
+    let (store, _clock) = manual_store(harness).await;
+    let acme = tenant("acme");
+    let session = create_session(&store, &acme, None).await;
+    let execution =
+        create_execution(&store, &acme, Some(session.id), ExecutionStatus::Running).await;
+
+    // The run's steps queued, their acks dropped: only the end is awaited.
+    for n in 1..=3 {
+        drop(ok(
+            store.append_step(&acme, new_step(execution.id, n)).await,
+            "queue a step",
+        ));
+    }
+    let ending = |transition, event_type, content: &str| Ending {
+        answer: Some(
+            NewMessage::new(session.id, Role::Assistant, content).for_execution(execution.id),
+        ),
+        snapshot: Some(NewSnapshot {
+            is_final: true,
+            ..new_snapshot(execution.id, 3, None)
+        }),
+        transition,
+        event: Some(NewEvent {
+            execution_id: Some(execution.id),
+            metadata: json!({"step_count": 3}),
+            ..new_event(session.id, event_type, content)
+        }),
+    };
+    let complete = Transition::Complete {
+        output: json!({"answer": 42}),
+    };
+    let moved = ok(
+        end_run(
+            &store,
+            &acme,
+            execution.id,
+            ending(complete, EventType::ExecutionCompleted, "42"),
+        )
+        .await,
+        "queue_ending",
+    );
+    assert_eq!(moved.status, ExecutionStatus::Completed);
+    assert_eq!(moved.output, json!({"answer": 42}));
+
+    let steps = ok(store.list_steps(&acme, execution.id).await, "list_steps").items;
+    assert_eq!(
+        steps.iter().map(|s| s.step_number).collect::<Vec<_>>(),
+        vec![1, 2, 3],
+        "the steps queued before the end are durable with it"
+    );
+    let answers = |messages: Vec<stepwise_core::Message>| -> Vec<String> {
+        messages
+            .into_iter()
+            .filter(|m| m.role == Role::Assistant && m.execution_id == Some(execution.id))
+            .map(|m| m.content)
+            .collect()
+    };
+    let messages = ok(
+        store
+            .list_messages(&acme, session.id, MessageQuery::default())
+            .await,
+        "list_messages",
+    );
+    assert_eq!(answers(messages), vec!["42".to_string()], "the answer");
+    let snapshots = ok(
+        store.list_snapshots(&acme, execution.id).await,
+        "list_snapshots",
+    );
+    let finals: Vec<_> = snapshots.iter().filter(|s| s.is_final).collect();
+    assert_eq!(finals.len(), 1, "the final snapshot");
+    let now = some(store.get_execution(&acme, execution.id).await, "get");
+    assert_eq!(now.status, ExecutionStatus::Completed);
+    assert_eq!(
+        now.last_snapshot_id,
+        Some(finals[0].id),
+        "the final snapshot is the execution's last"
+    );
+    let events = ok(
+        store.list_events(&acme, session.id, 0, 100).await,
+        "list_events",
+    );
+    let types: Vec<EventType> = events.iter().map(|e| e.event_type).collect();
+    assert_eq!(
+        types,
+        vec![EventType::MessageCreated, EventType::ExecutionCompleted],
+        "the answer's event, then the execution's"
+    );
+    assert_eq!(events[1].execution_id, Some(execution.id));
+    assert_eq!(events[1].metadata, json!({"step_count": 3}));
+
+    // A move the lifecycle refuses: no second move and no event.
+    let fail = Transition::Fail {
+        error_message: "too late".into(),
+    };
+    assert_err!(
+        end_run(
+            &store,
+            &acme,
+            execution.id,
+            ending(fail, EventType::ExecutionFailed, "too late"),
+        )
+        .await,
+        StoreError::InvalidState(_),
+        "the end of a completed execution"
+    );
+    assert_eq!(
+        ok(
+            store.list_events(&acme, session.id, 0, 100).await,
+            "list_events"
+        )
+        .iter()
+        .filter(|e| e.event_type == EventType::ExecutionFailed)
+        .count(),
+        0,
+        "a refused move writes no event"
+    );
+    assert_eq!(
+        some(store.get_execution(&acme, execution.id).await, "get").status,
+        ExecutionStatus::Completed
+    );
+    if store.orders_transitions() {
+        // In one write, a refused move leaves nothing of the end behind.
+        let messages = ok(
+            store
+                .list_messages(&acme, session.id, MessageQuery::default())
+                .await,
+            "list_messages",
+        );
+        assert_eq!(
+            answers(messages),
+            vec!["42".to_string()],
+            "no second answer"
+        );
+        assert_eq!(
+            ok(
+                store.list_snapshots(&acme, execution.id).await,
+                "list_snapshots"
+            )
+            .len(),
+            snapshots.len(),
+            "no second snapshot"
+        );
+    }
+    let unknown = Ending {
+        answer: None,
+        snapshot: None,
+        transition: Transition::Cancel,
+        event: None,
+    };
+    assert_err!(
+        end_run(&store, &acme, stepwise_core::new_id(), unknown.clone()).await,
+        StoreError::NotFound(_),
+        "the end of an unknown execution"
+    );
+    // Another tenant's execution is as unknown as one that does not exist.
+    assert_err!(
+        end_run(&store, &tenant("globex"), execution.id, unknown).await,
+        StoreError::NotFound(_),
+        "the end of another tenant's execution"
+    );
+}
+
+/// `queue_ending` awaited: a refusal comes from the call or from its ack.
+async fn end_run<S: Store>(
+    store: &S,
+    tenant: &Tenant,
+    id: stepwise_core::Id,
+    ending: Ending,
+) -> stepwise_store::Result<Execution> {
+    store.queue_ending(tenant, id, ending).await?.await
 }
 
 /// A new execution driven to `status` through the public calls only.

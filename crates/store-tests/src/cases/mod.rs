@@ -29,7 +29,7 @@ pub use checkpoints::{
 pub use corruption::corruption_recovery;
 pub use events::{events, events_live};
 pub use executions::{
-    execution_transitions, execution_with_messages, executions, remove_executions,
+    execution_transitions, execution_with_messages, executions, queued_ending, remove_executions,
 };
 pub use import::import_document;
 pub use isolation::tenant_isolation;
