@@ -3,7 +3,9 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwise_core::{Execution, Id, Message, Timestamp};
-use stepwise_store::rules::{BUSY, check_execution_with_messages, check_transition, removal_set};
+use stepwise_store::rules::{
+    BUSY, MoveColumns, check_execution_with_messages, check_transition, removal_set,
+};
 use stepwise_store::{
     IfBusy, NewEvent, NewExecution, NewMessage, Result, StoreError, Tenant, Transition,
 };
@@ -266,28 +268,15 @@ pub(crate) fn move_execution(
     let current = load_execution(conn, tenant, id)?.ok_or(StoreError::NotFound("execution"))?;
     check_transition(current.status, transition)?;
     let target = transition.target();
-    let (output, error, answer, done): (
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-    ) = match transition {
-        Transition::Pause { .. } => (None, None, None, None),
-        Transition::Resume { answer } => (None, None, Some(json_text(answer)), None),
-        Transition::Complete { output } => (Some(json_text(output)), None, None, Some(now.0)),
-        Transition::Fail { error_message } => {
-            (None, Some(error_message.clone()), None, Some(now.0))
-        }
-        Transition::Cancel => (None, None, None, Some(now.0)),
-    };
+    let columns = MoveColumns::of(transition, now);
     conn.prepare_cached(TRANSITION)
         .and_then(|mut s| {
             s.execute(params![
                 target.as_str(),
-                output,
-                error,
-                answer,
-                done,
+                columns.output,
+                columns.error_message,
+                columns.resume_answer,
+                columns.completed_at,
                 now.0,
                 bid(id),
                 tenant

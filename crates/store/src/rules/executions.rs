@@ -1,6 +1,6 @@
 //! Checks on execution writes that do not depend on how rows are stored.
 
-use stepwise_core::{ExecutionStatus, Id};
+use stepwise_core::{ExecutionStatus, Id, Timestamp};
 
 use crate::{NewEvent, NewExecution, NewMessage, Result, StoreError, Transition};
 
@@ -13,6 +13,46 @@ pub fn check_transition(current: ExecutionStatus, transition: &Transition) -> Re
         Err(StoreError::InvalidState(format!(
             "the execution is {current} and cannot become {target}"
         )))
+    }
+}
+
+/// What a move writes besides the status, as SQL backends store it: the output and the
+/// resume answer as JSON text, the error message, and when the execution finished (a
+/// terminal move, in microseconds).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MoveColumns {
+    pub output: Option<String>,
+    pub error_message: Option<String>,
+    pub resume_answer: Option<String>,
+    pub completed_at: Option<i64>,
+}
+
+impl MoveColumns {
+    pub fn of(transition: &Transition, now: Timestamp) -> MoveColumns {
+        let text = |value: &serde_json::Value| {
+            serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+        };
+        match transition {
+            Transition::Pause { .. } => MoveColumns::default(),
+            Transition::Resume { answer } => MoveColumns {
+                resume_answer: Some(text(answer)),
+                ..MoveColumns::default()
+            },
+            Transition::Complete { output } => MoveColumns {
+                output: Some(text(output)),
+                completed_at: Some(now.0),
+                ..MoveColumns::default()
+            },
+            Transition::Fail { error_message } => MoveColumns {
+                error_message: Some(error_message.clone()),
+                completed_at: Some(now.0),
+                ..MoveColumns::default()
+            },
+            Transition::Cancel => MoveColumns {
+                completed_at: Some(now.0),
+                ..MoveColumns::default()
+            },
+        }
     }
 }
 

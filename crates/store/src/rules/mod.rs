@@ -12,8 +12,8 @@ mod patch;
 mod retention;
 
 pub use executions::{
-    BUSY, check_execution_with_messages, check_step_number, check_transition, refuse_if_busy,
-    removal_set,
+    BUSY, MoveColumns, check_execution_with_messages, check_step_number, check_transition,
+    refuse_if_busy, removal_set,
 };
 pub use fork::{CHECKPOINT_EXECUTION_KEY, ForkCut, ForkPoint, cut_document};
 pub use import_plan::ImportPlan;
