@@ -239,7 +239,19 @@ impl<S: Store> Store for Metered<S> {
         id: Id,
         ending: stepwise_store::Ending,
     ) -> Result<Ack<Execution>> {
-        self.inner.queue_ending(tenant, id, ending).await
+        // The end's answer and snapshot are saves like any other: timed as such.
+        let started = Instant::now();
+        let answer = ending.answer.is_some();
+        let what = match ending.snapshot {
+            Some(_) => Timed::SaveSnapshot,
+            None => Timed::SaveEvent,
+        };
+        let ack = self.inner.queue_ending(tenant, id, ending).await?;
+        Ok(timed_ack_then(what, started, ack, move |_| {
+            if answer {
+                observe(Timed::SaveMessage, started.elapsed());
+            }
+        }))
     }
 
     fn backend_name(&self) -> &'static str {
