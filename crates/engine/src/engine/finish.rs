@@ -15,10 +15,11 @@
 //! 6. the execution's event;
 //! 7. the doorbell: the session's next queued execution may run now.
 //!
-//! A built-in run that completes, on a store that commits a move after the writes queued
-//! before it (SQLite's one writer, [`Store::orders_transitions`]), queues 1–4 and the
-//! event in that order and waits once: they ride one commit (two when the writer's batch
-//! fills between them), and the move is never durable before the rest.
+//! An execution that completes (a built-in run, or an external agent's `complete`), on a
+//! store that writes a run's end after the writes queued before it (SQLite's one writer,
+//! [`Store::orders_transitions`]), has 2–4 and 6 written as one write
+//! ([`Store::queue_ending`]) queued behind 1, and waits once: the end commits whole, with
+//! the run's last writes or after them, never before.
 
 use std::future::IntoFuture;
 
