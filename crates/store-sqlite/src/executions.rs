@@ -265,8 +265,31 @@ pub(crate) fn move_execution(
     transition: &Transition,
     now: Timestamp,
 ) -> Result<Execution> {
+    check_move(conn, tenant, id, transition)?;
+    write_move(conn, tenant, id, transition, now)
+}
+
+/// Refuses a move the lifecycle does not allow (`InvalidState`) or of an execution that is
+/// not the tenant's (`NotFound`), before anything is written.
+pub(crate) fn check_move(
+    conn: &Connection,
+    tenant: &str,
+    id: Id,
+    transition: &Transition,
+) -> Result<()> {
     let current = load_execution(conn, tenant, id)?.ok_or(StoreError::NotFound("execution"))?;
-    check_transition(current.status, transition)?;
+    check_transition(current.status, transition)
+}
+
+/// Writes a move [`check_move`] allowed in this transaction, and answers the execution as
+/// it is now.
+pub(crate) fn write_move(
+    conn: &Connection,
+    tenant: &str,
+    id: Id,
+    transition: &Transition,
+    now: Timestamp,
+) -> Result<Execution> {
     let target = transition.target();
     let columns = MoveColumns::of(transition, now);
     conn.prepare_cached(TRANSITION)

@@ -40,7 +40,6 @@ use rusqlite::{Connection, OpenFlags};
 use stepwise_core::codec;
 use stepwise_core::codec::DEFAULT_COMPRESS_THRESHOLD;
 use stepwise_core::{Execution, Id, SharedClock, Timestamp, system_clock};
-use stepwise_store::rules::check_transition;
 use stepwise_store::{Ack, Ending, EventHub, Result, Store, StoreError, Tenant, message_created};
 
 pub(crate) use crate::retention::delete_session_rows;
@@ -392,9 +391,7 @@ impl Store for SqliteStore {
             .writer
             .submit(move |conn, published| {
                 // The move is checked first: a refused one writes nothing.
-                let current = executions::load_execution(conn, tenant.as_str(), id)?
-                    .ok_or(StoreError::NotFound("execution"))?;
-                check_transition(current.status, &transition)?;
+                executions::check_move(conn, tenant.as_str(), id, &transition)?;
                 if let Some(message) = &answer {
                     let written = messages::write_message(conn, tenant.as_str(), message, now)
                         .and_then(|()| {
@@ -419,8 +416,7 @@ impl Store for SqliteStore {
                     );
                     left_out(written, id, "the snapshot")?;
                 }
-                let moved =
-                    executions::move_execution(conn, tenant.as_str(), id, &transition, now)?;
+                let moved = executions::write_move(conn, tenant.as_str(), id, &transition, now)?;
                 if let Some(event) = event {
                     let written = events::insert_event(conn, &tenant, event, now, published);
                     left_out(written, id, "the execution's event")?;
