@@ -28,6 +28,11 @@ impl Server {
     }
 
     fn start_with(db: &Path, env: &[(&str, &str)]) -> Server {
+        Server::start_url(&format!("sqlite://{}", db.display()), env)
+    }
+
+    /// On the database at `url` (SQLite or PostgreSQL).
+    fn start_url(url: &str, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stepwise"))
             .args([
                 "serve",
@@ -39,7 +44,7 @@ impl Server {
                 "2",
             ])
             .arg("--database")
-            .arg(format!("sqlite://{}", db.display()))
+            .arg(url)
             .env("STEPWISE_DEMO_STEP_MS", "40")
             .env("STEPWISE_LOG", "warn")
             .env_remove("STEPWISE_LISTEN")
@@ -240,9 +245,81 @@ fn kill_9_mid_run_then_restart_completes_with_every_step_exactly_once() {
 fn kill_9_while_runs_end_leaves_each_execution_one_answer_and_one_final_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("stepwise.db");
+    kill_9_while_runs_end(&format!("sqlite://{}", db.display()));
+}
+
+/// The same on PostgreSQL, where the end is one batch of the session's writer task.
+#[test]
+fn on_postgres_kill_9_while_runs_end_leaves_each_execution_one_answer_and_one_final_snapshot() {
+    let Some(database) = ScratchPostgres::create() else {
+        return;
+    };
+    kill_9_while_runs_end(&database.url);
+}
+
+/// A PostgreSQL database of its own for one test (created with `psql` on
+/// `STEPWISE_TEST_POSTGRES_URL`, dropped after it); `None`, said loudly, when PostgreSQL
+/// cannot be reached outside CI.
+struct ScratchPostgres {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl ScratchPostgres {
+    fn create() -> Option<ScratchPostgres> {
+        let admin = std::env::var("STEPWISE_TEST_POSTGRES_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let name = format!("stepwise_kill_{}", std::process::id());
+        let psql = |sql: &str| {
+            Command::new("psql")
+                .args([admin.as_str(), "-qAtc", sql])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        if !psql(&format!("CREATE DATABASE {name}")) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "PostgreSQL is required under CI ({admin})"
+            );
+            eprintln!("*** PostgreSQL kill test SKIPPED: cannot create a database with psql ***");
+            return None;
+        }
+        let (base, query) = admin
+            .split_once('?')
+            .map_or((admin.as_str(), None), |(b, q)| (b, Some(q)));
+        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+        let url = match query {
+            Some(q) => format!("{server}/{name}?{q}"),
+            None => format!("{server}/{name}"),
+        };
+        Some(ScratchPostgres { admin, name, url })
+    }
+}
+
+impl Drop for ScratchPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                self.admin.as_str(),
+                "-qAtc",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn kill_9_while_runs_end(url: &str) {
     let mut posted: Vec<(String, String, String)> = Vec::new();
     for (round, after) in [40u64, 120, 250].into_iter().enumerate() {
-        let server = Server::start(&db);
+        let server = Server::start_url(url, &[]);
         for i in 0..12 {
             let content = format!("hello {round}.{i}");
             let (status, accepted) =
@@ -259,7 +336,7 @@ fn kill_9_while_runs_end_leaves_each_execution_one_answer_and_one_final_snapshot
         server.signal("-KILL");
     }
 
-    let server = Server::start(&db);
+    let server = Server::start_url(url, &[]);
     for (session, execution, content) in &posted {
         let done = wait_for(|| {
             let (_, e) = server.request("GET", &format!("/v1/executions/{execution}"), None);

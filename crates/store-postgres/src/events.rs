@@ -30,19 +30,23 @@ pub(crate) fn publish_live(store: &PgStore, tenant: &Tenant, event: Event) {
     store.inner.relay.publish_live(tenant.as_str(), event);
 }
 
+impl PgStore {
+    /// An event checked and stamped, ready for the writer (which numbers it).
+    pub(crate) fn event_job(&self, tenant: &Tenant, new: NewEvent) -> Result<EventJob> {
+        sql::check_text("content", &new.content)?;
+        Ok(EventJob {
+            tenant: tenant.as_str().to_string(),
+            metadata: json_text(&new.metadata),
+            new,
+            now: self.now(),
+        })
+    }
+}
+
 impl stepwise_store::EventStore for PgStore {
     async fn append_event(&self, tenant: &Tenant, new: NewEvent) -> Result<Ack<Event>> {
-        sql::check_text("content", &new.content)?;
-        let metadata = json_text(&new.metadata);
-        self.inner
-            .writer
-            .event(EventJob {
-                tenant: tenant.as_str().to_string(),
-                new,
-                metadata,
-                now: self.now(),
-            })
-            .await
+        let job = self.event_job(tenant, new)?;
+        self.inner.writer.event(job).await
     }
 
     async fn list_events(

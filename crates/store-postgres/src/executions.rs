@@ -2,7 +2,7 @@
 //! moved between states under a row lock. Claiming, leases and the queue doorbell are in
 //! `queue`.
 
-use stepwise_core::{Execution, ExecutionStatus, Id, Message};
+use stepwise_core::{Execution, ExecutionStatus, Id, Message, Timestamp};
 use stepwise_store::rules::{
     BUSY, MoveColumns, check_execution_with_messages, check_transition, removal_set,
 };
@@ -85,6 +85,32 @@ pub(crate) async fn load(
         .await
         .map_err(map_pg)?;
     row.as_ref().map(sql::execution).transpose()
+}
+
+/// Moves the execution `id` as `transition` says (checked by the caller, its row locked)
+/// and reads it back.
+pub(crate) async fn move_row(
+    c: &impl GenericClient,
+    tenant: &str,
+    id: Id,
+    transition: &Transition,
+    now: Timestamp,
+) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
+    let columns = MoveColumns::of(transition, now);
+    c.query_typed_one(
+        TRANSITION_EXECUTION,
+        args![
+            transition.target().as_str(),
+            columns.output,
+            columns.error_message,
+            columns.resume_answer,
+            columns.completed_at,
+            now.0,
+            id,
+            tenant
+        ],
+    )
+    .await
 }
 
 /// Inserts `e` inside `tx` (held by `lease_owner` when it starts leased), pointing its
@@ -305,25 +331,12 @@ impl stepwise_store::ExecutionStore for PgStore {
             .ok_or(StoreError::NotFound("execution"))?;
         check_transition(current.status, &transition)?;
         let target = transition.target();
-        let columns = MoveColumns::of(&transition, now);
-        let row = tx
-            .query_typed_one(
-                TRANSITION_EXECUTION,
-                args![
-                    target.as_str(),
-                    columns.output,
-                    columns.error_message,
-                    columns.resume_answer,
-                    columns.completed_at,
-                    now.0,
-                    id,
-                    tenant.as_str()
-                ],
-            )
+        let row = move_row(&tx, tenant.as_str(), id, &transition, now)
             .await
             .map_err(map_pg)?;
         let execution = sql::execution(&row)?;
         tx.commit().await.map_err(map_pg)?;
+        self.strays().forget(id);
         if execution.parent_execution_id.is_none() && target != ExecutionStatus::Paused {
             // Queued again, or the session's next execution may run now.
             ring(self);

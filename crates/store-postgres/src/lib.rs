@@ -43,7 +43,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use stepwise_core::codec::DEFAULT_COMPRESS_THRESHOLD;
 use stepwise_core::{Execution, Id, SharedClock, Timestamp, system_clock};
-use stepwise_store::{Result, Store, StoreError};
+use stepwise_store::{Ack, Ending, Result, Store, StoreError, Tenant, message_created};
 use tokio::sync::watch;
 
 use crate::relay::Relay;
@@ -120,6 +120,9 @@ struct Inner {
     /// The session of executions this process has seen, so their saves go to the writer
     /// of their session (see `shard_key`).
     session_of: std::sync::Mutex<std::collections::HashMap<Id, Id>>,
+    /// Executions some of whose saves went to the writer of their own id (their session
+    /// unknown here then): their end first waits for every writer (see `queue_ending`).
+    strays: std::sync::Mutex<Strays>,
     /// For connections of their own (the retention lock needs a session).
     config: tokio_postgres::Config,
     _stop: watch::Sender<bool>,
@@ -155,9 +158,11 @@ impl PgStore {
             .build()
             .map_err(|e| StoreError::Backend(format!("cannot build the connection pool: {e}")))?;
         let relay = Arc::new(Relay::new(options.clock.clone()));
+        let queue_bell = Arc::new(tokio::sync::Notify::new());
         let writer = Writer::start(
             pool.clone(),
             relay.clone(),
+            queue_bell.clone(),
             options.queue_capacity,
             options.max_batch,
             options.writers,
@@ -170,7 +175,6 @@ impl PgStore {
                 stopped.clone(),
             ));
         }
-        let queue_bell = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(queue::run_ringer(
             pool.clone(),
             queue_bell.clone(),
@@ -198,6 +202,7 @@ impl PgStore {
                 decode_errors: AtomicU64::new(0),
                 applied_migrations,
                 session_of: std::sync::Mutex::new(std::collections::HashMap::new()),
+                strays: std::sync::Mutex::new(Strays::default()),
                 config: config.clone(),
                 _stop: stop,
             }),
@@ -237,19 +242,71 @@ impl PgStore {
     }
 
     /// Which writer an execution's saves go to: its session's when known (always for
-    /// executions this process created, claimed or read), else its own id.
+    /// executions this process created, claimed or read), else its own id, and then the
+    /// execution is noted as a stray.
     fn shard_key(&self, execution_id: Id) -> Id {
-        let map = self
+        let known = self
             .inner
             .session_of
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        map.get(&execution_id).copied().unwrap_or(execution_id)
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&execution_id)
+            .copied();
+        known.unwrap_or_else(|| {
+            self.strays().note(execution_id);
+            execution_id
+        })
+    }
+
+    fn strays(&self) -> std::sync::MutexGuard<'_, Strays> {
+        self.inner.strays.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A pooled connection.
     async fn client(&self) -> Result<deadpool_postgres::Object> {
         self.inner.pool.get().await.map_err(map_pool)
+    }
+}
+
+/// The executions whose saves went to the writer of their own id rather than their
+/// session's. A run's end goes to its session's writer, so it is committed after every save
+/// queued before it only if all of them went there: a stray's end first waits for every
+/// writer. Bounded: when full it is cleared, and the next ends wait for every writer once,
+/// for the saves of the strays it forgot.
+#[derive(Default)]
+struct Strays {
+    ids: std::collections::HashSet<Id>,
+    /// How many times the set was cleared, and how many of those a wait for every writer
+    /// has covered since.
+    cleared: u64,
+    covered: u64,
+}
+
+impl Strays {
+    const MAX: usize = 100_000;
+
+    fn note(&mut self, execution_id: Id) {
+        if self.ids.len() >= Self::MAX && !self.ids.contains(&execution_id) {
+            self.ids.clear();
+            self.cleared += 1;
+        }
+        self.ids.insert(execution_id);
+    }
+
+    /// Forgets the execution; `Some(clears)` when its end must first wait for every writer
+    /// (pass `clears` to [`Strays::covered`] once it has).
+    fn take(&mut self, execution_id: Id) -> Option<u64> {
+        let stray = self.ids.remove(&execution_id);
+        (stray || self.covered < self.cleared).then_some(self.cleared)
+    }
+
+    /// Forgets the execution once its move waited for its saves.
+    fn forget(&mut self, execution_id: Id) {
+        self.ids.remove(&execution_id);
+    }
+
+    fn covered(&mut self, clears: u64) {
+        self.covered = self.covered.max(clears);
     }
 }
 
@@ -306,6 +363,66 @@ impl Store for PgStore {
         self.inner.writer.depth()
     }
 
+    /// A run's end goes to its session's writer, where its events went and (when the
+    /// session is known here, see `shard_key`) its steps and snapshots: that writer's batch
+    /// commits it after them.
+    fn orders_transitions(&self) -> bool {
+        true
+    }
+
+    /// One writer job (see `writer::EndingJob`), on the writer of the execution's session;
+    /// an execution some of whose saves went elsewhere (a stray) first waits for every
+    /// writer.
+    async fn queue_ending(
+        &self,
+        tenant: &Tenant,
+        id: Id,
+        ending: Ending,
+    ) -> Result<Ack<Execution>> {
+        let Ending {
+            answer,
+            snapshot,
+            transition,
+            event,
+        } = ending;
+        let answer = match answer {
+            Some(new) => {
+                let message = crate::messages::message_job(tenant, new.into_message(self.now()))?;
+                let created = self.event_job(tenant, message_created(&message.message))?;
+                Some((message, created))
+            }
+            None => None,
+        };
+        let snapshot = snapshot
+            .map(|new| self.snapshot_job(tenant, new))
+            .transpose()?;
+        let event = event.map(|new| self.event_job(tenant, new)).transpose()?;
+        let session = event
+            .as_ref()
+            .map(|e| e.new.session_id)
+            .or_else(|| answer.as_ref().map(|(m, _)| m.message.session_id));
+        let wait = self.strays().take(id);
+        if let (Some(_), Some(clears)) = (session, wait) {
+            self.inner.writer.flush().await?;
+            self.strays().covered(clears);
+        }
+        self.inner
+            .writer
+            .ending(
+                session.unwrap_or(id),
+                writer::EndingJob {
+                    tenant: tenant.as_str().to_string(),
+                    id,
+                    transition,
+                    answer,
+                    snapshot,
+                    event,
+                    now: self.now(),
+                },
+            )
+            .await
+    }
+
     fn backend_name(&self) -> &'static str {
         "postgres"
     }
@@ -325,5 +442,55 @@ impl PgStore {
     /// Saves waiting in this process's queue (not yet committed).
     pub fn save_queue_depth(&self) -> u64 {
         self.inner.writer.depth()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Strays;
+    use stepwise_core::new_id;
+
+    #[test]
+    fn only_a_stray_waits_for_every_writer_and_only_once() {
+        let mut strays = Strays::default();
+        let (stray, known) = (new_id(), new_id());
+        strays.note(stray);
+        assert_eq!(
+            strays.take(known),
+            None,
+            "an execution never noted waits for nothing"
+        );
+        assert_eq!(strays.take(stray), Some(0), "a stray waits");
+        assert_eq!(strays.take(stray), None, "once: its end forgot it");
+    }
+
+    #[test]
+    fn after_the_set_is_cleared_the_next_ends_wait_until_one_wait_covers_it() {
+        let mut strays = Strays::default();
+        let forgotten = new_id();
+        strays.note(forgotten);
+        for _ in 1..Strays::MAX {
+            strays.note(new_id());
+        }
+        assert_eq!(strays.cleared, 0);
+        strays.note(new_id()); // full: cleared, `forgotten` with the rest
+        assert_eq!(strays.cleared, 1);
+        let other = new_id();
+        assert_eq!(
+            strays.take(forgotten),
+            Some(1),
+            "a forgotten stray still waits"
+        );
+        assert_eq!(
+            strays.take(other),
+            Some(1),
+            "so does any end until a wait covers the clear"
+        );
+        strays.covered(1);
+        assert_eq!(
+            strays.take(other),
+            None,
+            "after one wait for every writer, none"
+        );
     }
 }

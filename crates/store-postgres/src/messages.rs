@@ -54,6 +54,24 @@ pub(crate) async fn insert(c: &impl GenericClient, tenant: &Tenant, m: &Message)
     Ok(())
 }
 
+/// A stamped message checked for what PostgreSQL's text refuses, ready for the writer.
+pub(crate) fn message_job(tenant: &Tenant, message: Message) -> Result<MessageJob> {
+    for (field, text) in [
+        ("content", Some(&message.content)),
+        ("related_type", message.related_type.as_ref()),
+        ("related_id", message.related_id.as_ref()),
+        ("context_url", message.context_url.as_ref()),
+    ] {
+        if let Some(text) = text {
+            sql::check_text(field, text)?;
+        }
+    }
+    Ok(MessageJob {
+        tenant: tenant.as_str().to_string(),
+        message,
+    })
+}
+
 impl stepwise_store::MessageStore for PgStore {
     /// Through the group-commit writer of the message's session (see
     /// [`Self::queue_message`]), answered once committed.
@@ -70,25 +88,9 @@ impl stepwise_store::MessageStore for PgStore {
         tenant: &Tenant,
         new: NewMessage,
     ) -> Result<(Message, Ack<Message>)> {
-        let message = new.into_message(self.now());
-        for (field, text) in [
-            ("content", Some(&message.content)),
-            ("related_type", message.related_type.as_ref()),
-            ("related_id", message.related_id.as_ref()),
-            ("context_url", message.context_url.as_ref()),
-        ] {
-            if let Some(text) = text {
-                sql::check_text(field, text)?;
-            }
-        }
-        let ack = self
-            .inner
-            .writer
-            .message(MessageJob {
-                tenant: tenant.as_str().to_string(),
-                message: message.clone(),
-            })
-            .await?;
+        let job = message_job(tenant, new.into_message(self.now()))?;
+        let message = job.message.clone();
+        let ack = self.inner.writer.message(job).await?;
         Ok((message, ack))
     }
 

@@ -22,8 +22,9 @@ const SNAPSHOT_BY_ID: &str = concat!(
     ", state FROM snapshots WHERE id = $1 AND tenant_id = $2"
 );
 
-impl stepwise_store::SnapshotStore for PgStore {
-    async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
+impl PgStore {
+    /// A snapshot checked, stamped and its state encoded, ready for the writer.
+    pub(crate) fn snapshot_job(&self, tenant: &Tenant, new: NewSnapshot) -> Result<SnapshotJob> {
         for (field, text) in [("agent_id", &new.agent_id), ("agent_name", &new.agent_name)] {
             if let Some(text) = text {
                 sql::check_text(field, text)?;
@@ -37,18 +38,21 @@ impl stepwise_store::SnapshotStore for PgStore {
         }
         let state = codec::encode_value(&new.state, self.inner.options.compress_threshold);
         let replace = new.replace;
-        let snapshot = new.into_snapshot(self.now());
+        Ok(SnapshotJob {
+            tenant: tenant.as_str().to_string(),
+            snapshot: new.into_snapshot(self.now()),
+            state,
+            replace,
+        })
+    }
+}
+
+impl stepwise_store::SnapshotStore for PgStore {
+    async fn save_snapshot(&self, tenant: &Tenant, new: NewSnapshot) -> Result<Ack<Snapshot>> {
+        let job = self.snapshot_job(tenant, new)?;
         self.inner
             .writer
-            .snapshot(
-                self.shard_key(snapshot.execution_id),
-                SnapshotJob {
-                    tenant: tenant.as_str().to_string(),
-                    snapshot,
-                    state,
-                    replace,
-                },
-            )
+            .snapshot(self.shard_key(job.snapshot.execution_id), job)
             .await
     }
 

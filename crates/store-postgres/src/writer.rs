@@ -15,9 +15,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadpool_postgres::Pool;
 use stepwise_core::codec;
-use stepwise_core::{Event, ExecutionStatus, Id, Message, Snapshot, Step, StepBody, Timestamp};
-use stepwise_store::{Ack, AckSender, NewEvent, NewStep, Result, StepAppend, StoreError};
-use tokio::sync::mpsc;
+use stepwise_core::{
+    Event, Execution, ExecutionStatus, Id, Message, Snapshot, Step, StepBody, Timestamp,
+};
+use stepwise_store::rules::check_transition;
+use stepwise_store::{
+    Ack, AckSender, NewEvent, NewStep, Result, StepAppend, StoreError, Transition,
+};
+use tokio::sync::{Notify, mpsc};
 
 use crate::relay::Relay;
 use crate::sql::{self, args, json_text, map_pg, map_pool};
@@ -51,11 +56,25 @@ pub(crate) struct MessageJob {
     pub message: Message,
 }
 
+/// A run's end ([`Store::queue_ending`](stepwise_store::Store::queue_ending)): its answer
+/// with the answer's `message.created`, its snapshot, the move of execution `id` and the
+/// execution's event, all committed in the batch that checks the move, or none of them.
+pub(crate) struct EndingJob {
+    pub tenant: String,
+    pub id: Id,
+    pub transition: Transition,
+    pub answer: Option<(MessageJob, EventJob)>,
+    pub snapshot: Option<SnapshotJob>,
+    pub event: Option<EventJob>,
+    pub now: Timestamp,
+}
+
 pub(crate) enum Job {
     Step(StepJob, AckSender<StepAppend>),
     Snapshot(SnapshotJob, AckSender<Snapshot>),
     Event(EventJob, AckSender<Event>),
     Message(MessageJob, AckSender<Message>),
+    Ending(Box<EndingJob>, AckSender<Execution>),
     /// Answered once everything queued before it is committed.
     Flush(AckSender<()>),
 }
@@ -76,6 +95,7 @@ impl Writer {
     pub(crate) fn start(
         pool: Pool,
         relay: Arc<Relay>,
+        queue_bell: Arc<Notify>,
         capacity: usize,
         max_batch: usize,
         writers: usize,
@@ -90,6 +110,7 @@ impl Writer {
                 pool.clone(),
                 rx,
                 relay.clone(),
+                queue_bell.clone(),
                 max_batch.max(1),
                 save_errors.clone(),
             ));
@@ -138,6 +159,14 @@ impl Writer {
         Ok(ack)
     }
 
+    /// Queues a run's end on the writer of `key` (its session's, where the run's events
+    /// went): it commits after every write queued there before it.
+    pub(crate) async fn ending(&self, key: Id, job: EndingJob) -> Result<Ack<Execution>> {
+        let (tx, ack) = Ack::channel();
+        self.send(key, Job::Ending(Box::new(job), tx)).await?;
+        Ok(ack)
+    }
+
     /// Waits until everything queued on every writer before this call is committed.
     pub(crate) async fn flush(&self) -> Result<()> {
         let mut acks = Vec::with_capacity(self.txs.len());
@@ -166,6 +195,7 @@ async fn run(
     pool: Pool,
     mut rx: mpsc::Receiver<Job>,
     relay: Arc<Relay>,
+    queue_bell: Arc<Notify>,
     max_batch: usize,
     save_errors: Arc<AtomicU64>,
 ) {
@@ -175,60 +205,66 @@ async fn run(
         let mut snapshots = Vec::new();
         let mut events = Vec::new();
         let mut messages = Vec::new();
+        let mut endings = Vec::new();
         let mut flushes = Vec::new();
-        for job in jobs.drain(..) {
+        // A job's place in the queue orders what an ending adds among the batch's writes.
+        for (seq, job) in jobs.drain(..).enumerate() {
             match job {
                 Job::Step(job, ack) => steps.push((job, ack)),
-                Job::Snapshot(job, ack) => snapshots.push((job, ack)),
-                Job::Event(job, ack) => events.push((job, ack)),
-                Job::Message(job, ack) => messages.push((job, ack)),
+                Job::Snapshot(job, ack) => snapshots.push((seq, job, ack)),
+                Job::Event(job, ack) => events.push((seq, job, ack)),
+                Job::Message(job, ack) => messages.push((seq, job, ack)),
+                Job::Ending(job, ack) => endings.push((seq, job, ack)),
                 Job::Flush(ack) => flushes.push(ack),
             }
         }
-        let writes = steps.len() + snapshots.len() + events.len() + messages.len();
+        let writes = steps.len() + snapshots.len() + events.len() + messages.len() + endings.len();
         let committed = if writes == 0 {
             Ok(Done::default())
         } else {
             let inputs = Inputs {
                 steps: steps.iter().map(|(j, _)| j).collect(),
-                snapshots: snapshots.iter().map(|(j, _)| j).collect(),
-                events: events.iter().map(|(j, _)| j).collect(),
-                messages: messages.iter().map(|(j, _)| j).collect(),
+                snapshots: snapshots.iter().map(|(seq, j, _)| (*seq, j)).collect(),
+                events: events.iter().map(|(seq, j, _)| (*seq, j)).collect(),
+                messages: messages.iter().map(|(seq, j, _)| (*seq, j)).collect(),
+                endings: endings.iter().map(|(seq, j, _)| (*seq, &**j)).collect(),
+                wait_for_locks: false,
             };
             commit_with_retries(&pool, &inputs).await
         };
         match committed {
-            Ok(done) => {
-                // Subscribers first: whoever awaited an event's ack can count on local
-                // subscribers having been handed it.
-                let published = events
-                    .iter()
-                    .zip(&done.events)
-                    .filter_map(|((job, _), result)| {
-                        result
-                            .as_ref()
-                            .ok()
-                            .map(|event| (job.tenant.clone(), Arc::new(event.clone())))
-                    })
-                    .collect();
-                relay.committed_locally(published);
-                relay.announce(
-                    done.events
-                        .iter()
-                        .filter_map(|e| e.as_ref().ok().map(|e| (e.session_id, e.id))),
+            Ok(mut done) => {
+                publish(
+                    &relay,
+                    &queue_bell,
+                    std::mem::take(&mut done.published),
+                    done.ring,
                 );
                 for ((_, ack), result) in steps.into_iter().zip(done.steps) {
                     let _ = ack.send(result);
                 }
-                for ((_, ack), result) in snapshots.into_iter().zip(done.snapshots) {
+                for ((_, _, ack), result) in snapshots.into_iter().zip(done.snapshots) {
                     let _ = ack.send(result);
                 }
-                for ((_, ack), result) in events.into_iter().zip(done.events) {
+                for ((_, _, ack), result) in events.into_iter().zip(done.events) {
                     let _ = ack.send(result);
                 }
-                for ((job, ack), result) in messages.into_iter().zip(done.messages) {
+                for ((_, job, ack), result) in messages.into_iter().zip(done.messages) {
                     let _ = ack.send(result.map(|()| job.message));
                 }
+                let mut put_off = Vec::new();
+                for (ending, result) in endings.into_iter().zip(done.endings) {
+                    match result {
+                        Some(result) => {
+                            let _ = ending.2.send(result);
+                        }
+                        None => put_off.push(ending),
+                    }
+                }
+                if !put_off.is_empty() {
+                    commit_put_off(&pool, &relay, &queue_bell, &save_errors, put_off).await;
+                }
+                // After the endings put off: they were queued before these flushes.
                 for ack in flushes {
                     let _ = ack.send(Ok(()));
                 }
@@ -239,13 +275,16 @@ async fn run(
                 for (_, ack) in steps {
                     let _ = ack.send(Err(e.clone()));
                 }
-                for (_, ack) in snapshots {
+                for (_, _, ack) in snapshots {
                     let _ = ack.send(Err(e.clone()));
                 }
-                for (_, ack) in events {
+                for (_, _, ack) in events {
                     let _ = ack.send(Err(e.clone()));
                 }
-                for (_, ack) in messages {
+                for (_, _, ack) in messages {
+                    let _ = ack.send(Err(e.clone()));
+                }
+                for (_, _, ack) in endings {
                     let _ = ack.send(Err(e.clone()));
                 }
                 for ack in flushes {
@@ -256,11 +295,72 @@ async fn run(
     }
 }
 
+/// Hands committed events to this node's subscribers (first: whoever awaited an event's
+/// ack can count on them having it), then announces them to other nodes; rings the queue
+/// when a move may have made a session's next execution runnable.
+fn publish(relay: &Relay, queue_bell: &Notify, published: Vec<(String, Event)>, ring: bool) {
+    let announced: Vec<(Id, i64)> = published
+        .iter()
+        .map(|(_, e)| (e.session_id, e.id))
+        .collect();
+    relay.committed_locally(
+        published
+            .into_iter()
+            .map(|(tenant, event)| (tenant, Arc::new(event)))
+            .collect(),
+    );
+    relay.announce(announced);
+    if ring {
+        queue_bell.notify_one();
+    }
+}
+
+/// The endings a batch put off (another transaction held the queue head's lock a move
+/// needs), written after the batch's commit, in a transaction of their own that waits for
+/// those locks. The writer's next batch waits for it: the sessions' later writes stay after
+/// their ends.
+async fn commit_put_off(
+    pool: &Pool,
+    relay: &Relay,
+    queue_bell: &Notify,
+    save_errors: &AtomicU64,
+    put_off: Vec<(usize, Box<EndingJob>, AckSender<Execution>)>,
+) {
+    let inputs = Inputs {
+        endings: put_off.iter().map(|(seq, job, _)| (*seq, &**job)).collect(),
+        wait_for_locks: true,
+        ..Inputs::default()
+    };
+    match commit_with_retries(pool, &inputs).await {
+        Ok(done) => {
+            publish(relay, queue_bell, done.published, done.ring);
+            for ((_, _, ack), result) in put_off.into_iter().zip(done.endings) {
+                let _ = ack.send(result.unwrap_or_else(|| {
+                    Err(StoreError::Backend("the run's end was not written".into()))
+                }));
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, endings = put_off.len(), "could not write the runs' ends put off");
+            save_errors.fetch_add(put_off.len() as u64, Ordering::Relaxed);
+            for (_, _, ack) in put_off {
+                let _ = ack.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// One batch: each write with its place in the queue (see [`merged`]).
+#[derive(Default)]
 struct Inputs<'a> {
     steps: Vec<&'a StepJob>,
-    snapshots: Vec<&'a SnapshotJob>,
-    events: Vec<&'a EventJob>,
-    messages: Vec<&'a MessageJob>,
+    snapshots: Vec<(usize, &'a SnapshotJob)>,
+    events: Vec<(usize, &'a EventJob)>,
+    messages: Vec<(usize, &'a MessageJob)>,
+    endings: Vec<(usize, &'a EndingJob)>,
+    /// Wait for the queue heads' locks the moves take, rather than try them (the endings
+    /// a batch put off).
+    wait_for_locks: bool,
 }
 
 #[derive(Default)]
@@ -269,6 +369,12 @@ struct Done {
     snapshots: Vec<Result<Snapshot>>,
     events: Vec<Result<Event>>,
     messages: Vec<Result<()>>,
+    /// Each ending's moved execution or refusal; `None`: put off (see [`commit_put_off`]).
+    endings: Vec<Option<Result<Execution>>>,
+    /// Every event committed (the endings' too), with its tenant.
+    published: Vec<(String, Event)>,
+    /// Whether a move may have made a session's next execution runnable.
+    ring: bool,
 }
 
 /// A batch failure: whether trying again may succeed, and the error for the callers.
@@ -320,19 +426,95 @@ struct SessionRow {
     last_event_id: i64,
 }
 
+/// Where a write of the merged lists came from: the batch's own jobs (in their order), or
+/// ending `k`.
+#[derive(Clone, Copy)]
+enum Origin {
+    Queued,
+    Ending(usize),
+}
+
+/// The batch's writes of one kind and the accepted endings' writes of that kind, in queue
+/// order (an ending's after everything queued before it).
+fn merged<'a, T>(
+    queued: &[(usize, &'a T)],
+    endings: impl Iterator<Item = (usize, usize, &'a T)>,
+) -> (Vec<&'a T>, Vec<Origin>) {
+    let mut all: Vec<(usize, Origin, &'a T)> = queued
+        .iter()
+        .map(|(seq, job)| (*seq, Origin::Queued, *job))
+        .chain(endings.map(|(seq, k, job)| (seq, Origin::Ending(k), job)))
+        .collect();
+    // Stable: one ending's answer event stays before its execution's event.
+    all.sort_by_key(|(seq, _, _)| *seq);
+    all.into_iter()
+        .map(|(_, origin, job)| (job, origin))
+        .unzip()
+}
+
+/// The results of the batch's own jobs; an ending's refused write is logged and left out
+/// (the move and the rest of the end are written).
+fn results_of_queued<T>(
+    results: Vec<Result<T>>,
+    origins: &[Origin],
+    endings: &[(usize, &EndingJob)],
+    what: &str,
+) -> Vec<Result<T>> {
+    let mut own = Vec::with_capacity(results.len());
+    for (result, origin) in results.into_iter().zip(origins) {
+        match origin {
+            Origin::Queued => own.push(result),
+            Origin::Ending(k) => {
+                if let Err(e) = result {
+                    let execution = endings[*k].1.id;
+                    tracing::warn!(%execution, error = %e, "a run's end left out {what}");
+                }
+            }
+        }
+    }
+    own
+}
+
+/// The advisory locks of `ids`' queue heads this transaction could take without waiting.
+async fn try_head_locks(
+    tx: &tokio_postgres::Transaction<'_>,
+    ids: Vec<Id>,
+) -> std::result::Result<HashSet<Id>, Failed> {
+    let rows = tx
+        .query_typed(
+            "SELECT k, pg_try_advisory_xact_lock(queue_head_lock(k)) AS locked FROM unnest($1::uuid[]) AS u(k)",
+            args![ids],
+        )
+        .await?;
+    let mut held = HashSet::new();
+    for row in &rows {
+        if sql::get::<bool>(row, "locked")? {
+            held.insert(sql::get::<Id>(row, "k")?);
+        }
+    }
+    Ok(held)
+}
+
 async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<Done, Failed> {
     let mut client = pool.get().await.map_err(map_pool)?;
     let pg: &mut tokio_postgres::Client = &mut client;
     let tx = pg.transaction().await?;
+    let endings = &inputs.endings;
 
-    // Lock the executions the steps and snapshots touch, then the sessions the events,
-    // messages and snapshots touch, each in id order. The two statements are pipelined (sent together,
-    // run in order).
+    // Lock the executions the steps, snapshots and moves touch, then the sessions the
+    // events, messages and snapshots touch, each in id order. The two statements are
+    // pipelined (sent together, run in order).
     let mut exec_ids: Vec<Id> = inputs
         .steps
         .iter()
         .map(|s| s.new.execution_id)
-        .chain(inputs.snapshots.iter().map(|s| s.snapshot.execution_id))
+        .chain(
+            inputs
+                .snapshots
+                .iter()
+                .map(|(_, s)| s.snapshot.execution_id),
+        )
+        .chain(endings.iter().map(|(_, e)| e.id))
         .collect();
     exec_ids.sort_unstable();
     exec_ids.dedup();
@@ -340,15 +522,26 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
     let mut written_sessions: Vec<Id> = inputs
         .events
         .iter()
-        .map(|e| e.new.session_id)
-        .chain(inputs.messages.iter().map(|m| m.message.session_id))
+        .map(|(_, e)| e.new.session_id)
+        .chain(inputs.messages.iter().map(|(_, m)| m.message.session_id))
+        .chain(endings.iter().flat_map(|(_, e)| {
+            let answer = e.answer.as_ref().map(|(m, _)| m.message.session_id);
+            answer
+                .into_iter()
+                .chain(e.event.as_ref().map(|e| e.new.session_id))
+        }))
         .collect();
     written_sessions.sort_unstable();
     written_sessions.dedup();
     let snapshot_execs: Vec<Id> = inputs
         .snapshots
         .iter()
-        .map(|s| s.snapshot.execution_id)
+        .map(|(_, s)| s.snapshot.execution_id)
+        .chain(
+            endings
+                .iter()
+                .filter_map(|(_, e)| e.snapshot.as_ref().map(|s| s.snapshot.execution_id)),
+        )
         .collect();
     let lock_execs = async {
         if exec_ids.is_empty() {
@@ -409,21 +602,113 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
         );
     }
 
+    // Each ending's move is checked against the locked status: a refused one writes
+    // nothing. One whose queue head another transaction holds is put off (never waited
+    // for with rows held: an intake holds its session's row while it waits for that lock).
+    let mut ending_results: Vec<Option<Result<Execution>>> = endings.iter().map(|_| None).collect();
+    let mut moving: Vec<usize> = Vec::new();
+    for (k, (_, job)) in endings.iter().enumerate() {
+        let checked = match exec_of(job.id, &job.tenant) {
+            None => Err(StoreError::NotFound("execution")),
+            Some(row) => match ExecutionStatus::parse(&row.status) {
+                Some(status) => check_transition(status, &job.transition),
+                None => Err(StoreError::Backend(format!(
+                    "unknown execution status {:?}",
+                    row.status
+                ))),
+            },
+        };
+        match checked {
+            Ok(()) => moving.push(k),
+            Err(e) => ending_results[k] = Some(Err(e)),
+        }
+    }
+    // The heads a move's trigger refreshes: its session's and its own (a subagent's).
+    let heads_of = |k: usize| {
+        let job = endings[k].1;
+        let session = execs.get(&job.id).and_then(|e| e.session_id);
+        session.into_iter().chain(std::iter::once(job.id))
+    };
+    if !inputs.wait_for_locks && !moving.is_empty() {
+        let held = try_head_locks(&tx, moving.iter().flat_map(|&k| heads_of(k)).collect()).await?;
+        moving.retain(|&k| heads_of(k).all(|head| held.contains(&head)));
+    }
+    let accepted = |k: &usize| moving.contains(k);
+
+    // The accepted endings' answers, snapshots and events join the batch's own, in queue
+    // order.
+    let (snapshot_jobs, snapshot_origins) = merged(
+        &inputs.snapshots,
+        endings
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| accepted(k))
+            .filter_map(|(k, (seq, e))| e.snapshot.as_ref().map(|s| (*seq, k, s))),
+    );
+    let (message_jobs, message_origins) = merged(
+        &inputs.messages,
+        endings
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| accepted(k))
+            .filter_map(|(k, (seq, e))| e.answer.as_ref().map(|(m, _)| (*seq, k, m))),
+    );
+    let (event_jobs, event_origins) = merged(
+        &inputs.events,
+        endings
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| accepted(k))
+            .flat_map(|(k, (seq, e))| {
+                let answered = e.answer.as_ref().map(|(_, event)| (*seq, k, event));
+                answered
+                    .into_iter()
+                    .chain(e.event.as_ref().map(|event| (*seq, k, event)))
+            }),
+    );
+
     // The kinds touch different rows: their statements are pipelined too (the messages'
     // and the events' updates of a session's row run in the order they were sent).
-    let messages = messages_of_sessions(&inputs.messages, &sessions);
+    let messages = messages_of_sessions(&message_jobs, &sessions);
     let (steps, snapshots, events, ()) = tokio::try_join!(
         write_steps(&tx, &inputs.steps, &exec_of),
-        write_snapshots(&tx, &inputs.snapshots, &exec_of),
-        write_events(&tx, &inputs.events, &mut sessions),
-        write_messages(&tx, &inputs.messages, &messages),
+        write_snapshots(&tx, &snapshot_jobs, &exec_of),
+        write_events(&tx, &event_jobs, &mut sessions),
+        write_messages(&tx, &message_jobs, &messages),
     )?;
+    // The moves last: the execution's row is read back with the batch's writes in it.
+    let moved = futures_util::future::try_join_all(moving.iter().map(|&k| {
+        let job = endings[k].1;
+        crate::executions::move_row(&tx, &job.tenant, job.id, &job.transition, job.now)
+    }))
+    .await?;
     tx.commit().await?;
+
+    let mut ring = false;
+    for (&k, row) in moving.iter().zip(&moved) {
+        let execution = sql::execution(row)?;
+        ring |= execution.parent_execution_id.is_none()
+            && endings[k].1.transition.target() != ExecutionStatus::Paused;
+        ending_results[k] = Some(Ok(execution));
+    }
+    let published = event_jobs
+        .iter()
+        .zip(&events)
+        .filter_map(|(job, result)| {
+            result
+                .as_ref()
+                .ok()
+                .map(|event| (job.tenant.clone(), event.clone()))
+        })
+        .collect();
     Ok(Done {
         steps,
-        snapshots,
-        events,
-        messages,
+        snapshots: results_of_queued(snapshots, &snapshot_origins, endings, "its snapshot"),
+        events: results_of_queued(events, &event_origins, endings, "an event"),
+        messages: results_of_queued(messages, &message_origins, endings, "its answer"),
+        endings: ending_results,
+        published,
+        ring,
     })
 }
 

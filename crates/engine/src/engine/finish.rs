@@ -17,7 +17,8 @@
 //!
 //! An execution that completes (a built-in run, or an external agent's `complete`), on a
 //! store that writes a run's end after the writes queued before it (SQLite's one writer,
-//! [`Store::orders_transitions`]), has 2–4 and 6 written as one write
+//! PostgreSQL's writer task of the session: [`Store::orders_transitions`]), has 2–4 and 6
+//! written as one write
 //! ([`Store::queue_ending`]) queued behind 1, and waits once: the end commits whole, with
 //! the run's last writes or after them, never before.
 
