@@ -1143,3 +1143,55 @@ async fn a_lost_workers_complete_with_steps_is_fenced_and_writes_nothing() {
     assert_eq!(outputs, ["from the new worker"]);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_several_executions_hands_each_its_own_session_memory_and_steps() {
+    let server = TestServer::start().await;
+    // Three sessions, each with a first execution whose step names its session.
+    let mut sessions = Vec::new();
+    for name in ["ada", "grace", "linus"] {
+        let (session, execution) = message_for(&server, "greeter", name).await;
+        let c = claim(&server, "greeter", 1, 0.0).await.remove(0);
+        assert_eq!(c["execution"]["id"], json!(execution));
+        let body = json!({"output": format!("hello {name}"),
+            "steps": [{"step_number": 1, "model_output": "Greeting", "observations": format!("memory of {name}")}]});
+        let complete = format!("/v1/executions/{execution}/complete");
+        let (status, done) = leased(&server, &complete, Some(&text(&c, "lease")), body).await;
+        assert_eq!(status, 200, "{done}");
+        sessions.push((name, session));
+    }
+    // A second message in each, claimed in one request.
+    let mut second = std::collections::HashMap::new();
+    for (name, session) in &sessions {
+        let (status, body) = server
+            .post(
+                &format!("/v1/sessions/{session}/messages"),
+                json!({"content": format!("again {name}"),
+                       "agent": {"type": "greeter", "wait": true}}),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        second.insert(
+            body["execution"]["id"].as_str().unwrap().to_string(),
+            (*name, session.clone()),
+        );
+    }
+    let claims = claim(&server, "greeter", 5, 0.0).await;
+    assert_eq!(claims.len(), 3, "{claims:?}");
+    for c in &claims {
+        let id = c["execution"]["id"].as_str().unwrap();
+        let (name, session) = &second[id];
+        assert_eq!(c["session"]["id"], json!(session), "{c}");
+        assert_eq!(c["input_text"], format!("again {name}"));
+        assert_eq!(c["steps"], json!([]), "{c}");
+        let memory: Vec<&str> = c["memory"]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["observations"].as_str())
+            .collect();
+        assert_eq!(memory, [format!("memory of {name}")], "{c}");
+        assert_eq!(server.execution(id).await["status"], "running");
+    }
+    server.stop().await;
+}

@@ -242,15 +242,26 @@ impl<S: Store> Engine<S> {
             .store
             .claim_matching(filter, &tokens, config.lease, config.max_attempts)
             .await?;
-        let mut handed = Vec::with_capacity(claims.len());
-        for (claim, token) in claims.into_iter().zip(tokens) {
-            match self.hand_out(tenant, claim, token).await {
-                Ok(claim) => handed.push(claim),
-                // Its lease runs out and the execution is claimed again.
-                Err(e) => tracing::warn!(error = %e, "could not prepare a worker's claim"),
-            }
-        }
-        Ok(handed)
+        // Each claim's reads are its own: they run together, not one claim after another
+        // (a worker that claims eight at once waited for eight rounds of reads).
+        let handed = futures_util::future::join_all(
+            claims
+                .into_iter()
+                .zip(tokens)
+                .map(|(claim, token)| self.hand_out(tenant, claim, token)),
+        )
+        .await;
+        Ok(handed
+            .into_iter()
+            .filter_map(|handed| {
+                handed
+                    // Its lease runs out and the execution is claimed again.
+                    .inspect_err(
+                        |e| tracing::warn!(error = %e, "could not prepare a worker's claim"),
+                    )
+                    .ok()
+            })
+            .collect())
     }
 
     /// Loads what the claim's agent needs, records the user's answer as a step, and
@@ -263,7 +274,32 @@ impl<S: Store> Engine<S> {
             ..
         } = claim;
         let lease_expires_at = lease_until(Timestamp::now(), self.inner.config.lease);
-        let mut steps = store.list_steps(tenant, execution.id).await?.items;
+        // What the agent needs, read together: its own steps, the session, the memory
+        // before this execution (its own saved steps come as `steps`) and the last snapshot.
+        let steps = async { Ok(store.list_steps(tenant, execution.id).await?.items) };
+        let session = async {
+            match execution.session_id {
+                Some(id) => store.get_session(tenant, id).await,
+                None => Ok(None),
+            }
+        };
+        let memory = async {
+            Ok(match execution.session_id {
+                Some(id) => restore_memory(store, tenant, id).await?.map(|mut memory| {
+                    memory.steps.retain(|s| s.execution_id != execution.id);
+                    memory
+                }),
+                None => None,
+            })
+        };
+        let snapshot = async {
+            match execution.last_snapshot_id {
+                Some(id) => store.get_snapshot(tenant, id).await,
+                None => Ok(None),
+            }
+        };
+        let (mut steps, session, memory, snapshot): (Vec<Step>, _, _, _) =
+            tokio::try_join!(steps, session, memory, snapshot)?;
         if let Some(answer) = &resume_answer
             && steps.last().is_none_or(|s| s.kind != StepKind::UserInput)
         {
@@ -292,22 +328,6 @@ impl<S: Store> Engine<S> {
             }
             steps.push(appended.step);
         }
-        let session = match execution.session_id {
-            Some(id) => store.get_session(tenant, id).await?,
-            None => None,
-        };
-        // The memory before this execution: its own saved steps come as `steps`.
-        let memory = match execution.session_id {
-            Some(id) => restore_memory(store, tenant, id).await?.map(|mut memory| {
-                memory.steps.retain(|s| s.execution_id != execution.id);
-                memory
-            }),
-            None => None,
-        };
-        let snapshot = match execution.last_snapshot_id {
-            Some(id) => store.get_snapshot(tenant, id).await?,
-            None => None,
-        };
 
         if execution.attempts > 1 && resume_answer.is_none() {
             tracing::warn!(
