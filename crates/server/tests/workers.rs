@@ -1195,3 +1195,139 @@ async fn a_claim_of_several_executions_hands_each_its_own_session_memory_and_ste
     }
     server.stop().await;
 }
+
+/// An execution completed with `complete` and steps: its steps' bodies in order, one final
+/// snapshot at the last step, each step told once before `execution.completed`, the status
+/// lines in order and the answer last.
+async fn completed_with_steps(
+    server: &TestServer,
+    session: &str,
+    execution: &str,
+    outputs: &[&str],
+    answer: &str,
+) {
+    assert_eq!(server.execution(execution).await["status"], "completed");
+    let (_, steps) = server
+        .get(&format!("/v1/executions/{execution}/steps"))
+        .await;
+    let stored: Vec<&str> = steps["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["model_output"].as_str().unwrap())
+        .collect();
+    assert_eq!(stored, outputs);
+    let (_, snapshots) = server
+        .get(&format!("/v1/executions/{execution}/snapshots"))
+        .await;
+    let finals: Vec<&Value> = snapshots["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["is_final"] == true)
+        .collect();
+    assert_eq!(finals.len(), 1, "{snapshots}");
+    assert_eq!(finals[0]["step_number"], outputs.len());
+    let mut events = server.events(session, None).await;
+    let told: Vec<String> = events
+        .until("execution.completed")
+        .await
+        .into_iter()
+        .filter(|e| e.event == "step.completed" || e.event == "execution.completed")
+        .map(|e| e.event)
+        .collect();
+    let mut expected = vec!["step.completed"; outputs.len()];
+    expected.push("execution.completed");
+    assert_eq!(told, expected);
+    let messages = server.messages(session).await;
+    let contents: Vec<&str> = messages
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default())
+        .collect();
+    let lines: Vec<&str> = contents
+        .iter()
+        .copied()
+        .filter(|c| c.starts_with("Step "))
+        .collect();
+    let expected: Vec<String> = outputs
+        .iter()
+        .enumerate()
+        .map(|(k, output)| format!("Step {}: {output}", k + 1))
+        .collect();
+    assert_eq!(lines, expected, "{contents:?}");
+    assert_eq!(contents.last(), Some(&answer), "{contents:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_with_steps_new_or_already_stored_saves_each_once_and_tells_them_before_the_end() {
+    let server = TestServer::start().await;
+
+    // Steps the execution has not stored: saved, told and completed together.
+    let (session, execution) = message_for(&server, "closer", "go").await;
+    let c = claim(&server, "closer", 1, 0.0).await.remove(0);
+    let (status, done) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/complete"),
+        Some(&text(&c, "lease")),
+        json!({"output": "ok", "final_message": "Both done",
+               "steps": [{"model_output": "one"}, {"model_output": "two"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["step_count"], 2);
+    completed_with_steps(&server, &session, &execution, &["one", "two"], "Both done").await;
+
+    // A stored step among them.
+    let (session, execution) = message_for(&server, "closer", "go again").await;
+    let c = claim(&server, "closer", 1, 0.0).await.remove(0);
+    let lease = text(&c, "lease");
+    let (status, body) = leased(
+        &server,
+        &format!("/v1/executions/{execution}/steps"),
+        Some(&lease),
+        json!({"step_number": 1, "model_output": "first"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let complete = format!("/v1/executions/{execution}/complete");
+    // Another body at the stored number: 409, and the execution still runs.
+    let (status, body) = leased(
+        &server,
+        &complete,
+        Some(&lease),
+        json!({"output": "x", "steps": [{"step_number": 1, "model_output": "changed"}]}),
+    )
+    .await;
+    assert_error(
+        status,
+        &body,
+        409,
+        "conflict",
+        "another body at a stored step",
+    );
+    assert_eq!(server.execution(&execution).await["status"], "running");
+    // The stored step again (a retry after a lost answer) with two new ones: each saved
+    // once, and the execution completes.
+    let (status, done) = leased(
+        &server,
+        &complete,
+        Some(&lease),
+        json!({"output": "all done", "final_message": "All done", "steps": [
+            {"step_number": 1, "model_output": "first"},
+            {"step_number": 2, "model_output": "second"},
+            {"model_output": "third"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["step_count"], 3);
+    completed_with_steps(
+        &server,
+        &session,
+        &execution,
+        &["first", "second", "third"],
+        "All done",
+    )
+    .await;
+    server.stop().await;
+}

@@ -119,11 +119,21 @@ LEASE=$(json 'd["items"][0]["lease"]' <"$WORK/claim.json")
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/executions/$W/steps" -H 'content-type: application/json' \
   -H "Stepwise-Lease: $LEASE" -d '{"model_output": "relayed"}')
 [ "$code" = 201 ] || fail "a worker's step through the other node answered $code"
+# Its last two steps ride with the completion: saved, told and completed in one commit.
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$WB/v1/executions/$W/complete" -H 'content-type: application/json' \
-  -H "Stepwise-Lease: $LEASE" -d '{"output": "done", "final_message": "done"}')
+  -H "Stepwise-Lease: $LEASE" \
+  -d '{"output": "done", "final_message": "done", "steps": [{"model_output": "second"}, {"model_output": "third"}]}')
 [ "$code" = 200 ] || fail "a worker's complete through the other node answered $code"
 wait_done "$WA" "$W"
-echo "ok: a worker waiting on one node claimed a message posted to the other and finished it through that node"
+check_steps "$W"
+[ "$(sql "select step_count from executions where id = '$W'")" = 3 ] || fail "the worker's execution does not count its 3 steps"
+[ "$(sql "select step_number from snapshots where execution_id = '$W' and is_final")" = 3 ] \
+  || fail "the worker's execution has no final snapshot at step 3: $(sql "select step_number, is_final from snapshots where execution_id = '$W'")"
+told=$(sql "select string_agg(event_type || coalesce(':' || (metadata::jsonb->>'step_number'), ''), ',' order by seq) from events \
+  where execution_id = '$W' and (event_type in ('step.completed', 'execution.completed'))")
+[ "$told" = "step.completed:1,step.completed:2,step.completed:3,execution.completed" ] \
+  || fail "the worker's steps and completion were told out of order: $told"
+echo "ok: a worker waiting on one node claimed a message posted to the other and finished it through that node (its last steps with the completion, told in order)"
 
 # 5. Keys and tokens across the nodes (the signing key and the keys live in the database).
 ADMIN_KEY=$("$BIN" keys create --database "$DB" --tenant two --user boss --role admin | tail -n 1)

@@ -3,10 +3,11 @@
 //! [`super::finish`] as the built-in agents.
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 
 use serde_json::{Value, json};
 use stepwise_core::{
-    EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, Step, StepBody, StepKind,
+    EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, StepBody, StepKind,
 };
 use stepwise_store::{
     NewExecution, NewLease, NewMessage, NewSnapshot, NewStep, Result, StepAppend, Store,
@@ -193,7 +194,9 @@ impl<S: Store> Engine<S> {
             .await?
             .await?;
         if appended.created {
-            self.announce_step(tenant, execution, &appended.step).await;
+            let step = &appended.step;
+            self.announce_step(tenant, execution, step.step_number, step.kind, &step.body())
+                .await;
         }
         Ok(appended)
     }
@@ -229,7 +232,9 @@ impl<S: Store> Engine<S> {
         for ack in queued {
             let done = ack.await?;
             if done.created {
-                self.announce_step(tenant, execution, &done.step).await;
+                let step = &done.step;
+                self.announce_step(tenant, execution, step.step_number, step.kind, &step.body())
+                    .await;
             }
             appended.push(done);
         }
@@ -242,9 +247,15 @@ impl<S: Store> Engine<S> {
     /// ones are — its status line ("Step 2: called search"). A recorder's (`external`)
     /// session keeps only its conversation as messages. A user's answer (`user_input`) is
     /// only its `step.completed`: the answer is shown already.
-    pub(super) async fn announce_step(&self, tenant: &Tenant, execution: &Execution, step: &Step) {
+    pub(super) async fn announce_step(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        number: u32,
+        kind: StepKind,
+        step: &StepBody,
+    ) {
         let publisher = &self.inner.publisher;
-        let number = step.step_number;
         let event = |event_type: EventType, content: String, tool: Option<String>| async move {
             publisher
                 .step_event(
@@ -259,7 +270,7 @@ impl<S: Store> Engine<S> {
                 .await;
         };
         let first_tool = step.tool_calls.first().map(|c| c.name.clone());
-        let user_input = step.kind == StepKind::UserInput;
+        let user_input = kind == StepKind::UserInput;
         if !user_input {
             event(
                 EventType::StepStarted,
@@ -299,7 +310,7 @@ impl<S: Store> Engine<S> {
             let (prefix, note_kind) = if execution.parent_execution_id.is_some() {
                 ("Subagent step", "subagent")
             } else {
-                ("Step", step.kind.as_str())
+                ("Step", kind.as_str())
             };
             // Queued behind the step: the step is what the request waits for; the line
             // commits with the next batch, and the run's end flushes it before its status.
@@ -309,7 +320,7 @@ impl<S: Store> Engine<S> {
                     session_id,
                     execution.id,
                     Role::Info,
-                    &format!("{prefix} {number}: {}", step_summary(step)),
+                    &format!("{prefix} {number}: {}", step_summary(kind, step)),
                     &MessageNote::step(number, note_kind, first_tool),
                 )
                 .await
@@ -387,6 +398,15 @@ impl<S: Store> Engine<S> {
     /// [`Engine::complete_external`] completes it. A step the store refuses (another body
     /// at a stored number) stops there: the steps before it are saved, the execution is
     /// not completed.
+    ///
+    /// On a store that writes an end after the writes queued before it
+    /// ([`Store::orders_transitions`]), steps the execution has not stored yet (numbers
+    /// above its `step_count`, the highest stored) are not waited for on their own: the
+    /// steps, their events and the end are queued in that order and committed together
+    /// (one commit, not two, for a one-step agent). Only a request racing this one with
+    /// another body at the same new number could then see its step refused after the end
+    /// was queued: the execution completes with the stored step, and this request answers
+    /// the conflict.
     pub async fn complete_external_with_steps(
         &self,
         tenant: &Tenant,
@@ -403,6 +423,14 @@ impl<S: Store> Engine<S> {
         if steps.is_empty() {
             return self.end_external(tenant, execution, outcome).await;
         }
+        let unstored = steps
+            .iter()
+            .all(|s| u64::from(s.step_number) > execution.step_count);
+        if unstored && self.inner.store.orders_transitions() {
+            return self
+                .complete_with_unstored_steps(tenant, execution, steps, outcome)
+                .await;
+        }
         let appended = self.append_external_steps(tenant, execution, steps).await?;
         // The final snapshot names the last step: the execution as it is now.
         let mut execution = execution.clone();
@@ -413,6 +441,61 @@ impl<S: Store> Engine<S> {
             .unwrap_or(0);
         execution.step_count = execution.step_count.max(last);
         self.end_external(tenant, &execution, outcome).await
+    }
+
+    /// [`Engine::complete_external_with_steps`] on a store that orders its writes, for
+    /// steps not stored yet: queued with their events, then the end behind them, all
+    /// awaited together.
+    async fn complete_with_unstored_steps(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        steps: Vec<ExternalStep>,
+        outcome: Outcome,
+    ) -> Result<Execution> {
+        let store = &self.inner.store;
+        // The final snapshot names the last step: the execution as it will be.
+        let mut execution = execution.clone();
+        let last = steps.iter().map(|s| s.step_number).max().unwrap_or(0);
+        execution.step_count = execution.step_count.max(u64::from(last));
+        let snapshot = self.external_snapshot(tenant, &execution, &outcome).await?;
+        self.recorders().remove(&execution.id);
+        let mut saved = Vec::with_capacity(steps.len());
+        for step in steps {
+            let ExternalStep {
+                step_number,
+                kind,
+                body,
+            } = step;
+            // The step's events are queued behind it: they commit with it or after it.
+            let new = NewStep {
+                execution_id: execution.id,
+                step_number,
+                kind,
+                body: body.clone(),
+            };
+            saved.push(store.append_step(tenant, new).await?);
+            self.announce_step(tenant, &execution, step_number, kind, &body)
+                .await;
+        }
+        let ended = self
+            .queue_completion(
+                tenant,
+                &execution,
+                &outcome,
+                execution.session_id,
+                snapshot,
+                execution.step_count,
+            )
+            .await?;
+        let (saved, moved) = tokio::join!(
+            futures_util::future::try_join_all(saved.into_iter().map(IntoFuture::into_future)),
+            ended.into_future()
+        );
+        let done = moved?;
+        self.ring();
+        saved?;
+        Ok(store.get_execution(tenant, done.id).await?.unwrap_or(done))
     }
 
     /// Fails an external execution with the agent's reason.
@@ -466,8 +549,8 @@ const TOOL_RESULT_CHARS: usize = 2_000;
 /// A posted step's status line, worded as the web UI words a stored step: "called echo ·
 /// Echoing it" (its tools, the first line of its `model_output`, its error), "final answer";
 /// "thought" for an action that says nothing.
-fn step_summary(step: &Step) -> String {
-    if step.kind == StepKind::FinalAnswer {
+fn step_summary(kind: StepKind, step: &StepBody) -> String {
+    if kind == StepKind::FinalAnswer {
         return "final answer".into();
     }
     let mut parts = Vec::new();
@@ -488,9 +571,9 @@ fn step_summary(step: &Step) -> String {
         parts.push(format!("failed: {}", error.message));
     }
     if parts.is_empty() {
-        return match step.kind {
+        return match kind {
             StepKind::Action => "thought".into(),
-            kind => kind.as_str().replace('_', " "),
+            other => other.as_str().replace('_', " "),
         };
     }
     parts.join(" · ")

@@ -27,7 +27,7 @@ use std::future::IntoFuture;
 use serde_json::{Value, json};
 use stepwise_core::{EventType, Execution, Id, Role};
 use stepwise_store::{
-    Ending, NewEvent, NewMessage, NewSnapshot, Result, Store, StoreError, Tenant, Transition,
+    Ack, Ending, NewEvent, NewMessage, NewSnapshot, Result, Store, StoreError, Tenant, Transition,
 };
 
 use super::snapshots::{new_snapshot, snapshot_state};
@@ -262,6 +262,31 @@ impl<S: Store> Engine<S> {
                 (None, snapshot, execution.step_count)
             }
         };
+        let ended = self
+            .queue_completion(tenant, execution, outcome, session_id, snapshot, step_count)
+            .await?;
+        let settled = async {
+            if let Some(settled) = settled {
+                settled.await;
+            }
+        };
+        let ((), moved) = tokio::join!(settled, ended.into_future());
+        moved
+    }
+
+    /// Queues a completed execution's end as one write ([`Store::queue_ending`]): the
+    /// answer to the session (`session_id`: none for a built-in subagent), the final
+    /// `snapshot`, the move and `execution.completed` naming `step_count` steps. The [`Ack`]
+    /// resolves with the moved execution once the end is committed.
+    pub(super) async fn queue_completion(
+        &self,
+        tenant: &Tenant,
+        execution: &Execution,
+        outcome: &Outcome,
+        session_id: Option<Id>,
+        snapshot: Option<NewSnapshot>,
+        step_count: u64,
+    ) -> Result<Ack<Execution>> {
         let answer = match (outcome, session_id) {
             (
                 Outcome::Completed {
@@ -291,18 +316,10 @@ impl<S: Store> Engine<S> {
             transition: outcome.transition(),
             event,
         };
-        let ended = self
-            .inner
+        self.inner
             .store
             .queue_ending(tenant, execution.id, ending)
-            .await?;
-        let settled = async {
-            if let Some(settled) = settled {
-                settled.await;
-            }
-        };
-        let ((), moved) = tokio::join!(settled, ended.into_future());
-        moved
+            .await
     }
 
     /// The snapshot an outcome leaves: final unless the execution paused.
@@ -354,7 +371,7 @@ impl<S: Store> Engine<S> {
     /// The snapshot an external agent's execution is left with: none when it finishes and
     /// the agent saved a final one itself, else one naming the outcome (after the agent's
     /// last snapshot).
-    async fn external_snapshot(
+    pub(super) async fn external_snapshot(
         &self,
         tenant: &Tenant,
         execution: &Execution,

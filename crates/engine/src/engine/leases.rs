@@ -324,7 +324,15 @@ impl<S: Store> Engine<S> {
                 .await?
                 .await?;
             if appended.created {
-                self.announce_step(tenant, &execution, &appended.step).await;
+                let step = &appended.step;
+                self.announce_step(
+                    tenant,
+                    &execution,
+                    step.step_number,
+                    step.kind,
+                    &step.body(),
+                )
+                .await;
             }
             steps.push(appended.step);
         }
