@@ -20,7 +20,9 @@
 //! PostgreSQL's writer task of the session: [`Store::orders_transitions`]), has 2–4 and 6
 //! written as one write
 //! ([`Store::queue_ending`]) queued behind 1, and waits once: the end commits whole, with
-//! the run's last writes or after them, never before.
+//! the run's last writes or after them, never before. An external agent's `complete` that
+//! carries steps not stored yet queues them and their events first, and awaits them with
+//! the end ([`Engine::queue_completion`], used by `complete_external_with_steps`).
 
 use std::future::IntoFuture;
 
