@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use stepwise_core::{
     Event, EventType, Execution, ExecutionStatus, Id, Memory, Session, Snapshot, Step, StepBody,
@@ -25,6 +26,9 @@ use stepwise_store::{
 };
 
 use super::{EXTERNAL_AGENT, Engine};
+
+/// How many claimed executions a claim prepares at once (each with its few reads).
+const HAND_OUT_AT_ONCE: usize = 8;
 
 /// A worker seen within this long counts as online (`GET /v1/agents`).
 ///
@@ -243,13 +247,17 @@ impl<S: Store> Engine<S> {
             .claim_matching(filter, &tokens, config.lease, config.max_attempts)
             .await?;
         // Each claim's reads are its own: they run together, not one claim after another
-        // (a worker that claims eight at once waited for eight rounds of reads).
-        let handed = futures_util::future::join_all(
+        // (a worker that claims eight at once waited for eight rounds of reads), up to
+        // HAND_OUT_AT_ONCE at a time so that a claim of many slots leaves the store's
+        // connections to the writes waiting for them. The answer keeps the claim's order.
+        let handed: Vec<Result<WorkerClaim>> = futures_util::stream::iter(
             claims
                 .into_iter()
                 .zip(tokens)
                 .map(|(claim, token)| self.hand_out(tenant, claim, token)),
         )
+        .buffered(HAND_OUT_AT_ONCE)
+        .collect()
         .await;
         Ok(handed
             .into_iter()
