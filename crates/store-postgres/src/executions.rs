@@ -175,6 +175,12 @@ async fn insert(
     Ok(())
 }
 
+/// Whether a committed move may let a worker claim something: the execution is queued
+/// again, or its session may run its next one (a root execution that did not pause).
+pub(crate) fn move_rings(moved: &Execution, target: ExecutionStatus) -> bool {
+    moved.parent_execution_id.is_none() && target != ExecutionStatus::Paused
+}
+
 /// After an execution's commit: rings the queue for a new pending one.
 fn created(store: &PgStore, e: &Execution) {
     if e.parent_execution_id.is_none() && e.status == ExecutionStatus::Pending {
@@ -337,8 +343,7 @@ impl stepwise_store::ExecutionStore for PgStore {
         let execution = sql::execution(&row)?;
         tx.commit().await.map_err(map_pg)?;
         self.strays().forget(id);
-        if execution.parent_execution_id.is_none() && target != ExecutionStatus::Paused {
-            // Queued again, or the session's next execution may run now.
+        if move_rings(&execution, target) {
             ring(self);
         }
         self.remember(&execution);

@@ -687,8 +687,7 @@ async fn commit_batch(pool: &Pool, inputs: &Inputs<'_>) -> std::result::Result<D
     let mut ring = false;
     for (&k, row) in moving.iter().zip(&moved) {
         let execution = sql::execution(row)?;
-        ring |= execution.parent_execution_id.is_none()
-            && endings[k].1.transition.target() != ExecutionStatus::Paused;
+        ring |= crate::executions::move_rings(&execution, endings[k].1.transition.target());
         ending_results[k] = Some(Ok(execution));
     }
     let published = event_jobs
