@@ -12,8 +12,9 @@
   `Echo: hi`), on the same server; executions per second from the first post to the last
   completion. `--repeat N` alternates the three batches N times and gives medians; beside the
   rates, each execution's CPU milliseconds in the server and in the worker process (less
-  disturbed by other load on the machine than the rates) and the worker's requests per
-  execution by route.
+  disturbed by other load on the machine than the rates), the worker's requests per
+  execution by route and the server's mean time per request by route (a claim's includes the
+  wait of its long poll).
 - **idle cost**: a `Worker` with nothing to do for `--idle-s` seconds: its requests (the
   server's `stepwise_http_requests_total`) and the server process's CPU seconds in that time.
 
@@ -129,17 +130,20 @@ def throughput(url: str, executions: int, concurrency: int, server_pid: int | No
     The demo agent's batch and the worker's alternate `repeat` times; beside the rates come
     the CPU milliseconds each execution cost the server (and the worker process), a figure
     that other load on the machine disturbs less than the rates, and the worker's requests
-    per execution by route (the bench's own posts and waits left out)."""
+    per execution and the server's mean milliseconds per request, by route (the bench's own
+    posts and waits left out)."""
     env = {**os.environ, "STEPWISE_URL": url, "STEPWISE_BENCH_CONCURRENCY": str(concurrency),
            "PYTHONPATH": str(Path(__file__).resolve().parent)}
     process = subprocess.Popen([sys.executable, "-m", "stepwise.worker", "worker_echo:worker"], env=env)
     rounds: list[dict[str, Any]] = []
     worker_routes: dict[str, dict[str, float]] = {AGENT: {}, AGENT_LAST: {}}
+    worker_seconds: dict[str, dict[str, list[float]]] = {AGENT: {}, AGENT_LAST: {}}
 
     def measured(client: Stepwise, agent: str | None, pool: ThreadPoolExecutor) -> dict[str, float]:
         server_cpu = cpu_seconds(server_pid) if server_pid else None
         worker_cpu = cpu_seconds(process.pid)
         routes = requests_by_route(url)
+        seconds = request_seconds_by_route(url)
         rate = run_batch(client, executions, agent, pool)
         figures = {"per_s": rate,
                    "server_cpu_ms": (cpu_seconds(server_pid) - server_cpu) * 1000 / executions if server_pid else None,
@@ -149,6 +153,12 @@ def throughput(url: str, executions: int, concurrency: int, server_pid: int | No
                 delta = total - routes.get(route, 0.0)
                 if delta and route not in BENCH_ROUTES:
                     worker_routes[agent][route] = worker_routes[agent].get(route, 0.0) + delta
+            for route, (total, count) in request_seconds_by_route(url).items():
+                before = seconds.get(route, (0.0, 0.0))
+                if count > before[1] and route not in BENCH_ROUTES:
+                    spent = worker_seconds[agent].setdefault(route, [0.0, 0.0])
+                    spent[0] += total - before[0]
+                    spent[1] += count - before[1]
         return figures
 
     try:
@@ -197,6 +207,11 @@ def throughput(url: str, executions: int, concurrency: int, server_pid: int | No
             side: {route: round(count / (executions * len(rounds)), 2) for route, count in sorted(routes.items())}
             for side, routes in (("worker", worker_routes[AGENT]), ("worker_last_step", worker_routes[AGENT_LAST]))
         },
+        # The server's mean time per request (a claim's includes its long poll's wait).
+        "worker_request_ms_by_route": {
+            side: {route: round(total * 1000 / count, 2) for route, (total, count) in sorted(spent.items())}
+            for side, spent in (("worker", worker_seconds[AGENT]), ("worker_last_step", worker_seconds[AGENT_LAST]))
+        },
     }
     if repeat > 1:
         result["rounds"] = [
@@ -221,6 +236,18 @@ def requests_by_route(url: str) -> dict[str, float]:
         key = f"{m.group(1)} {m.group(2)}"
         out[key] = out.get(key, 0.0) + float(m.group(3))
     return out
+
+
+def request_seconds_by_route(url: str) -> dict[str, tuple[float, float]]:
+    """The server's `stepwise_http_request_duration_seconds` by method and route: (seconds
+    spent, requests)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    out: dict[str, list[float]] = {}
+    pattern = r'^stepwise_http_request_duration_seconds_(sum|count)\{method="([^"]*)",route="([^"]*)"\} (\S+)$'
+    for m in re.finditer(pattern, text, re.M):
+        pair = out.setdefault(f"{m.group(2)} {m.group(3)}", [0.0, 0.0])
+        pair[0 if m.group(1) == "sum" else 1] += float(m.group(4))
+    return {route: (pair[0], pair[1]) for route, pair in out.items()}
 
 
 def requests_total(url: str) -> float:
