@@ -1,6 +1,7 @@
 //! The real `stepwise serve` binary: kill -9 in the middle of a 50-step run and restart on
 //! the same database (the run completes with steps 1..50 exactly once); SIGTERM exits 0
-//! and loses nothing; a non-loopback address without API keys refuses to start.
+//! and loses nothing; kill -9 while runs end and while workers complete leaves every end whole
+//! or absent; a non-loopback address without API keys refuses to start.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -123,21 +124,37 @@ fn request_unix(socket: &Path, method: &str, path: &str, body: Option<Value>) ->
 }
 
 fn exchange(
-    mut stream: impl Read + Write,
+    stream: impl Read + Write,
     addr: &str,
     method: &str,
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
+    try_exchange(stream, addr, method, path, &[], body).expect("an HTTP exchange")
+}
+
+/// [`exchange`] with extra headers; an error where the connection failed (a killed server).
+fn try_exchange(
+    mut stream: impl Read + Write,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> std::io::Result<(u16, Value)> {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).expect("write");
-    stream.write_all(body.as_bytes()).expect("write");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read");
+    stream.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw).to_string();
     let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
@@ -153,10 +170,10 @@ fn exchange(
     } else {
         rest.to_string()
     };
-    (
+    Ok((
         status,
         serde_json::from_str(&payload).unwrap_or(Value::Null),
-    )
+    ))
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -251,7 +268,7 @@ fn kill_9_while_runs_end_leaves_each_execution_one_answer_and_one_final_snapshot
 /// The same on PostgreSQL, where the end is one batch of the session's writer task.
 #[test]
 fn on_postgres_kill_9_while_runs_end_leaves_each_execution_one_answer_and_one_final_snapshot() {
-    let Some(database) = ScratchPostgres::create() else {
+    let Some(database) = ScratchPostgres::create("runs_end") else {
         return;
     };
     kill_9_while_runs_end(&database.url);
@@ -267,12 +284,13 @@ struct ScratchPostgres {
 }
 
 impl ScratchPostgres {
-    fn create() -> Option<ScratchPostgres> {
+    /// `tag` tells apart the databases of tests that run at once in this process.
+    fn create(tag: &str) -> Option<ScratchPostgres> {
         let admin = std::env::var("STEPWISE_TEST_POSTGRES_URL")
             .ok()
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let name = format!("stepwise_kill_{}", std::process::id());
+        let name = format!("stepwise_{tag}_{}", std::process::id());
         let psql = |sql: &str| {
             Command::new("psql")
                 .args([admin.as_str(), "-qAtc", sql])
@@ -370,6 +388,195 @@ fn kill_9_while_runs_end(url: &str) {
             .filter(|s| s["is_final"] == json!(true))
             .count();
         assert_eq!(finals, 1, "execution {execution}: one final snapshot");
+    }
+}
+
+/// kill -9 while workers' `complete` requests, each carrying two new steps (one commit
+/// with the end), are in flight: before any is answered, after the first answer, after
+/// half of them; after each restart every execution is
+/// whole or untouched by its end: completed with steps 1 and 2, one answer and one final
+/// snapshot, or still running with some of its steps and no answer and no final snapshot.
+/// The worker then claims the unfinished ones again and sends the same `complete`: every
+/// execution ends completed once.
+#[test]
+fn kill_9_while_workers_complete_with_steps_leaves_each_end_whole_or_absent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+    kill_9_while_workers_complete(&format!("sqlite://{}", db.display()));
+}
+
+/// The same on PostgreSQL.
+#[test]
+fn on_postgres_kill_9_while_workers_complete_with_steps_leaves_each_end_whole_or_absent() {
+    let Some(database) = ScratchPostgres::create("workers_complete") else {
+        return;
+    };
+    kill_9_while_workers_complete(&database.url);
+}
+
+const WORKER_AGENT: &str = "kill-closer";
+
+/// Claims up to `count` executions of [`WORKER_AGENT`]: (execution id, lease).
+fn claim_all(server: &Server, count: usize) -> Vec<(String, String)> {
+    let mut claimed = Vec::new();
+    while claimed.len() < count {
+        let (status, body) = server.request(
+            "POST",
+            "/v1/workers/claim",
+            Some(
+                json!({"worker_id": "kill-test", "agents": [{"type": WORKER_AGENT}],
+                        "slots": count - claimed.len(), "wait_s": 20}),
+            ),
+        );
+        assert_eq!(status, 200, "{body}");
+        let items = body["items"].as_array().cloned().unwrap_or_default();
+        assert!(!items.is_empty(), "nothing to claim: {body}");
+        for item in items {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            claimed.push((text(&item["execution"]["id"]), text(&item["lease"])));
+        }
+    }
+    claimed
+}
+
+/// The worker's `complete` of one execution, with its two steps; `None` where the
+/// connection failed (the server was killed).
+fn complete_with_two_steps(addr: &str, execution: &str, lease: &str) -> Option<(u16, Value)> {
+    let stream = TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    let body = json!({"output": "ok", "final_message": format!("done {execution}"),
+        "steps": [{"step_number": 1, "model_output": "looked"}, {"step_number": 2, "model_output": "answered"}]});
+    try_exchange(
+        stream,
+        addr,
+        "POST",
+        &format!("/v1/executions/{execution}/complete"),
+        &[("Stepwise-Lease", lease)],
+        Some(body),
+    )
+    .ok()
+}
+
+/// What an execution's end left: (status, steps, answers, final snapshots).
+fn end_of(server: &Server, session: &str, execution: &str) -> (String, Vec<u64>, usize, usize) {
+    let (_, e) = server.request("GET", &format!("/v1/executions/{execution}"), None);
+    let (status, export) = server.request("GET", &format!("/v1/sessions/{session}/export"), None);
+    assert_eq!(status, 200, "{export}");
+    let of_execution = |key: &str| -> Vec<Value> {
+        export[key]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|row| row["execution_id"].as_str() == Some(execution))
+            .collect()
+    };
+    let answers = of_execution("messages")
+        .iter()
+        .filter(|m| m["role"] == json!("assistant"))
+        .count();
+    let finals = of_execution("snapshots")
+        .iter()
+        .filter(|s| s["is_final"] == json!(true))
+        .count();
+    (
+        e["status"].as_str().unwrap_or_default().to_string(),
+        steps(server, execution),
+        answers,
+        finals,
+    )
+}
+
+fn kill_9_while_workers_complete(url: &str) {
+    let mut posted: Vec<(String, String)> = Vec::new();
+    for answered_before_kill in [0usize, 1, 6] {
+        let server = Server::start_url(url, &[]);
+        let mut round = Vec::new();
+        for i in 0..12 {
+            let (status, accepted) = server.request(
+                "POST",
+                "/v1/messages",
+                Some(json!({"content": format!("close {i}"), "agent": {"type": WORKER_AGENT, "wait": true}})),
+            );
+            assert_eq!(status, 202, "{accepted}");
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            round.push((
+                text(&accepted["session_id"]),
+                text(&accepted["execution"]["id"]),
+            ));
+        }
+        let claimed = claim_all(&server, round.len());
+        let (answered, answers) = std::sync::mpsc::channel();
+        let senders: Vec<_> = claimed
+            .into_iter()
+            .map(|(execution, lease)| {
+                let addr = server.addr.clone();
+                let answered = answered.clone();
+                std::thread::spawn(move || {
+                    let answer = complete_with_two_steps(&addr, &execution, &lease);
+                    let _ = answered.send(());
+                    answer
+                })
+            })
+            .collect();
+        for _ in 0..answered_before_kill {
+            answers
+                .recv_timeout(DEADLINE)
+                .expect("a complete is answered");
+        }
+        server.signal("-KILL");
+        for sender in senders {
+            let _ = sender.join();
+        }
+        drop(server);
+
+        // Whole or absent, before anything runs again.
+        let server = Server::start_url(url, &[]);
+        for (session, execution) in &round {
+            let (status, steps, answers, finals) = end_of(&server, session, execution);
+            if status == "completed" {
+                assert_eq!(
+                    (steps, answers, finals),
+                    (vec![1, 2], 1, 1),
+                    "{execution}: a completed end is whole"
+                );
+            } else {
+                assert!(
+                    matches!(status.as_str(), "running" | "pending"),
+                    "{execution}: {status}"
+                );
+                assert!(
+                    [vec![], vec![1], vec![1, 2]].contains(&steps),
+                    "{execution}: its steps are a prefix: {steps:?}"
+                );
+                assert_eq!((answers, finals), (0, 0), "{execution}: no part of the end");
+            }
+        }
+        posted.extend(round);
+        drop(server);
+    }
+
+    // The worker finishes what the kills interrupted: each execution ends completed once.
+    let server = Server::start_url(url, &[]);
+    let unfinished = posted
+        .iter()
+        .filter(|(session, execution)| end_of(&server, session, execution).0 != "completed")
+        .count();
+    if unfinished > 0 {
+        for (execution, lease) in claim_all(&server, unfinished) {
+            let (status, body) = complete_with_two_steps(&server.addr, &execution, &lease)
+                .expect("the server answers");
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    for (session, execution) in &posted {
+        assert_eq!(
+            end_of(&server, session, execution),
+            ("completed".to_string(), vec![1, 2], 1, 1),
+            "{execution}"
+        );
     }
 }
 
