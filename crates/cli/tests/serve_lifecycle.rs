@@ -334,6 +334,17 @@ impl Drop for ScratchPostgres {
     }
 }
 
+/// One execution's rows of a session export's `key` (`messages`, `snapshots`, ...).
+fn export_rows(export: &Value, key: &str, execution: &str) -> Vec<Value> {
+    export[key]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|row| row["execution_id"].as_str() == Some(execution))
+        .collect()
+}
+
 fn kill_9_while_runs_end(url: &str) {
     let mut posted: Vec<(String, String, String)> = Vec::new();
     for (round, after) in [40u64, 120, 250].into_iter().enumerate() {
@@ -364,15 +375,7 @@ fn kill_9_while_runs_end(url: &str) {
         let (status, export) =
             server.request("GET", &format!("/v1/sessions/{session}/export"), None);
         assert_eq!(status, 200, "{export}");
-        let of_execution = |key: &str| -> Vec<Value> {
-            export[key]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|row| row["execution_id"].as_str() == Some(execution.as_str()))
-                .collect()
-        };
+        let of_execution = |key: &str| export_rows(&export, key, execution);
         let answers: Vec<Value> = of_execution("messages")
             .iter()
             .filter(|m| m["role"] == json!("assistant"))
@@ -464,15 +467,7 @@ fn end_of(server: &Server, session: &str, execution: &str) -> (String, Vec<u64>,
     let (_, e) = server.request("GET", &format!("/v1/executions/{execution}"), None);
     let (status, export) = server.request("GET", &format!("/v1/sessions/{session}/export"), None);
     assert_eq!(status, 200, "{export}");
-    let of_execution = |key: &str| -> Vec<Value> {
-        export[key]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|row| row["execution_id"].as_str() == Some(execution))
-            .collect()
-    };
+    let of_execution = |key: &str| export_rows(&export, key, execution);
     let answers = of_execution("messages")
         .iter()
         .filter(|m| m["role"] == json!("assistant"))

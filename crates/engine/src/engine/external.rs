@@ -7,7 +7,7 @@ use std::future::IntoFuture;
 
 use serde_json::{Value, json};
 use stepwise_core::{
-    EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, StepBody, StepKind,
+    EventType, Execution, ExecutionStatus, Id, Message, Role, Snapshot, Step, StepBody, StepKind,
 };
 use stepwise_store::{
     NewExecution, NewLease, NewMessage, NewSnapshot, NewStep, Result, StepAppend, Store,
@@ -194,9 +194,7 @@ impl<S: Store> Engine<S> {
             .await?
             .await?;
         if appended.created {
-            let step = &appended.step;
-            self.announce_step(tenant, execution, step.step_number, step.kind, &step.body())
-                .await;
+            self.announce_step(tenant, execution, &appended.step).await;
         }
         Ok(appended)
     }
@@ -232,9 +230,7 @@ impl<S: Store> Engine<S> {
         for ack in queued {
             let done = ack.await?;
             if done.created {
-                let step = &done.step;
-                self.announce_step(tenant, execution, step.step_number, step.kind, &step.body())
-                    .await;
+                self.announce_step(tenant, execution, &done.step).await;
             }
             appended.push(done);
         }
@@ -247,7 +243,14 @@ impl<S: Store> Engine<S> {
     /// ones are — its status line ("Step 2: called search"). A recorder's (`external`)
     /// session keeps only its conversation as messages. A user's answer (`user_input`) is
     /// only its `step.completed`: the answer is shown already.
-    pub(super) async fn announce_step(
+    pub(super) async fn announce_step(&self, tenant: &Tenant, execution: &Execution, step: &Step) {
+        self.announce_new_step(tenant, execution, step.step_number, step.kind, &step.body())
+            .await;
+    }
+
+    /// [`Engine::announce_step`] of a step by its number, kind and body (one queued, not
+    /// stored yet: its events are queued behind it).
+    pub(super) async fn announce_new_step(
         &self,
         tenant: &Tenant,
         execution: &Execution,
@@ -475,7 +478,7 @@ impl<S: Store> Engine<S> {
                 body: body.clone(),
             };
             saved.push(store.append_step(tenant, new).await?);
-            self.announce_step(tenant, &execution, step_number, kind, &body)
+            self.announce_new_step(tenant, &execution, step_number, kind, &body)
                 .await;
         }
         let ended = self

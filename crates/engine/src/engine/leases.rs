@@ -332,15 +332,7 @@ impl<S: Store> Engine<S> {
                 .await?
                 .await?;
             if appended.created {
-                let step = &appended.step;
-                self.announce_step(
-                    tenant,
-                    &execution,
-                    step.step_number,
-                    step.kind,
-                    &step.body(),
-                )
-                .await;
+                self.announce_step(tenant, &execution, &appended.step).await;
             }
             steps.push(appended.step);
         }
