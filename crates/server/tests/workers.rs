@@ -1196,6 +1196,83 @@ async fn a_claim_of_several_executions_hands_each_its_own_session_memory_and_ste
     server.stop().await;
 }
 
+/// A take-over's claim in a session with an earlier execution: `steps` are exactly the
+/// execution's own saved steps, in order, and `memory` exactly the earlier execution's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_claim_hands_its_own_steps_apart_from_the_memory_before_it() {
+    let server = TestServer::start().await; // 5 s leases
+    let (session, first) = message_for(&server, "coder", "plan").await;
+    let c = claim(&server, "coder", 1, 0.0).await.remove(0);
+    let body = json!({"output": "planned",
+        "steps": [{"step_number": 1, "model_output": "earlier 1"},
+                  {"step_number": 2, "model_output": "earlier 2"}]});
+    let complete = format!("/v1/executions/{first}/complete");
+    let (status, done) = leased(&server, &complete, Some(&text(&c, "lease")), body).await;
+    assert_eq!(status, 200, "{done}");
+
+    let (status, body) = server
+        .post(
+            &format!("/v1/sessions/{session}/messages"),
+            json!({"content": "build", "agent": {"type": "coder", "wait": true}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let second = body["execution"]["id"].as_str().unwrap().to_string();
+    let c = claim(&server, "coder", 1, 0.0).await.remove(0);
+    assert_eq!(c["execution"]["id"], json!(second));
+    let outputs = |list: &Value| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["model_output"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(outputs(&c["steps"]), Vec::<String>::new(), "{c}");
+    assert_eq!(
+        outputs(&c["memory"]["steps"]),
+        ["earlier 1", "earlier 2"],
+        "{c}"
+    );
+    let steps = format!("/v1/executions/{second}/steps");
+    for n in 1..=3 {
+        let (status, body) = leased(
+            &server,
+            &steps,
+            Some(&text(&c, "lease")),
+            json!({"step_number": n, "model_output": format!("own {n}")}),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // The worker stops: after its lease, the next claim takes the execution over.
+    let again = wait_for(|| async {
+        let mut claims = claim(&server, "coder", 1, 1.0).await;
+        (!claims.is_empty()).then(|| claims.remove(0))
+    })
+    .await;
+    assert_eq!(again["execution"]["id"], json!(second));
+    assert_eq!(again["attempt"], 2);
+    assert_eq!(again["session"]["id"], json!(session));
+    assert_eq!(
+        outputs(&again["steps"]),
+        ["own 1", "own 2", "own 3"],
+        "{again}"
+    );
+    let numbers: Vec<u64> = again["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    assert_eq!(
+        outputs(&again["memory"]["steps"]),
+        ["earlier 1", "earlier 2"],
+        "{again}"
+    );
+    server.stop().await;
+}
+
 /// An execution completed with `complete` and steps: its steps' bodies in order, one final
 /// snapshot at the last step, each step told once before `execution.completed`, the status
 /// lines in order and the answer last.

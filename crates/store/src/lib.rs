@@ -64,7 +64,7 @@ pub use langgraph_store::{NamespaceQuery, StoreItem, StoreItemPut, StoreItemSear
 pub use layer::Layer;
 pub use mirror::{NOTE_KEYS, StepMirror, message_created};
 pub use rekey::rekey_document;
-pub use restore::{export_session, list_session_messages, restore_memory};
+pub use restore::{export_session, list_session_messages, restore_memory, session_with_memory};
 pub use types::*;
 
 /// A whole backend: every domain's store, with what the backend can do besides.

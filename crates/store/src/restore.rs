@@ -4,7 +4,7 @@
 use stepwise_core::document::FORMAT_VERSION;
 use stepwise_core::summary::build_summary;
 
-use stepwise_core::{Id, Memory, Message, Restored, SessionDocument};
+use stepwise_core::{Id, Memory, Message, Restored, Session, SessionDocument};
 
 use crate::CheckpointStore;
 use crate::cached_read::cached_rows;
@@ -23,28 +23,48 @@ pub async fn restore_memory<S: Store>(
     tenant: &Tenant,
     session_id: Id,
 ) -> Result<Option<Memory>> {
+    Ok(session_with_memory(store, tenant, session_id)
+        .await?
+        .map(|(_, memory)| memory))
+}
+
+/// The session and its agent memory ([`restore_memory`]) for a caller that needs both, as
+/// a worker's claim does: the session is read once. `Ok(None)` when the session does not
+/// exist for this tenant.
+pub async fn session_with_memory<S: Store>(
+    store: &S,
+    tenant: &Tenant,
+    session_id: Id,
+) -> Result<Option<(Session, Memory)>> {
     let Some(session) = store.get_session(tenant, session_id).await? else {
         if let Some(cache) = store.session_cache() {
             cache.remove(tenant, session_id);
         }
         return Ok(None);
     };
+    let memory = memory_of(store, tenant, &session).await?;
+    Ok(Some((session, memory)))
+}
+
+/// The agent memory of a session just read.
+async fn memory_of<S: Store>(store: &S, tenant: &Tenant, session: &Session) -> Result<Memory> {
+    let session_id = session.id;
     if let Some(cache) = store.session_cache().filter(|c| c.limit_bytes() > 0)
         && let Some(entry) = cached_rows::<S, StepOrder>(store, cache, tenant, session_id).await?
     {
-        return Ok(Some(Memory {
+        return Ok(Memory {
             restored: Restored::Full,
             steps: entry.items.clone(),
             summary: None,
-        }));
+        });
     }
     let loaded = store.list_session_steps(tenant, session_id).await?;
     if loaded.skipped == 0 {
-        return Ok(Some(Memory {
+        return Ok(Memory {
             restored: Restored::Full,
             steps: loaded.items,
             summary: None,
-        }));
+        });
     }
     tracing::warn!(
         session = %session_id,
@@ -55,18 +75,18 @@ pub async fn restore_memory<S: Store>(
         .list_messages(tenant, session_id, MessageQuery::default())
         .await?;
     if messages.is_empty() && loaded.items.is_empty() {
-        return Ok(Some(Memory {
+        return Ok(Memory {
             restored: Restored::Empty,
             steps: Vec::new(),
             summary: None,
-        }));
+        });
     }
     let summary = build_summary(&messages, &loaded.items, session.message_count);
-    Ok(Some(Memory {
+    Ok(Memory {
         restored: Restored::Summary,
         steps: loaded.items,
         summary: Some(summary),
-    }))
+    })
 }
 
 /// A session's messages as [`MessageStore::list_messages`] answers them (oldest first; after a

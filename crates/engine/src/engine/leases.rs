@@ -22,7 +22,7 @@ use stepwise_core::{
 };
 use stepwise_store::rules::{FORGET_WORKERS_AFTER, lease_until};
 use stepwise_store::{
-    Claim, ClaimFilter, NewStep, Result, Store, StoreError, Tenant, WorkerSeen, restore_memory,
+    Claim, ClaimFilter, NewStep, Result, Store, StoreError, Tenant, WorkerSeen, session_with_memory,
 };
 
 use super::{EXTERNAL_AGENT, Engine};
@@ -282,23 +282,13 @@ impl<S: Store> Engine<S> {
             ..
         } = claim;
         let lease_expires_at = lease_until(Timestamp::now(), self.inner.config.lease);
-        // What the agent needs, read together: its own steps, the session, the memory
-        // before this execution (its own saved steps come as `steps`) and the last snapshot.
-        let steps = async { Ok(store.list_steps(tenant, execution.id).await?.items) };
+        // What the agent needs, read together: the session with its memory (the steps of
+        // its executions, this one's among them) and the last snapshot.
         let session = async {
             match execution.session_id {
-                Some(id) => store.get_session(tenant, id).await,
+                Some(id) => session_with_memory(store, tenant, id).await,
                 None => Ok(None),
             }
-        };
-        let memory = async {
-            Ok(match execution.session_id {
-                Some(id) => restore_memory(store, tenant, id).await?.map(|mut memory| {
-                    memory.steps.retain(|s| s.execution_id != execution.id);
-                    memory
-                }),
-                None => None,
-            })
         };
         let snapshot = async {
             match execution.last_snapshot_id {
@@ -306,8 +296,23 @@ impl<S: Store> Engine<S> {
                 None => Ok(None),
             }
         };
-        let (mut steps, session, memory, snapshot): (Vec<Step>, _, _, _) =
-            tokio::try_join!(steps, session, memory, snapshot)?;
+        let (session, snapshot) = tokio::try_join!(session, snapshot)?;
+        // Its own saved steps go as `steps`, the memory holds those before it.
+        let (session, memory, mut steps) = match session {
+            Some((session, mut memory)) => {
+                let (own, before): (Vec<Step>, Vec<Step>) = std::mem::take(&mut memory.steps)
+                    .into_iter()
+                    .partition(|s| s.execution_id == execution.id);
+                memory.steps = before;
+                (Some(session), Some(memory), own)
+            }
+            // No session (or it is gone): the execution's steps alone.
+            None => (
+                None,
+                None,
+                store.list_steps(tenant, execution.id).await?.items,
+            ),
+        };
         if let Some(answer) = &resume_answer
             && steps.last().is_none_or(|s| s.kind != StepKind::UserInput)
         {

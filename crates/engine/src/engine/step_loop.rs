@@ -68,19 +68,28 @@ impl<S: Store> Engine<S> {
                 .fail_unstarted(tenant, &execution, &reason, parent_snapshot_id)
                 .await);
         };
-        let steps = match store.list_steps(tenant, execution.id).await {
-            Ok(loaded) => loaded.items,
-            Err(e) => {
-                tracing::warn!(execution = %execution.id, error = %e, "could not load steps; leaving the execution to its lease");
-                return Err(RunEnd::Released);
-            }
-        };
         let memory = match (agent.needs_session_memory(), session_id) {
             (true, Some(session_id)) => restore_memory(store, tenant, session_id)
                 .await
                 .ok()
                 .flatten(),
             _ => None,
+        };
+        // The execution's own steps are its part of the memory, when that was read.
+        let steps = match &memory {
+            Some(memory) => memory
+                .steps
+                .iter()
+                .filter(|s| s.execution_id == execution.id)
+                .cloned()
+                .collect(),
+            None => match store.list_steps(tenant, execution.id).await {
+                Ok(loaded) => loaded.items,
+                Err(e) => {
+                    tracing::warn!(execution = %execution.id, error = %e, "could not load steps; leaving the execution to its lease");
+                    return Err(RunEnd::Released);
+                }
+            },
         };
 
         let started_text = if steps.is_empty() {
