@@ -1,8 +1,9 @@
 #!/bin/bash
-# The scale figures of docs/operations.md ("Scale figures") in one run on this machine: the
-# queue at depth on PostgreSQL and SQLite, HTTP intake with no run, with the limit fixed open
-# and with one run busy in a long step, step -> viewer fan-out with 1 and 1,000 viewers, and
-# executions completed during a burst by 1, 2 and 4 nodes on one PostgreSQL.
+# The scale figures of docs/operations.md ("Scale figures in one run") on this machine: the
+# queue at depth on PostgreSQL and SQLite; HTTP intake beside one run sleeping in a long step,
+# the same with the limit fixed open, and beside a run always working; step -> viewer fan-out
+# with 1 and 1,000 viewers; executions completed during a burst by 1, 2 and 4 nodes on one
+# PostgreSQL.
 #
 #   bash bench/scale.sh                       # target/release/stepwise, a throwaway PostgreSQL
 #   SW=path/to/stepwise PG_URL=postgres://postgres@127.0.0.1:5432/postgres bash bench/scale.sh
@@ -116,19 +117,33 @@ if wanted queue_sqlite; then
 fi
 
 # --- HTTP intake ------------------------------------------------------------------------------
+# `bench http` posts "hello", which the demo agent answers at once; a node always runs at least
+# one worker. Three servers, each with one worker:
+# - sleeping: its one run sleeps in a long step ("steps: 1" with a 600 s step) and every
+#   message of the bench queues behind it: no run works, so intake should not be held;
+# - open: the same with the limit fixed open (--intake-concurrency 256), the reference;
+# - answering: the worker answers the bench's messages as they come (a run always working):
+#   intake is held whenever the cores or the writer are contended.
 if wanted intake; then
-  for kind in no_run fixed_open one_busy; do
+  for kind in sleeping open answering; do
     D=$(mktemp -d)
     case $kind in
-      no_run) serve $kind STEPWISE_X=1 -- --database "sqlite://$D/s.db" --workers 0 ;;
-      fixed_open) serve $kind STEPWISE_X=1 -- --database "sqlite://$D/s.db" --workers 0 --intake-concurrency 256 ;;
-      one_busy) serve $kind STEPWISE_DEMO_STEP_MS=600000 -- --database "sqlite://$D/s.db" --workers 1 ;;
+      sleeping) serve $kind STEPWISE_DEMO_STEP_MS=600000 -- --database "sqlite://$D/s.db" --workers 1 ;;
+      open) serve $kind STEPWISE_DEMO_STEP_MS=600000 -- --database "sqlite://$D/s.db" --workers 1 --intake-concurrency 256 ;;
+      answering) serve $kind STEPWISE_DEMO_STEP_MS=0 -- --database "sqlite://$D/s.db" --workers 1 ;;
     esac
+    if [[ $kind != answering ]]; then
+      curl -fs -X POST "$URL/v1/sessions" -H 'content-type: application/json' -d '{}' \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' > "$D/session" 2>/dev/null
+      curl -fs -X POST "$URL/v1/sessions/$(cat "$D/session")/messages" -H 'content-type: application/json' \
+        -d '{"content": "steps: 1"}' > /dev/null || say "the long run's message was refused"
+      sleep 1
+    fi
     for c in 64 256; do
       timeout $((SECS + 60)) "$SW" bench http --url "$URL" --clients $c --seconds $SECS > "$OUT/intake_${kind}_c$c.json" 2>/dev/null
       note "$(printf 'intake %-10s %3d clients: %s messages/s' $kind $c "$(jget "$OUT/intake_${kind}_c$c.json" 'd["messages"]["per_sec"]')")"
     done
-    curl -fs "$URL/metrics" 2>/dev/null | grep -E '^stepwise_intake_(limit|waited_total) ' | sed "s/^/  $kind: /" | tee -a "$SUMMARY"
+    curl -fs "$URL/metrics" 2>/dev/null | grep -E '^stepwise_(intake_limit|intake_waited_total|executions_running) ' | sed "s/^/  $kind: /" | tee -a "$SUMMARY"
     stop $PID; rm -rf "$D"
   done
 fi
