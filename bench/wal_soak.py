@@ -6,7 +6,7 @@ for SECONDS, then idle for IDLE seconds. Prints one JSON line: steps written, th
 pause, and the database size.
 
     python3 bench/wal_soak.py [--binary target/release/stepwise] [--seconds 40]
-        [--clients 1] [--idle 10] [--durability full] [--wal-limit-mb 64]
+        [--clients 1] [--idle 12] [--durability full] [--wal-limit-mb 64]
 
 Loopback only; the server and its temporary database are removed at the end.
 """
@@ -37,7 +37,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", default="target/release/stepwise")
     parser.add_argument("--seconds", type=float, default=40)
-    parser.add_argument("--idle", type=float, default=10)
+    parser.add_argument("--idle", type=float, default=12)  # the server truncates an idle WAL after 10 s
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--durability", default="full")
     parser.add_argument("--wal-limit-mb", type=int, default=64)

@@ -66,7 +66,7 @@ struct Cli {
     )]
     durability: Option<db::DurabilityArg>,
     /// SQLite: past this size (MiB) the WAL is checkpointed and truncated by the writer;
-    /// after a second without writes it is truncated to zero.
+    /// after ten seconds without writes it is truncated to zero.
     #[arg(
         long,
         global = true,

@@ -39,6 +39,71 @@ fn wal_path(db: &Path) -> std::path::PathBuf {
 
 // --- durability ------------------------------------------------------------------------
 
+/// `serve` on `db` (with `args`) under `strace -f -y`: its disk syncs and writes, and
+/// the HTTP it reads and writes, go to `trace.txt` beside `db`.
+fn traced_serve(db: &Path, args: &[&str]) -> Server {
+    let trace = db.with_file_name("trace.txt").display().to_string();
+    let db_text = db_arg(db);
+    let mut all = vec!["--database", &db_text];
+    all.extend_from_slice(args);
+    let started = start_serve(
+        &all,
+        &db.with_file_name("serve.log"),
+        &[
+            "strace",
+            "-f",
+            "-y",
+            "-s",
+            "64",
+            "-e",
+            "trace=fsync,fdatasync,pwrite64,write,writev,sendto,sendmsg,read,recvfrom",
+            "-o",
+            &trace,
+        ],
+    );
+    match started {
+        Started::Listening(server) => server,
+        Started::Exited(status, log) => panic!("serve under strace exited ({status}):\n{log}"),
+    }
+}
+
+/// Stops a server from [`traced_serve`] (strace's child; strace ends with it, its trace
+/// complete) and returns the trace.
+fn stop_traced(mut server: Server, db: &Path) -> String {
+    let strace_pid = server.child.id();
+    let children =
+        std::fs::read_to_string(format!("/proc/{strace_pid}/task/{strace_pid}/children"))
+            .unwrap_or_default();
+    for pid in children.split_whitespace() {
+        let _ = Command::new("kill").args(["-TERM", pid]).status();
+    }
+    wait_for("the traced server to exit", || {
+        server.child.try_wait().ok().flatten()
+    });
+    std::fs::read_to_string(db.with_file_name("trace.txt")).expect("read the trace")
+}
+
+/// The trace lines of one posted step: the read of its request and the answer carrying
+/// its id.
+fn step_window(lines: &[&str], execution: &str, step_id: &str) -> (usize, usize) {
+    let answer = lines
+        .iter()
+        .position(|l| {
+            l.contains(&format!("\\\"id\\\":\\\"{step_id}")) && l.contains("HTTP/1.1 201")
+        })
+        .or_else(|| {
+            lines
+                .iter()
+                .position(|l| l.contains(&format!("\\\"id\\\":\\\"{step_id}")))
+        })
+        .unwrap_or_else(|| panic!("the answer for step {step_id} is not in the trace"));
+    let request = lines[..answer]
+        .iter()
+        .rposition(|l| l.contains(&format!("POST /v1/executions/{execution}/steps")))
+        .unwrap_or_else(|| panic!("the request for step {step_id} is not in the trace"));
+    (request, answer)
+}
+
 /// Runs a server under `strace`, posts one step, and answers whether the writer thread
 /// synced the WAL between the request and the HTTP answer for it, after writing frames.
 ///
@@ -51,28 +116,7 @@ fn wal_path(db: &Path) -> std::path::PathBuf {
 fn synced_before_answer(durability: &str) -> Option<bool> {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("stepwise.db");
-    let trace = dir.path().join("trace.txt");
-    let trace_arg = trace.display().to_string();
-    let db_text = db_arg(&db);
-    let started = start_serve(
-        &["--database", &db_text, "--durability", durability],
-        &dir.path().join("serve.log"),
-        &[
-            "strace",
-            "-f",
-            "-y",
-            "-s",
-            "64",
-            "-e",
-            "trace=fsync,fdatasync,pwrite64,write,writev,sendto,sendmsg,read,recvfrom",
-            "-o",
-            &trace_arg,
-        ],
-    );
-    let mut server = match started {
-        Started::Listening(server) => server,
-        Started::Exited(status, log) => panic!("serve under strace exited ({status}):\n{log}"),
-    };
+    let server = traced_serve(&db, &["--durability", durability]);
     let (_, execution) = external_execution(&server.addr);
     let (status, step) = server.request(
         "POST",
@@ -81,36 +125,9 @@ fn synced_before_answer(durability: &str) -> Option<bool> {
     );
     assert_eq!(status, 201, "{step}");
     let step_id = step["id"].as_str().expect("step id").to_string();
-    // Stop the traced server (strace's child); strace ends with it, its trace complete.
-    let strace_pid = server.child.id();
-    let children =
-        std::fs::read_to_string(format!("/proc/{strace_pid}/task/{strace_pid}/children"))
-            .unwrap_or_default();
-    for pid in children.split_whitespace() {
-        let _ = Command::new("kill").args(["-TERM", pid]).status();
-    }
-    wait_for("the traced server to exit", || {
-        server.child.try_wait().ok().flatten()
-    });
-    let text = std::fs::read_to_string(&trace).expect("read the trace");
+    let text = stop_traced(server, &db);
     let lines: Vec<&str> = text.lines().collect();
-    // The answer carrying the new step's id.
-    let answer = lines
-        .iter()
-        .position(|l| {
-            l.contains(&format!("\\\"id\\\":\\\"{step_id}")) && l.contains("HTTP/1.1 201")
-        })
-        .or_else(|| {
-            lines
-                .iter()
-                .position(|l| l.contains(&format!("\\\"id\\\":\\\"{step_id}")))
-        })
-        .unwrap_or_else(|| panic!("the answer for step {step_id} is not in the trace"));
-    // The read of the request, before the answer.
-    let request = lines[..answer]
-        .iter()
-        .rposition(|l| l.contains(&format!("POST /v1/executions/{execution}/steps")))
-        .unwrap_or_else(|| panic!("the request for the step is not in the trace"));
+    let (request, answer) = step_window(&lines, &execution, &step_id);
     // The first WAL write after it, and the thread that made it (the writer).
     let wal_write = request
         + lines[request..answer]
@@ -154,6 +171,64 @@ fn durability_full_syncs_the_wal_before_answering_and_process_does_not() {
         synced_before_answer("process"),
         Some(false),
         "with --durability process the commit is not synced before the answer"
+    );
+}
+
+/// An agent saves a step every few seconds, while its model answers. Each such save is
+/// one commit at the end of the WAL: the WAL does not start over (which costs a sync of
+/// its new header first), and nothing is checkpointed into the database file between the
+/// saves (each checkpoint syncs that file too).
+#[test]
+fn steps_saved_seconds_apart_append_to_the_wal_without_starting_it_over() {
+    if !strace_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("stepwise.db");
+    let server = traced_serve(&db, &[]);
+    let (_, execution) = external_execution(&server.addr);
+    let mut ids = Vec::new();
+    for n in 1..=4u64 {
+        // Longer than a second: the pause that used to see the WAL checkpointed, then cut.
+        std::thread::sleep(std::time::Duration::from_millis(1300));
+        let (status, step) = server.request(
+            "POST",
+            &format!("/v1/executions/{execution}/steps"),
+            Some(&step_body(n, 2000)),
+        );
+        assert_eq!(status, 201, "{step}");
+        ids.push(step["id"].as_str().expect("step id").to_string());
+    }
+    let text = stop_traced(server, &db);
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, _) = step_window(&lines, &execution, &ids[1]);
+    let (_, last) = step_window(&lines, &execution, &ids[3]);
+    let saves = &lines[first..last];
+    let wal_header_writes: Vec<&&str> = saves
+        .iter()
+        .filter(|l| l.contains("pwrite64(") && l.contains("-wal>") && l.contains(", 32, 0)"))
+        .collect();
+    assert!(
+        wal_header_writes.is_empty(),
+        "the WAL started over between saves seconds apart: {wal_header_writes:#?}"
+    );
+    let database_syncs: Vec<&&str> = saves
+        .iter()
+        .filter(|l| {
+            (l.contains("fsync(") || l.contains("fdatasync(")) && l.contains("stepwise.db>")
+        })
+        .collect();
+    assert!(
+        database_syncs.is_empty(),
+        "the database file was checkpointed between saves seconds apart: {database_syncs:#?}"
+    );
+    let wal_syncs = saves
+        .iter()
+        .filter(|l| (l.contains("fsync(") || l.contains("fdatasync(")) && l.contains("-wal>"))
+        .count();
+    assert!(
+        wal_syncs >= 3,
+        "each save is synced ({wal_syncs} WAL syncs)"
     );
 }
 

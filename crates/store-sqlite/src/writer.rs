@@ -486,20 +486,31 @@ fn keep_wal_bounded(conn: &Connection, state: &mut WriterState) {
 /// writing beyond the database file, and a busy store does not sync all the time.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
 
+/// The fewest commits between two PASSIVE checkpoints. A checkpoint after every commit
+/// of a store written every few seconds (an agent's steps between its model's answers)
+/// made each next commit start the WAL over, and SQLite syncs a new WAL's header before
+/// its first frame: two syncs a step instead of one. Left to collect this many commits,
+/// such a WAL holds a few hundred KiB; a busy store reaches the count well within a
+/// [`CHECKPOINT_INTERVAL`].
+const CHECKPOINT_AFTER_COMMITS: u32 = 64;
+
 /// Copies committed pages from the WAL into the database file after commits, on a thread
-/// of its own: a PASSIVE checkpoint (at most one a [`CHECKPOINT_INTERVAL`]) never blocks
-/// the writer or the readers, and it lets SQLite start the WAL over from its beginning
-/// once every page is copied. After `idle_truncate` without a commit, a TRUNCATE
-/// checkpoint copies the rest and cuts the file back to zero bytes, so a store at rest
-/// keeps no WAL. Ends when the writer goes away.
+/// of its own: a PASSIVE checkpoint (at most one a [`CHECKPOINT_INTERVAL`], and only once
+/// [`CHECKPOINT_AFTER_COMMITS`] commits came since the last) never blocks the writer or
+/// the readers, and it lets SQLite start the WAL over from its beginning once every page
+/// is copied. After `idle_truncate` without a commit, a TRUNCATE checkpoint copies the
+/// rest and cuts the file back to zero bytes, so a store at rest keeps no WAL. Ends when
+/// the writer goes away.
 fn run_checkpoints(
     conn: Connection,
     woken: std::sync::mpsc::Receiver<()>,
     idle_truncate: Duration,
 ) {
     use std::sync::mpsc::RecvTimeoutError;
-    // Commits since the last TRUNCATE, and when the last PASSIVE ran.
+    // Commits since the last TRUNCATE, commits (as far as their wake-ups tell: several
+    // may come as one) since the last checkpoint, and when the last PASSIVE ran.
     let mut dirty = false;
+    let mut commits: u32 = 0;
     let mut last_passive: Option<Instant> = None;
     loop {
         let woke = if dirty {
@@ -510,21 +521,28 @@ fn run_checkpoints(
         match woke {
             Ok(()) => {
                 dirty = true;
-                // Commits within the interval are covered by the next checkpoint, or by
-                // the TRUNCATE once they stop.
-                if last_passive.is_none_or(|at| at.elapsed() >= CHECKPOINT_INTERVAL) {
+                commits = commits.saturating_add(1);
+                // Commits within the interval, or before the count, are covered by the
+                // next checkpoint, or by the TRUNCATE once they stop.
+                if commits >= CHECKPOINT_AFTER_COMMITS
+                    && last_passive.is_none_or(|at| at.elapsed() >= CHECKPOINT_INTERVAL)
+                {
                     if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
                     {
                         tracing::warn!(error = %e, "a WAL checkpoint failed; the next commit tries again");
                     }
                     last_passive = Some(Instant::now());
+                    commits = 0;
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
                 match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
                     row.get::<_, i64>(0)
                 }) {
-                    Ok(0) => dirty = false,
+                    Ok(0) => {
+                        dirty = false;
+                        commits = 0;
+                    }
                     // Busy (a reader or a new write): the next idle pause tries again.
                     Ok(_) => {}
                     Err(e) => {
