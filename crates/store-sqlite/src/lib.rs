@@ -106,8 +106,7 @@ pub const DEFAULT_WAL_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 /// How long without a write before the WAL is truncated to zero. Longer than the pause
 /// between an agent's steps while its model answers: a truncated WAL makes the next commit
 /// grow the file again, sync the new WAL's header, and read its pages afresh (the
-/// truncation is another connection's change), which took an isolated step's save from
-/// about 1.4 to 2.4 ms on a 2-core machine.
+/// truncation is another connection's change). See docs/operations.md for what it saves.
 pub const DEFAULT_WAL_IDLE_TRUNCATE: Duration = Duration::from_secs(10);
 
 impl Default for SqliteOptions {
