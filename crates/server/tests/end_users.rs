@@ -884,6 +884,48 @@ async fn the_apps_tokens_are_verified_and_every_bad_one_is_refused() {
             })),
         ),
         (
+            "no audience",
+            hs256(with(&|c| {
+                c.remove("aud");
+            })),
+        ),
+        (
+            "an audience that is not a string",
+            hs256(with(&|c| {
+                c.insert("aud".into(), json!({"x": "stepwise-api"}));
+            })),
+        ),
+        (
+            "no issuer",
+            hs256(with(&|c| {
+                c.remove("iss");
+            })),
+        ),
+        (
+            "an issuer in a list",
+            hs256(with(&|c| {
+                c.insert("iss".into(), json!(["https://id.example.com/"]));
+            })),
+        ),
+        (
+            "nbf as a string",
+            hs256(with(&|c| {
+                c.insert("nbf".into(), json!((now() + 600).to_string()));
+            })),
+        ),
+        (
+            "nbf past any time",
+            hs256(with(&|c| {
+                c.insert("nbf".into(), json!(18_446_744_073_709_551_615_u64));
+            })),
+        ),
+        (
+            "iat as an object",
+            hs256(with(&|c| {
+                c.insert("iat".into(), json!({"a": 1}));
+            })),
+        ),
+        (
             "no sub",
             hs256(with(&|c| {
                 c.remove("sub");
@@ -922,14 +964,21 @@ async fn the_apps_tokens_are_verified_and_every_bad_one_is_refused() {
         assert_eq!(status, 401, "{why}: {answer}");
         assert_eq!(answer["error"]["code"], "unauthorized", "{why}");
     }
-    // Within the leeway, a just-expired token still works.
+    // Within the leeway, a just-expired token still works; so do an `aud` list holding
+    // this server's audience and an `nbf` just past.
     let lenient = hs256(with(&|c| {
         c.insert("exp".into(), json!(now() - 5));
     }));
-    assert_eq!(
-        call(&server, &lenient, "GET", "/v1/sessions", None).await.0,
-        200
-    );
+    let listed = hs256(with(&|c| {
+        c.insert("aud".into(), json!(["another-api", "stepwise-api"]));
+        c.insert("nbf".into(), json!(now() - 1));
+    }));
+    for token in [&lenient, &listed] {
+        assert_eq!(
+            call(&server, token, "GET", "/v1/sessions", None).await.0,
+            200
+        );
+    }
     server.stop().await;
 }
 

@@ -372,10 +372,41 @@ impl Tokens {
         minted: bool,
         now: u64,
     ) -> ApiResult<Caller> {
-        if let Some(iat) = claims.get("iat").and_then(Value::as_f64)
-            && iat > (now + LEEWAY_SECS) as f64
-        {
-            return Err(refused("it was issued in the future (iat)"));
+        // `jsonwebtoken` passes over an `nbf` or `iat` that is not a number, and an `aud` or
+        // `iss` that is missing or not a string: each is refused here.
+        for (claim, future) in [
+            ("nbf", "it is not valid yet (nbf)"),
+            ("iat", "it was issued in the future (iat)"),
+        ] {
+            match claims.get(claim) {
+                None => {}
+                Some(Value::Number(n)) => match n.as_f64() {
+                    Some(t) if t.is_finite() && t <= (now + LEEWAY_SECS) as f64 => {}
+                    _ => return Err(refused(future)),
+                },
+                Some(_) => {
+                    return Err(refused(
+                        "its nbf and iat must be numbers (seconds since 1970)",
+                    ));
+                }
+            }
+        }
+        if !minted {
+            if let Some(audience) = &self.settings.audience {
+                let matches = match claims.get("aud") {
+                    Some(Value::String(aud)) => aud == audience,
+                    Some(Value::Array(list)) => list.iter().any(|a| a.as_str() == Some(audience)),
+                    _ => false,
+                };
+                if !matches {
+                    return Err(refused("its audience (aud) is not this server's"));
+                }
+            }
+            if let Some(issuer) = &self.settings.issuer
+                && claims.get("iss").and_then(Value::as_str) != Some(issuer.as_str())
+            {
+                return Err(refused("its issuer (iss) is not the one expected"));
+            }
         }
         let sub = claims
             .get("sub")
