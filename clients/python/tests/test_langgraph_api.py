@@ -279,6 +279,41 @@ def test_a_background_run_is_joined_later_and_listed(lg: Any, served: Any) -> No
     listed = lg.runs.list(thread["thread_id"])
     assert [r["run_id"] for r in listed] == [run["run_id"]]
     assert listed[0]["status"] == "success" and listed[0]["metadata"] == {"origin": "test"}
+    # Joined with no mode named (the SDK then sends an empty `stream_mode`): the run's own.
+    streamed = lg.runs.create(thread["thread_id"], "chat", input=human("again"), stream_mode=["values", "updates"])
+    events = [p.event for p in lg.runs.join_stream(thread["thread_id"], streamed["run_id"])]
+    assert events[0] == "metadata" and {"values", "updates"} <= set(events), events
+
+
+def test_a_breakpoint_leaves_the_thread_interrupted_and_its_state_is_read_at_its_checkpoint(
+    lg: Any, served: Any
+) -> None:
+    tid = lg.threads.create()["thread_id"]
+    values = lg.runs.wait(tid, "counter", input={"count": 1}, interrupt_before=["second"])
+    assert values == {"count": 2, "log": ["first"]}
+    # Nodes still to run: the thread waits to go on, as LangGraph's server says.
+    assert lg.threads.get(tid)["status"] == "interrupted"
+    assert [t["thread_id"] for t in lg.threads.search(status="interrupted", limit=100)].count(tid) == 1
+    state = lg.threads.get_state(tid)
+    assert state["next"] == ["second"]
+    checkpoint_id = state["checkpoint"]["checkpoint_id"]
+    # The state at a checkpoint, by id and by the checkpoint's config.
+    assert lg.threads.get_state(tid, checkpoint_id=checkpoint_id) == state
+    assert lg.threads.get_state(tid, checkpoint={"checkpoint_id": checkpoint_id})["values"] == values
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        lg.threads.get_state(tid, checkpoint_id=str(uuid.uuid4()))
+    assert missing.value.response.status_code == 404
+    # Going on (no input) runs the rest; the thread is idle again.
+    assert lg.runs.wait(tid, "counter", input=None) == {"count": 12, "log": ["first", "second"]}
+    assert lg.threads.get(tid)["status"] == "idle"
+    assert lg.threads.get_state(tid, checkpoint_id=checkpoint_id)["next"] == ["second"]
+
+
+def test_a_failed_runs_error_names_the_exception(lg: Any, served: Any) -> None:
+    tid = lg.threads.create()["thread_id"]
+    failed = lg.runs.wait(tid, "chat", input=human("raise: the model is down"), raise_error=False)
+    assert failed["__error__"] == {"error": "RuntimeError", "message": "the model is down"}
+    assert lg.threads.get(tid)["status"] == "error"
 
 
 def test_an_interrupt_pauses_the_thread_and_a_resume_command_finishes_it(lg: Any, served: Any) -> None:
@@ -301,6 +336,21 @@ def test_an_interrupt_pauses_the_thread_and_a_resume_command_finishes_it(lg: Any
     history = lg.threads.get_history(tid, limit=10)
     assert len(history) >= 2
     assert history[0]["next"] == [] and history[-1]["next"] == ["review"]
+
+
+def test_new_input_on_an_interrupted_thread_starts_a_new_run_from_it(lg: Any, served: Any) -> None:
+    tid = lg.threads.create()["thread_id"]
+    first = lg.runs.create(tid, "approve", input=human("the plan"))
+    assert "__interrupt__" in lg.runs.join(tid, first["run_id"])
+    # As LangGraph: the input goes into the state and the graph runs again from the start
+    # (it is not the interrupt's answer, which only a command gives).
+    again = lg.runs.wait(tid, "approve", input=human("never mind"))
+    assert texts(again) == ["the plan", "Draft for: the plan", "never mind", "Draft for: never mind"]
+    assert again["__interrupt__"][0]["value"] == {"question": "Approve the draft?"}
+    runs = lg.runs.list(tid)
+    assert len(runs) == 2 and runs[1]["run_id"] == first["run_id"]
+    assert runs[1]["status"] == "interrupted" and runs[0]["status"] == "interrupted"
+    assert lg.threads.get(tid)["status"] == "interrupted"
 
 
 def test_multitask_reject_refuses_while_a_run_is_queued_and_enqueue_queues(lg: Any) -> None:
@@ -456,6 +506,23 @@ def test_a_users_threads_are_its_own(tmp_path: Path) -> None:
             lambda: bob.threads.delete(tid),
         ) == [404] * 5
         assert bob.threads.search(metadata={"who": "alice"}) == []
+        # Nor can bob take alice's thread id: not as a thread of his own (409), nor by writing
+        # the first checkpoint of it (404), which would put her graph's checkpoints in his
+        # thread. Alice writes there (201).
+        assert refused(lambda: bob.threads.create(thread_id=tid)) == [409]
+        checkpoint = {
+            "checkpoint_ns": "",
+            "parent_checkpoint_id": None,
+            "checkpoint": {"type": "json", "data": "eyJ2IjoxfQ=="},
+            "metadata": {"source": "input", "step": -1},
+            "channel_versions": {},
+            "blobs": [],
+        }
+        put = f"{server.url}/v1/threads/{tid}/checkpoints/cp-1"
+        squat = httpx.put(put, json=checkpoint, headers={"Authorization": f"Bearer {bob_key}"}, timeout=PATIENCE)
+        assert squat.status_code == 404, squat.text
+        owned = httpx.put(put, json=checkpoint, headers={"Authorization": f"Bearer {alice_key}"}, timeout=PATIENCE)
+        assert owned.status_code == 201, owned.text
         # Assistants are the tenant's: an admin makes one, a user finds and runs it but
         # cannot make or change one.
         lg_admin = get_sync_client(url=f"{server.url}/langgraph", api_key=admin_key)
@@ -510,6 +577,8 @@ def test_update_state_is_written_by_the_graphs_worker(lg: Any, served: Any) -> N
     after = lg.threads.get_state(tid)
     assert after["values"] == {"count": 500, "log": ["first", "second", "edited"]}
     assert after["checkpoint"]["checkpoint_id"] == written["checkpoint"]["checkpoint_id"]
+    # The update is a checkpoint, not a run.
+    assert len(lg.runs.list(tid)) == 1
 
 
 def test_a_copied_thread_goes_on_from_the_original_which_stays_as_it_was(lg: Any, served: Any) -> None:

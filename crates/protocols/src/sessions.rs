@@ -47,7 +47,7 @@ pub(crate) async fn find_session<S: Store>(
 }
 
 /// [`find_session`] over the whole tenant, whoever owns the session.
-async fn lookup_session<S: Store>(
+pub(crate) async fn lookup_session<S: Store>(
     state: &AppState<S>,
     caller: &Caller,
     key: &str,

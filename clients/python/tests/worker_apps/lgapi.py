@@ -2,7 +2,7 @@
 
 * ``chat``: one model node (an offline fake chat model that streams its tokens) answering
   ``Echo: <last human message>`` (``<prefix>: ...`` with ``configurable.prefix`` in the run's
-  config);
+  config); a message ``raise: TEXT`` makes it raise ``RuntimeError(TEXT)``;
 * ``approve``: a draft node, then ``interrupt({"question": ...})``, then a node writing the
   answer it was given;
 * ``counter``: a state that is not messages: ``count`` is added to by two nodes in a row, and
@@ -45,6 +45,9 @@ def last_human(state: MessagesState) -> str:
 
 
 def chat_node(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+    asked = last_human(state)
+    if asked.startswith("raise: "):
+        raise RuntimeError(asked.removeprefix("raise: "))
     prefix = config.get("configurable", {}).get("prefix", "Echo")
     model = GenericFakeChatModel(messages=iter([AIMessage(f"{prefix}: {last_human(state)}")]))
     return {"messages": [model.invoke(state["messages"])]}

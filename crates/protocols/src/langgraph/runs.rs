@@ -36,10 +36,10 @@ use stepwise_store::{PageRequest, SessionFilter, StoreError};
 use stepwise_server::{AgentBody, ApiError, ApiJson, ApiResult, AppState, Caller};
 
 use super::assistants;
-use super::stream::{Modes, Streamed, respond};
+use super::stream::{Modes, Streamed, error_body, respond};
 use super::threads::{self, thread_id};
 use crate::follower::{RunFollower, Start, Turn, find_turn, is_live};
-use crate::sessions::turn_message;
+use crate::sessions::{latest_root_execution, turn_message};
 
 /// The most runs one listing answers.
 const MAX_LIST: u32 = 1000;
@@ -283,6 +283,21 @@ async fn start<S: Store>(
     input.answer = body.command.as_ref().and_then(|c| c.get("resume")).cloned();
     input.extra_input = Some(("langgraph", lg));
 
+    // New input on a thread paused in an `interrupt()` starts a new run from that input, as
+    // LangGraph does (the pending interrupt is dropped, the paused run ends cancelled); only a
+    // `command` answers the interrupt.
+    if body.command.is_none()
+        && body.input.as_ref().is_some_and(|i| !i.is_null())
+        && let Some(paused) = latest_root_execution(state.store(), &caller.tenant, &session)
+            .await?
+            .filter(|e| e.status == ExecutionStatus::Paused)
+    {
+        match state.engine.cancel(&caller.tenant, paused.id).await {
+            // (Resumed or ended meanwhile: the new input queues behind it as usual.)
+            Ok(_) | Err(StoreError::Conflict(_) | StoreError::InvalidState(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let busy = state
         .engine
         .busy_executions(&caller.tenant, session.id)
@@ -418,10 +433,8 @@ async fn outcome<S: Store>(state: &AppState<S>, caller: &Caller, run: Id) -> Api
         .await?
         .ok_or_else(|| ApiError::not_found("run"))?;
     if execution.status == ExecutionStatus::Failed {
-        return Ok(json!({"__error__": {
-            "error": "RunError",
-            "message": execution.error_message.unwrap_or_default(),
-        }}));
+        let failure = execution.error_message.unwrap_or_default();
+        return Ok(json!({"__error__": error_body(&failure)}));
     }
     let saved = threads::run_state(state, &caller.tenant, execution.id).await?;
     let mut values = saved
@@ -512,6 +525,8 @@ async fn list<S: Store>(
     let limit = query.limit.unwrap_or(10).min(MAX_LIST) as usize;
     Ok(Json(
         runs.iter()
+            // `update_state` writes a checkpoint through an execution of its own: not a run.
+            .filter(|e| !threads::is_state_update(e))
             .map(|e| run_body(e, &thread))
             .filter(|r| query.status.as_deref().is_none_or(|s| r["status"] == s))
             .skip(query.offset.unwrap_or(0) as usize)
@@ -758,7 +773,10 @@ fn join_query(raw: Option<&str>) -> (Vec<String>, bool, bool) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = value.replace('+', " ");
         match key {
-            "stream_mode" | "stream_mode[]" => modes.push(percent_decoded(&value)),
+            // (An empty value names no mode: the SDK's join sends `stream_mode=` when given none.)
+            "stream_mode" | "stream_mode[]" if !value.is_empty() => {
+                modes.push(percent_decoded(&value))
+            }
             "stream_subgraphs" => subgraphs = truthy(Some(value.as_str())),
             "cancel_on_disconnect" => cancel = truthy(Some(value.as_str())),
             _ => {}
@@ -796,6 +814,12 @@ async fn join_stream<S: Store>(
 ) -> ApiResult<Response> {
     let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
     let (modes, subgraphs, cancel_on_disconnect) = join_query(raw.as_deref());
+    // A join that names no mode streams the run's own (`values` when it named none either).
+    let modes = if modes.is_empty() {
+        Modes::new(execution.input.pointer("/langgraph/stream_mode"), subgraphs)
+    } else {
+        Modes::from_list(modes, subgraphs)
+    };
     let last_event_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -804,7 +828,7 @@ async fn join_stream<S: Store>(
     Ok(respond(Streamed {
         tenant: caller.tenant.clone(),
         thread_id: thread_id(&session),
-        modes: Modes::from_list(modes, subgraphs).after(last_event_id),
+        modes: modes.after(last_event_id),
         follower,
         cancel_on_disconnect: cancel_on_disconnect && is_live(&execution),
         execution,
@@ -833,6 +857,22 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_runs_error_is_the_exceptions_type_and_text() {
+        assert_eq!(
+            error_body("ValueError: boom: twice"),
+            json!({"error": "ValueError", "message": "boom: twice"})
+        );
+        assert_eq!(
+            error_body("the lease expired 3 times"),
+            json!({"error": "RunError", "message": "the lease expired 3 times"})
+        );
+        assert_eq!(
+            error_body("no agent of type 'x': gone"),
+            json!({"error": "RunError", "message": "no agent of type 'x': gone"})
+        );
+    }
+
+    #[test]
     fn a_joins_query_takes_repeated_modes() {
         let (modes, subgraphs, cancel) = join_query(Some(
             "stream_mode=values&stream_mode=messages-tuple&cancel_on_disconnect=true",
@@ -840,5 +880,7 @@ mod tests {
         assert_eq!(modes, vec!["values", "messages-tuple"]);
         assert!(!subgraphs);
         assert!(cancel);
+        let (modes, _, _) = join_query(Some("stream_mode=&cancel_on_disconnect=false"));
+        assert!(modes.is_empty(), "an empty stream_mode names no mode");
     }
 }

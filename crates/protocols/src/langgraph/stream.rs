@@ -468,12 +468,27 @@ impl<S: Store> RunStream<S> {
             RunItem::Completed { .. } | RunItem::Paused { .. } => self.tail(&mut out).await,
             RunItem::Failed { error } => {
                 self.counted += 1;
-                let data = json!({"error": "RunError", "message": error});
+                let data = error_body(&error);
                 event(&mut out, "error", Some(self.counted), &data);
             }
             RunItem::Cancelled | RunItem::Other(_) => {}
         }
         Some(Bytes::from(out))
+    }
+}
+
+/// A failed run's `{error, message}` as LangGraph's server sends it: the exception's type and
+/// its text. A worker fails a run with `Type: message` (a Python exception's name first); any
+/// other failure (a lease given up, a run the server ended) is a `RunError`.
+pub(crate) fn error_body(failure: &str) -> Value {
+    let named = failure.split_once(": ").filter(|(name, _)| {
+        name.starts_with(|c: char| c.is_ascii_uppercase())
+            && name.len() <= 128
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    });
+    match named {
+        Some((name, message)) => json!({"error": name, "message": message}),
+        None => json!({"error": "RunError", "message": failure}),
     }
 }
 

@@ -12,7 +12,9 @@
 //! - `POST /threads/search` `{metadata?, ids?, status?, limit?, offset?}` → 200 `[Thread]`,
 //!   newest first; `POST /threads/count` → a number
 //! - `GET /threads/{id}/state` → ThreadState; `POST /threads/{id}/history` `{limit?, before?}`
-//!   → `[ThreadState]`, newest first
+//!   → `[ThreadState]`, newest first; `GET /threads/{id}/state/{checkpoint_id}` and `POST
+//!   /threads/{id}/state/checkpoint` `{checkpoint: {checkpoint_id}}` → the saved state at that
+//!   checkpoint (404 for one no run saved)
 //! - `POST /threads/{id}/copy` → 200 the new Thread: the session forked whole (its runs,
 //!   states and the graph's checkpoints), the caller's
 //! - `POST /threads/{id}/state` `{values, as_node?, checkpoint_id?}` → `{checkpoint}`: written
@@ -36,7 +38,7 @@ use stepwise_server::limits::check_metadata;
 use stepwise_server::{ApiError, ApiJson, ApiResult, AppState, Caller};
 
 use crate::follower::{RunFollower, Start, Turn};
-use crate::sessions::{check_chat_id, find_session, latest_root_execution};
+use crate::sessions::{check_chat_id, find_session, latest_root_execution, lookup_session};
 
 /// The most threads one search answers, and the most sessions it reads.
 const MAX_LIMIT: u32 = 1000;
@@ -59,6 +61,14 @@ pub(super) fn router<S: Store>() -> Router<AppState<S>> {
         .route(
             "/threads/{thread_id}/state",
             get(get_state::<S>).post(update_state::<S>),
+        )
+        .route(
+            "/threads/{thread_id}/state/checkpoint",
+            post(post_state_at::<S>),
+        )
+        .route(
+            "/threads/{thread_id}/state/{checkpoint_id}",
+            get(get_state_at::<S>),
         )
         .route("/threads/{thread_id}/history", post(history::<S>))
         .route("/threads/{thread_id}/copy", post(copy::<S>))
@@ -110,6 +120,16 @@ pub(crate) async fn create_thread<S: Store>(
 ) -> ApiResult<Session> {
     if let Some(id) = thread_id {
         check_chat_id(id, "thread_id")?;
+        // A session whose id (or name) this is already, whoever's: a second thread of the
+        // same id would be another's (a name is unique; an id the store cannot tell).
+        if lookup_session(state, caller, id, "thread_id")
+            .await?
+            .is_some()
+        {
+            return Err(ApiError::conflict(
+                "a thread (or another user's session) already has this id",
+            ));
+        }
     }
     let new = NewSession {
         user_id: caller.user_id.clone(),
@@ -123,12 +143,19 @@ pub(crate) async fn create_thread<S: Store>(
     Ok(state.store().create_session(&caller.tenant, new).await?)
 }
 
-/// A thread's status from its latest run.
-pub(crate) fn status_of(latest: Option<&Execution>) -> &'static str {
+/// A thread's status from its latest run and the state saved last: `interrupted` also
+/// when the run ended with nodes still to run (a breakpoint of `interrupt_before` or
+/// `interrupt_after`: the thread waits to go on), as LangGraph's server says.
+pub(crate) fn status_of(latest: Option<&Execution>, saved: Option<&Value>) -> &'static str {
+    let waits_to_go_on = saved
+        .and_then(|s| s.get("next"))
+        .and_then(Value::as_array)
+        .is_some_and(|next| !next.is_empty());
     match latest.map(|e| e.status) {
         Some(ExecutionStatus::Pending | ExecutionStatus::Running) => "busy",
         Some(ExecutionStatus::Paused) => "interrupted",
         Some(ExecutionStatus::Failed) => "error",
+        Some(ExecutionStatus::Completed) if waits_to_go_on => "interrupted",
         _ => "idle",
     }
 }
@@ -178,6 +205,15 @@ pub(crate) async fn runs_of<S: Store>(
     runs.retain(|e| e.parent_execution_id.is_none());
     runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
     Ok(runs)
+}
+
+/// Whether the execution is an `update_state`'s (which writes the thread's state through a
+/// worker of its graph), not a run of the graph.
+pub(crate) fn is_state_update(execution: &Execution) -> bool {
+    execution
+        .input
+        .pointer("/langgraph/update_state")
+        .is_some_and(|u| !u.is_null())
 }
 
 /// The thread's latest saved state: that of its newest run that saved one.
@@ -252,7 +288,7 @@ pub(crate) async fn thread_body<S: Store>(
         "updated_at": session.updated_at.to_rfc3339(),
         "state_updated_at": session.updated_at.to_rfc3339(),
         "metadata": metadata_object(&session.metadata),
-        "status": status_of(latest.as_ref()),
+        "status": status_of(latest.as_ref(), saved.as_ref()),
         "values": values,
         "interrupts": interrupts,
         "config": {},
@@ -570,6 +606,32 @@ fn checkpoint_id_of(config: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
+/// Hands the thread's saved states (as `ThreadState`), newest first, to `visit` until it
+/// answers `false`.
+async fn visit_states<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    session: &Session,
+    mut visit: impl FnMut(Value) -> bool,
+) -> ApiResult<()> {
+    for execution in runs_of(state, caller, session).await? {
+        let mut snapshots = state
+            .store()
+            .list_snapshots(&caller.tenant, execution.id)
+            .await?;
+        snapshots.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        for snapshot in snapshots {
+            let Some(saved) = saved_state(state, &caller.tenant, Some(snapshot.id)).await? else {
+                continue;
+            };
+            if !visit(state_body(session, Some(&saved))) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn history<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
@@ -579,29 +641,71 @@ async fn history<S: Store>(
     let session = load(&state, &caller, &id).await?;
     let limit = body.limit.unwrap_or(10).min(MAX_HISTORY) as usize;
     let mut before = body.before.as_ref().and_then(checkpoint_id_of);
-    let store = state.store();
     let mut out = Vec::new();
-    for execution in runs_of(&state, &caller, &session).await? {
-        let mut snapshots = store.list_snapshots(&caller.tenant, execution.id).await?;
-        snapshots.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-        for snapshot in snapshots {
-            let Some(saved) = saved_state(&state, &caller.tenant, Some(snapshot.id)).await? else {
-                continue;
-            };
-            let body = state_body(&session, Some(&saved));
-            if let Some(wanted) = before {
-                if body["checkpoint"]["checkpoint_id"].as_str() == Some(wanted) {
-                    before = None;
-                }
-                continue;
-            }
-            out.push(body);
-            if out.len() >= limit {
-                return Ok(Json(out));
-            }
-        }
+    if limit == 0 {
+        return Ok(Json(out));
     }
+    visit_states(&state, &caller, &session, |body| {
+        if let Some(wanted) = before {
+            if body["checkpoint"]["checkpoint_id"].as_str() == Some(wanted) {
+                before = None;
+            }
+            return true;
+        }
+        out.push(body);
+        out.len() < limit
+    })
+    .await?;
     Ok(Json(out))
+}
+
+/// The thread's saved state at `checkpoint_id`, or 404.
+async fn state_at<S: Store>(
+    state: &AppState<S>,
+    caller: &Caller,
+    id: &str,
+    checkpoint_id: &str,
+) -> ApiResult<Json<Value>> {
+    let session = load(state, caller, id).await?;
+    let mut found = None;
+    visit_states(state, caller, &session, |body| {
+        if body["checkpoint"]["checkpoint_id"].as_str() == Some(checkpoint_id) {
+            found = Some(body);
+        }
+        found.is_none()
+    })
+    .await?;
+    found
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("checkpoint"))
+}
+
+/// `threads.get_state(thread_id, checkpoint_id=...)`.
+async fn get_state_at<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path((id, checkpoint_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    state_at(&state, &caller, &id, &checkpoint_id).await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StateAtBody {
+    /// `{checkpoint_id, checkpoint_ns?}` (`subgraphs` is accepted and has no use here).
+    checkpoint: Value,
+}
+
+/// `threads.get_state(thread_id, checkpoint={checkpoint_id, ...})`.
+async fn post_state_at<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<StateAtBody>,
+) -> ApiResult<Json<Value>> {
+    let checkpoint_id = checkpoint_id_of(&body.checkpoint)
+        .ok_or_else(|| ApiError::invalid("checkpoint", "checkpoint must name a checkpoint_id"))?;
+    state_at(&state, &caller, &id, checkpoint_id).await
 }
 
 /// How long `update_state` waits for a worker of the thread's graph.

@@ -328,7 +328,25 @@ pub(crate) async fn check_thread<S: Store>(
     };
     match info {
         Some(info) => check_session(state, caller, info.session_id, "thread").await,
-        None => Ok(()),
+        // No checkpoint yet. A LangGraph thread (`/langgraph/threads`) is a session whose id
+        // or name is the thread's: another user's keeps its id from this caller, so that its
+        // graph's checkpoints never land in a thread the caller made first.
+        None => {
+            let store = state.store();
+            let mut session = match thread.parse::<Id>() {
+                Ok(id) => store.get_session(&caller.tenant, id).await?,
+                Err(_) => None,
+            };
+            if session.is_none() && stepwise_core::name::validate_name(thread).is_ok() {
+                session = store.find_session_by_name(&caller.tenant, thread).await?;
+            }
+            match session {
+                Some(session) if !caller.sees_owner(&session.user_id) => {
+                    Err(ApiError::not_found("thread"))
+                }
+                _ => Ok(()),
+            }
+        }
     }
 }
 
