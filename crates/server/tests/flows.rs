@@ -141,6 +141,14 @@ async fn user_input_pauses_and_the_next_message_resumes_the_same_execution() {
         messages.last(),
         Some(&("assistant".into(), "You said: the blue one".into()))
     );
+    let resumed_lines = messages
+        .iter()
+        .filter(|(role, text)| role == "info" && text == "Execution resumed")
+        .count();
+    assert_eq!(
+        resumed_lines, 1,
+        "one status line for the resume: {messages:?}"
+    );
 
     let mut stream = server.events(&session, None).await;
     let events = stream.until("execution.completed").await;

@@ -97,9 +97,11 @@ impl<S: Store> Engine<S> {
         } else {
             "Execution resumed"
         };
-        // Queued, not awaited: the run's first wait for the disk is its end.
+        // Queued, not awaited: the run's first wait for the disk is its end. A resumed
+        // pause said "Execution resumed" when the answer came.
         let mut last_line = None;
         if execution.parent_execution_id.is_none()
+            && resume_answer.is_none()
             && let Some(session_id) = session_id
         {
             last_line = self
