@@ -7,6 +7,7 @@ namespace Stepwise;
 use Stepwise\Internal\Http;
 use Stepwise\Internal\Paused;
 use Stepwise\Internal\RetryPolicy;
+use Stepwise\Internal\Text;
 
 /**
  * One claimed execution, as a Worker's agent callable sees it.
@@ -721,7 +722,7 @@ final class Run
             $body['output'] = ['call' => $name];
         } else {
             $short = (new \ReflectionClass($error))->getShortName();
-            $body['error'] = ['kind' => $short, 'message' => mb_substr($error->getMessage(), 0, self::MAX_ERROR_CHARS)];
+            $body['error'] = ['kind' => $short, 'message' => Text::cut($error->getMessage(), self::MAX_ERROR_CHARS)];
             $body['output'] = ['call' => $name, 'raised' => $error::class];
         }
         $this->append($body);

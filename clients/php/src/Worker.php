@@ -6,6 +6,7 @@ namespace Stepwise;
 
 use Stepwise\Internal\Http;
 use Stepwise\Internal\Paused;
+use Stepwise\Internal\Text;
 
 /**
  * Runs agent types of yours for Stepwise (docs/workers.md): claims their executions from the
@@ -108,7 +109,7 @@ final class Worker
         if (isset($this->agents[$type])) {
             throw new \InvalidArgumentException(sprintf('agent %s is registered on this worker already', $type));
         }
-        if ($description !== null && mb_strlen($description) > 1000) {
+        if ($description !== null && Text::length($description) > 1000) {
             throw new \InvalidArgumentException('description is at most 1,000 characters');
         }
         if (count($this->agents) >= 64) {
@@ -454,7 +455,7 @@ final class Worker
         $lines = preg_split('/\R/', trim($error->getMessage())) ?: [''];
         $short = (new \ReflectionClass($error))->getShortName();
         $summary = $lines[0] === '' ? $short : $short . ': ' . $lines[0];
-        return mb_strlen($summary) > 2000 ? mb_substr($summary, 0, 1999) . '…' : $summary;
+        return Text::length($summary) > 2000 ? Text::cut($summary, 1999) . '…' : $summary;
     }
 
     private static function isTransient(StepwiseException $e): bool
