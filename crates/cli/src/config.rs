@@ -48,9 +48,17 @@ pub fn read_settings(path: &Path, must_exist: bool) -> anyhow::Result<BTreeMap<S
     Ok(settings)
 }
 
+/// Keys read under another name: what an earlier version took (`cors_origins`, before the
+/// keys were exactly the flags' long names).
+const FORMER_KEYS: &[(&str, &str)] = &[("cors_origins", "cors_origin")];
+
 fn flatten(table: &toml::Table, out: &mut BTreeMap<String, String>) -> anyhow::Result<()> {
     for (key, value) in table {
         let id = key.replace('-', "_");
+        let id = match FORMER_KEYS.iter().find(|(former, _)| *former == id) {
+            Some((_, now)) => (*now).to_string(),
+            None => id,
+        };
         let text = match value {
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
@@ -166,6 +174,18 @@ mod tests {
             settings.len(),
             2,
             "the LLM's sections are left to it: {settings:?}"
+        );
+    }
+
+    #[test]
+    fn a_former_key_reads_as_the_flags_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stepwise.toml");
+        std::fs::write(&path, "cors-origins = \"https://a.example\"\n").unwrap();
+        let settings = read_settings(&path, true).unwrap();
+        assert_eq!(
+            settings.get("cors_origin").map(String::as_str),
+            Some("https://a.example")
         );
     }
 

@@ -296,6 +296,36 @@ mod tests {
         assert_eq!(cli.database.as_deref(), Some("x.db"));
     }
 
+    /// Settings-file keys are the flags' long names (docs/configuration.md): each argument's
+    /// id is its long name with `_` for `-`.
+    #[test]
+    fn every_setting_is_named_as_its_flag() {
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                if let Some(long) = arg.get_long() {
+                    assert_eq!(
+                        arg.get_id().as_str(),
+                        long.replace('-', "_"),
+                        "{path} --{long}: its settings key would differ from the flag"
+                    );
+                }
+            }
+            for sub in command.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&Cli::command(), "stepwise");
+        let mut settings = std::collections::BTreeMap::new();
+        settings.insert("cors_origin".to_string(), "https://app.example".to_string());
+        let command = config::apply_settings(Cli::command(), &settings).unwrap();
+        let matches = command.try_get_matches_from(["stepwise", "serve"]).unwrap();
+        let cli = Cli::from_arg_matches(&matches).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("serve")
+        };
+        assert_eq!(args.end_users.cors_origins, ["https://app.example"]);
+    }
+
     #[test]
     fn unknown_settings_are_rejected() {
         let mut settings = std::collections::BTreeMap::new();

@@ -216,6 +216,7 @@ pub struct EndUserArgs {
     /// A page origin (scheme://host[:port]) that may call /v1 from a browser; repeat it for
     /// several (comma-separated in the environment). None by default; `*` is refused.
     #[arg(
+        id = "cors_origin",
         long = "cors-origin",
         env = "STEPWISE_CORS_ORIGINS",
         value_delimiter = ',',
