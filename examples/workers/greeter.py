@@ -1,4 +1,4 @@
-"""A worker with two plain-function agents: `greeter` and `counter`.
+"""A worker with three plain-function agents: `greeter`, `counter` and `asker`.
 
     stepwise serve &                                   # a server on http://127.0.0.1:7777
     stepwise-worker greeter:worker                     # from this directory

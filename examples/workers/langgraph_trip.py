@@ -1,7 +1,7 @@
 """A LangGraph graph as agent type `trip`, with no LLM: it plans, asks which city (an
 `interrupt()`, which pauses the execution until you answer), and books.
 
-    pip install "stepwise-client[langgraph]"
+    pip install "./clients/python[langgraph]"   # from the repository root
     stepwise-worker langgraph_trip:worker
     # then, in the web UI or `stepwise chat`, send "Book me a trip" to agent `trip`, answer "Paris"
 """

@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent with a tool as agent type `assistant`.
 
-    pip install "stepwise-client[openai-agents]"
+    pip install "./clients/python[openai-agents]"   # from the repository root
     export OPENAI_API_KEY=...
     stepwise-worker openai_assistant:worker
 

@@ -1,6 +1,6 @@
 """A smolagents CodeAgent as agent type `coder`.
 
-    pip install "stepwise-client[smolagents]" litellm
+    pip install "./clients/python[smolagents]" litellm   # from the repository root
     export OPENAI_API_KEY=...                 # or set CODER_MODEL to another LiteLLM model id
     stepwise-worker smolagents_coder:worker
 
