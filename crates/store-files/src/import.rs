@@ -53,6 +53,12 @@ impl FileStore {
         let ack = {
             let mut state = self.lock();
             let root = self.inner.shared.root.clone();
+            crate::sessions::release_deleted_name(
+                &mut state,
+                &root,
+                tenant.as_str(),
+                session.name.as_deref(),
+            );
             let ts = tenant_state(&mut state, &root, tenant.as_str());
             if let Some(name) = &session.name
                 && ts.names.contains_key(name)

@@ -8,9 +8,49 @@ use stepwise_store::{
 };
 
 use crate::disk::stem_of;
-use crate::state::{Container, Key, TenantState};
+use crate::state::{Container, Key, State, TenantState};
 use crate::{FileStore, check_depth, tenant_state};
 use stepwise_core::SessionDocument;
+
+/// Frees `name` when a deleted session holds it, for a session about to take it: a deleted
+/// session's name is anyone's again. The deleted session keeps no name, and its file is
+/// written under its id (the file of the name is the new session's, or removed).
+pub(crate) fn release_deleted_name(
+    state: &mut State,
+    root: &std::path::Path,
+    tenant: &str,
+    name: Option<&str>,
+) {
+    let Some(name) = name else { return };
+    let ts = tenant_state(state, root, tenant);
+    let Some(&holder) = ts.names.get(name) else {
+        return;
+    };
+    let Some(session) = ts
+        .sessions
+        .get_mut(&holder)
+        .and_then(|c| c.session.as_mut())
+    else {
+        return;
+    };
+    if session.status != SessionStatus::Deleted {
+        return;
+    }
+    let old_stem = stem_of(session);
+    session.name = None;
+    let new_stem = stem_of(session);
+    ts.names.remove(name);
+    ts.stems.remove(&old_stem);
+    ts.stems.insert(new_stem, holder);
+    state.pending.removals.push((tenant.to_string(), old_stem));
+    state.touch(
+        &Key {
+            tenant: tenant.to_string(),
+            session: Some(holder),
+        },
+        true,
+    );
+}
 
 /// Whether `stem` can be given to session `id`: not another session's file, not a file
 /// that could not be read.
@@ -36,7 +76,9 @@ impl stepwise_store::SessionStore for FileStore {
         let session = new.into_session(tenant, now);
         let ack = {
             let mut state = self.lock();
-            let ts = tenant_state(&mut state, &self.inner.shared.root, tenant.as_str());
+            let root = &self.inner.shared.root;
+            release_deleted_name(&mut state, root, tenant.as_str(), session.name.as_deref());
+            let ts = tenant_state(&mut state, root, tenant.as_str());
             if let Some(name) = &session.name
                 && ts.names.contains_key(name)
             {
@@ -133,6 +175,14 @@ impl stepwise_store::SessionStore for FileStore {
         let ack = {
             let mut state = self.lock();
             let root = self.inner.shared.root.clone();
+            if patch.name.as_ref().is_some_and(|n| {
+                state
+                    .tenant(tenant.as_str())
+                    .and_then(|ts| ts.names.get(n))
+                    .is_some_and(|holder| *holder != id)
+            }) {
+                release_deleted_name(&mut state, &root, tenant.as_str(), patch.name.as_deref());
+            }
             let ts = tenant_state(&mut state, &root, tenant.as_str());
             let Some(current) = ts.sessions.get(&id).and_then(|c| c.session.clone()) else {
                 return Ok(None);

@@ -52,6 +52,7 @@ async fn write(
     let ImportPlan { doc, thread, now } = plan;
     let s = &doc.session;
     let tenant = s.tenant_id.as_str();
+    crate::sessions::release_deleted_name(tx, tenant, s.name.as_deref()).await?;
     tx.execute_typed(
         INSERT_SESSION,
         args![

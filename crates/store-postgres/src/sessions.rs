@@ -38,6 +38,9 @@ const UPDATE_SESSION: &str = concat!(
      WHERE id = $6 AND tenant_id = $7 RETURNING ",
     session_cols!()
 );
+/// A deleted session gives its name up to a session that takes it (it keeps no name).
+const RELEASE_DELETED_NAME: &str =
+    "UPDATE sessions SET name = NULL WHERE tenant_id = $1 AND name = $2 AND status = 'deleted'";
 const SOFT_DELETE_SESSION: &str =
     "UPDATE sessions SET status = 'deleted', updated_at = $1 WHERE id = $2 AND tenant_id = $3";
 /// Listing without a status filter hides deleted sessions.
@@ -45,6 +48,21 @@ const NOT_DELETED: &str = " AND status <> 'deleted'";
 const NEWEST_FIRST: &str = " ORDER BY updated_at DESC, id DESC";
 
 /// One session of a tenant, on any connection or transaction.
+/// Frees `name` when a deleted session holds it, for a session about to take it: a deleted
+/// session's name is anyone's again.
+pub(crate) async fn release_deleted_name(
+    c: &impl GenericClient,
+    tenant: &str,
+    name: Option<&str>,
+) -> Result<()> {
+    if let Some(name) = name {
+        c.execute_typed(RELEASE_DELETED_NAME, args![tenant, name])
+            .await
+            .map_err(map_pg)?;
+    }
+    Ok(())
+}
+
 pub(crate) async fn load(c: &impl GenericClient, tenant: &str, id: Id) -> Result<Option<Session>> {
     let row = c
         .query_typed_opt(SESSION_BY_ID, args![id, tenant])
@@ -60,6 +78,7 @@ impl stepwise_store::SessionStore for PgStore {
         let session = new.into_session(tenant, now);
         let s = &session;
         let client = self.client().await?;
+        release_deleted_name(&**client, &s.tenant_id, s.name.as_deref()).await?;
         client
             .execute_typed(
                 INSERT_SESSION,
@@ -172,6 +191,7 @@ impl stepwise_store::SessionStore for PgStore {
         let set_agent = patch.agent.is_some();
         let agent = patch.agent.as_ref().and_then(crate::sql::agent_text);
         let client = self.client().await?;
+        release_deleted_name(&**client, tenant.as_str(), patch.name.as_deref()).await?;
         let row = client
             .query_typed_opt(
                 UPDATE_SESSION,

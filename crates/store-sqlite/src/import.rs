@@ -49,6 +49,7 @@ fn write(
     let ImportPlan { doc, thread, now } = plan;
     let s = &doc.session;
     let tenant = s.tenant_id.as_str();
+    crate::sessions::release_deleted_name(conn, tenant, s.name.as_deref())?;
     conn.prepare_cached(INSERT_SESSION)
         .and_then(|mut st| {
             st.execute(params![

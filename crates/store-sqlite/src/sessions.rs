@@ -32,8 +32,26 @@ const LIST_SESSIONS: &str = concat!(
     " FROM sessions WHERE tenant_id = ?"
 );
 const UPDATE_SESSION: &str = "UPDATE sessions SET title = ?1, name = ?2, status = ?3, metadata = ?4, updated_at = ?5, agent = ?8 WHERE id = ?6 AND tenant_id = ?7";
+/// A deleted session gives its name up to a session that takes it (it keeps no name).
+const RELEASE_DELETED_NAME: &str =
+    "UPDATE sessions SET name = NULL WHERE tenant_id = ?1 AND name = ?2 AND status = 'deleted'";
 const SOFT_DELETE: &str =
     "UPDATE sessions SET status = 'deleted', updated_at = ?1 WHERE id = ?2 AND tenant_id = ?3";
+
+/// Frees `name` when a deleted session holds it, for a session about to take it (in the
+/// same transaction): a deleted session's name is anyone's again.
+pub(crate) fn release_deleted_name(
+    conn: &Connection,
+    tenant: &str,
+    name: Option<&str>,
+) -> Result<()> {
+    if let Some(name) = name {
+        conn.prepare_cached(RELEASE_DELETED_NAME)
+            .and_then(|mut s| s.execute(params![tenant, name]))
+            .map_err(map_sqlite)?;
+    }
+    Ok(())
+}
 
 pub(crate) fn load_session(conn: &Connection, tenant: &str, id: Id) -> Result<Option<Session>> {
     conn.prepare_cached(SELECT_SESSION)
@@ -51,6 +69,7 @@ impl stepwise_store::SessionStore for SqliteStore {
         let session = new.into_session(tenant, now);
         self.write(move |conn, _| {
             let s = &session;
+            release_deleted_name(conn, &s.tenant_id, s.name.as_deref())?;
             conn.prepare_cached(INSERT_SESSION)
                 .and_then(|mut stmt| {
                     stmt.execute(params![
@@ -175,8 +194,12 @@ impl stepwise_store::SessionStore for SqliteStore {
             let Some(mut session) = load_session(conn, &tenant, id)? else {
                 return Ok(None);
             };
+            let renames = patch.name.is_some();
             patch.apply(&mut session, now);
             let s = &session;
+            if renames {
+                release_deleted_name(conn, &tenant, s.name.as_deref())?;
+            }
             conn.prepare_cached(UPDATE_SESSION)
                 .and_then(|mut stmt| {
                     stmt.execute(params![

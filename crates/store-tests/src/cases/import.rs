@@ -208,6 +208,21 @@ pub async fn import_document<H: Harness>(harness: &H) {
         0,
         "an import queues nothing"
     );
+
+    // Exported, deleted, imported again: the deleted original gives its name up.
+    assert!(ok(
+        store.delete_session(&acme, original.id).await,
+        "delete the original"
+    ));
+    let back = ok(
+        store.import_document(&acme, "user-1", doc).await,
+        "an import takes a deleted session's name",
+    );
+    assert_eq!(back.name.as_deref(), Some("portable"));
+    assert_eq!(
+        some(store.find_session_by_name(&acme, "portable").await, "find").id,
+        back.id
+    );
 }
 
 fn every_status() -> SessionFilter {

@@ -373,6 +373,43 @@ pub async fn session_names<H: Harness>(harness: &H) {
         Some("shared-name")
     );
 
+    // A deleted session gives its name up: a new session, then a rename, takes it, and the
+    // deleted session stays (deleted, with no name) for retention to remove.
+    let gone = create_session(&store, &acme, Some("reused")).await;
+    assert!(ok(store.delete_session(&acme, gone.id).await, "delete"));
+    let again = ok(
+        store
+            .create_session(&acme, new_session("user-2", Some("reused")))
+            .await,
+        "a new session takes a deleted session's name",
+    );
+    assert_eq!(
+        some(store.find_session_by_name(&acme, "reused").await, "find").id,
+        again.id
+    );
+    let kept = some(store.get_session(&acme, gone.id).await, "the deleted one");
+    assert_eq!(kept.status, SessionStatus::Deleted);
+    assert_eq!(kept.name, None);
+    assert!(ok(store.delete_session(&acme, again.id).await, "delete"));
+    let taken = some(
+        store
+            .update_session(
+                &acme,
+                second.id,
+                SessionPatch {
+                    name: Some("reused".into()),
+                    ..SessionPatch::default()
+                },
+            )
+            .await,
+        "a rename takes a deleted session's name",
+    );
+    assert_eq!(taken.name.as_deref(), Some("reused"));
+    assert_eq!(
+        some(store.get_session(&acme, again.id).await, "deleted").name,
+        None
+    );
+
     assert_eq!(Tenant::new(""), Err(StoreError::InvalidTenant));
     assert_eq!(Tenant::new("   "), Err(StoreError::InvalidTenant));
     assert_eq!(Tenant::new("a\nb"), Err(StoreError::InvalidTenant));
