@@ -298,6 +298,7 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
         .join(", ");
     let jwt = args.end_users.jwt();
     jwt.check().map_err(anyhow::Error::msg)?;
+    let jwt_enabled = jwt.enabled();
     let cors_origins = stepwise_server::CorsOrigins::new(&args.end_users.cors_origins)
         .map_err(anyhow::Error::msg)?;
     let keys = store
@@ -382,9 +383,13 @@ pub async fn run<S: Store>(store: S, args: ServeArgs) -> anyhow::Result<()> {
     if let Some(metrics_local) = node.metrics_addr() {
         println!("Metrics on http://{metrics_local}/metrics");
     }
-    if keys == 0 {
+    if keys == 0 && !jwt_enabled {
         println!(
             "No API keys exist: the API is open as tenant 'local' (create one with `stepwise keys create`)."
+        );
+    } else if keys == 0 {
+        println!(
+            "No API keys exist: requests need an end-user token (JWT); create an admin key with `stepwise keys create`."
         );
     }
     let _ = std::io::stdout().flush();

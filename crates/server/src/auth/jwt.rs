@@ -96,6 +96,16 @@ impl JwtSettings {
                 "--jwt-jwks must be a file path or an https:// URL, not `{source}`"
             ));
         }
+        if let Some(path) = self.jwks.as_deref().filter(|s| !s.contains("://")) {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--jwt-jwks: cannot read {path}: {e}"))?;
+            let set: JwkSet = serde_json::from_str(&text).map_err(|e| {
+                format!("--jwt-jwks: {path} is not a JWKS ({{\"keys\": [...]}}): {e}")
+            })?;
+            if set.keys.is_empty() {
+                return Err(format!("--jwt-jwks: {path} holds no keys"));
+            }
+        }
         if self.tenant_claim.trim().is_empty() {
             return Err("--jwt-tenant-claim must not be empty".into());
         }
@@ -587,12 +597,33 @@ mod tests {
             ..JwtSettings::default()
         };
         assert!(http.check().is_err());
-        let fine = JwtSettings {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            path.display().to_string()
+        };
+        let with_jwks = |source: String| JwtSettings {
             secret: Some("x".repeat(32)),
-            jwks: Some("/etc/jwks.json".into()),
+            jwks: Some(source),
             tenant_claim: "tenant".into(),
             ..JwtSettings::default()
         };
-        assert!(fine.check().is_ok());
+        let key = r#"{"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "a", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}"#;
+        assert!(with_jwks(file("good.json", key)).check().is_ok());
+        let missing = dir.path().join("absent.json").display().to_string();
+        for (why, source) in [
+            ("missing", missing),
+            ("not JSON", file("bad.json", "{not json")),
+            ("no keys", file("empty.json", r#"{"keys": []}"#)),
+        ] {
+            let error = with_jwks(source).check().expect_err(why);
+            assert!(error.starts_with("--jwt-jwks"), "{why}: {error}");
+        }
+        assert!(
+            with_jwks("http://127.0.0.1:9/jwks.json".into())
+                .check()
+                .is_ok()
+        );
     }
 }

@@ -26,12 +26,14 @@ pub async fn delete<S: Store>(
     caller.require_admin("deleting an API key")?;
     let id = path_id(&id, "id")?;
     let store = state.store();
-    let ours = store
-        .list_api_keys()
-        .await?
-        .into_iter()
-        .any(|k| k.id == id && k.tenant_id == caller.tenant.as_str() && k.revoked_at.is_none());
-    if !ours || !store.revoke_api_key(id).await? {
+    let ours =
+        store.list_api_keys().await?.into_iter().find(|k| {
+            k.id == id && k.tenant_id == caller.tenant.as_str() && k.revoked_at.is_none()
+        });
+    let Some(key) = ours else {
+        return Err(ApiError::not_found("key"));
+    };
+    if !store.revoke_api_key(id).await? {
         return Err(ApiError::not_found("key"));
     }
     tracing::info!(
@@ -39,6 +41,8 @@ pub async fn delete<S: Store>(
         by_user = %caller.user_id,
         by_key = ?caller.key_id,
         key = %id,
+        user = %key.user_id,
+        role = %key.role,
         "API key deleted"
     );
     Ok(StatusCode::NO_CONTENT)
