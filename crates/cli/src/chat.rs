@@ -395,7 +395,7 @@ impl Chat {
                     format!(" (did you mean {}?)", closest.join(" or "))
                 };
                 println!(
-                    "talking to {name}: no worker of it has been seen{hint}; messages wait until one connects (/agents lists the others)"
+                    "talking to {name}: no worker of it was seen in the last day{hint}, so the server refuses messages to it (unknown_agent) until one connects (/agents lists the others)"
                 )
             }
         }

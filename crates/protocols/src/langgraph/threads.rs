@@ -248,6 +248,7 @@ pub(crate) fn state_body(session: &Session, saved: Option<&Value>) -> Value {
         Value::Object(mut map) => {
             map.insert("thread_id".into(), Value::String(thread.clone()));
             map.entry("checkpoint_ns").or_insert_with(|| json!(""));
+            map.entry("checkpoint_map").or_insert(Value::Null);
             Value::Object(map)
         }
         other => other,
