@@ -313,10 +313,10 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
         StatusCode::PAYLOAD_TOO_LARGE => too_large(None),
         _ => {
             let text = rejection.body_text();
-            let detail = text
-                .split_once(": ")
-                .map_or(text.as_str(), |(_, rest)| rest)
-                .to_string();
+            let detail = without_type_names(
+                text.split_once(": ")
+                    .map_or(text.as_str(), |(_, rest)| rest),
+            );
             let mut error = ApiError::bad_request(format!("the body is not valid: {detail}"));
             if let Some(field) = field_of(&detail) {
                 error = error.with_field(field);
@@ -324,6 +324,37 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
             error
         }
     }
+}
+
+/// A serde error without the server's own type names: `expected struct NewSessionBody with
+/// 7 elements` reads `expected a JSON object`.
+fn without_type_names(detail: &str) -> String {
+    let mut out = String::with_capacity(detail.len());
+    let mut rest = detail;
+    while let Some(at) = rest.find("struct ") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "struct ".len()..];
+        let name_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        if name_len == 0 || !after.starts_with(|c: char| c.is_ascii_uppercase()) {
+            out.push_str("struct ");
+            rest = after;
+            continue;
+        }
+        out.push_str("a JSON object");
+        rest = &after[name_len..];
+        // `with N elements` (serde's count of a struct's fields, read as a sequence).
+        if let Some(tail) = rest.strip_prefix(" with ")
+            && let Some(end) = tail.find(" element")
+            && tail[..end].chars().all(|c| c.is_ascii_digit())
+        {
+            let words = &tail[end + " element".len()..];
+            rest = words.strip_prefix('s').unwrap_or(words);
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The field a serde error names: `missing field `content`` or a path like `agent.type: ...`.
@@ -386,5 +417,23 @@ mod tests {
             Some("agent.type".into())
         );
         assert_eq!(field_of("expected value at line 1 column 1"), None);
+    }
+
+    #[test]
+    fn errors_name_no_type_of_the_server() {
+        assert_eq!(
+            without_type_names(
+                "invalid length 0, expected struct NewSessionMessageBody with 7 elements at line 1 column 2"
+            ),
+            "invalid length 0, expected a JSON object at line 1 column 2"
+        );
+        assert_eq!(
+            without_type_names("invalid type: string \"x\", expected struct AgentBody"),
+            "invalid type: string \"x\", expected a JSON object"
+        );
+        assert_eq!(
+            without_type_names("a struct of words, a struct"),
+            "a struct of words, a struct"
+        );
     }
 }
