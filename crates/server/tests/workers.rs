@@ -243,6 +243,57 @@ async fn a_waiting_claim_is_woken_by_a_message() {
     server.stop().await;
 }
 
+/// `on_busy: interrupt` with one execution running on a worker and one queued behind it:
+/// the queued one is cancelled before the running one frees the session, so a claim
+/// waiting meanwhile never gets it; it gets the interrupting message's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_never_lets_a_waiting_claim_take_the_queued_execution() {
+    let server = TestServer::start().await;
+    let (session, first) = message_for(&server, "slowpoke", "one").await;
+    let claimed = claim(&server, "slowpoke", 1, 5.0).await;
+    assert_eq!(claimed[0]["execution"]["id"], json!(first));
+    let path = format!("/v1/sessions/{session}/messages");
+    let queue = |content: &str, on_busy: &str| {
+        server.post(
+            &path,
+            json!({"content": content, "on_busy": on_busy, "agent": {"type": "slowpoke", "wait": true}}),
+        )
+    };
+    let (status, queued) = queue("two", "enqueue").await;
+    assert_eq!(status, 202, "{queued}");
+    let queued = text(&queued["execution"], "id");
+    // A worker waits for work while the third message interrupts the other two.
+    let waiting = {
+        let client = server.client.clone();
+        let url = server.url("/v1/workers/claim");
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&claim_body("slowpoke", 1, 10.0))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, last) = queue("three", "interrupt").await;
+    assert_eq!(status, 202, "{last}");
+    let answer = waiting.await.unwrap();
+    assert_eq!(
+        answer["items"][0]["execution"]["id"], last["execution"]["id"],
+        "{answer}"
+    );
+    let (_, never) = server.get(&format!("/v1/executions/{queued}")).await;
+    assert_eq!(never["status"], "cancelled", "{never}");
+    assert!(never["started_at"].is_null(), "{never}");
+    let (_, cancelled) = server.get(&format!("/v1/executions/{first}")).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_workers_execution_is_taken_over_and_its_old_lease_is_fenced() {
     let server = TestServer::start().await; // 5 s leases

@@ -34,6 +34,10 @@ impl<S: Store> Engine<S> {
     /// one that finished meanwhile is left as it is). With `remove`, waits until each has
     /// stopped, then removes it with its sub-executions, steps, snapshots, messages and
     /// events, and the LangGraph checkpoints its run wrote.
+    ///
+    /// Queued ones are cancelled first, newest first: a running one cancelled first would
+    /// free the session for the next queued one, which a worker could claim (and start
+    /// writing) before its own cancellation.
     pub async fn make_room(
         &self,
         tenant: &Tenant,
@@ -41,7 +45,14 @@ impl<S: Store> Engine<S> {
         executions: &[Execution],
         remove: bool,
     ) -> Result<()> {
-        for execution in executions {
+        let mut order: Vec<&Execution> = executions.iter().collect();
+        order.sort_by_key(|e| {
+            (
+                e.status != ExecutionStatus::Pending,
+                std::cmp::Reverse((e.created_at, e.id)),
+            )
+        });
+        for execution in order {
             match self.cancel(tenant, execution.id).await {
                 Ok(_) | Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e),
