@@ -285,6 +285,45 @@ def test_a_background_run_is_joined_later_and_listed(lg: Any, served: Any) -> No
     assert events[0] == "metadata" and {"values", "updates"} <= set(events), events
 
 
+def test_a_join_whose_client_leaves_cancels_the_run_only_when_asked(lserver: LocalServer, lg: Any, served: Any) -> None:
+    url = f"{lserver.url}/langgraph"
+    for cancel, status in ((True, "interrupted"), (False, "success")):
+        tid = lg.threads.create()["thread_id"]
+        run = lg.runs.create(tid, "relay", input=human("slow"))
+        query = "?cancel_on_disconnect=1" if cancel else ""
+        with pytest.raises(httpx.TimeoutException):
+            httpx.get(f"{url}/threads/{tid}/runs/{run['run_id']}/join{query}", timeout=0.5)
+        wait_for(lambda: lg.runs.get(tid, run["run_id"])["status"] == status, f"the run to end {status}")
+    # The same for a wait with on_disconnect: cancel.
+    tid = lg.threads.create()["thread_id"]
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(
+            f"{url}/threads/{tid}/runs/wait",
+            json={"assistant_id": "relay", "input": human("slow"), "on_disconnect": "cancel"},
+            timeout=0.5,
+        )
+    wait_for(lambda: lg.runs.list(tid)[0]["status"] == "interrupted", "the waited-for run to be cancelled")
+    # A run's stream joined by its id alone (the JS SDK's `joinStream(null, runId)`).
+    done = lg.runs.create(tid, "counter", input={"count": 1}, stream_mode=["values"])
+    lg.runs.join(tid, done["run_id"])
+    again = httpx.get(f"{url}/runs/{done['run_id']}/stream", timeout=PATIENCE)
+    events = [line.removeprefix("event: ") for line in again.text.splitlines() if line.startswith("event: ")]
+    assert again.status_code == 200 and events[0] == "metadata" and "values" in events, again.text
+
+
+def test_threads_are_found_by_their_values_and_history_goes_back_from_a_checkpoint_id(lg: Any, served: Any) -> None:
+    tid = lg.threads.create()["thread_id"]
+    lg.runs.wait(tid, "counter", input={"count": 1})
+    lg.runs.wait(tid, "counter", input={"count": 1000})
+    found = [t["thread_id"] for t in lg.threads.search(values={"count": 1011}, limit=100)]
+    assert found == [tid]
+    assert lg.threads.search(values={"count": -1}, limit=100) == []
+    history = lg.threads.get_history(tid, limit=10)
+    assert len(history) == 2
+    older = lg.threads.get_history(tid, before=history[0]["checkpoint"]["checkpoint_id"])
+    assert [h["checkpoint"]["checkpoint_id"] for h in older] == [history[1]["checkpoint"]["checkpoint_id"]]
+
+
 def test_a_breakpoint_leaves_the_thread_interrupted_and_its_state_is_read_at_its_checkpoint(
     lg: Any, served: Any
 ) -> None:

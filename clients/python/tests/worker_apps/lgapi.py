@@ -10,7 +10,7 @@
   ``custom`` chunk;
 * ``outer``: ``counter``'s two nodes as a subgraph;
 * ``relay``: three nodes in a row; the worker SIGKILLs itself in node ``b`` once when
-  ``$WORKER_DIR/crash-in-b`` exists.
+  ``$WORKER_DIR/crash-in-b`` exists; each node takes a second when the message is ``slow``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -124,6 +125,8 @@ def relay_node(name: str):
         if crash.exists():
             crash.unlink()
             os.kill(os.getpid(), signal.SIGKILL)
+        if last_human(state) == "slow":
+            time.sleep(1.0)
         return {"messages": [AIMessage(f"{name} done")]}
 
     return run_node

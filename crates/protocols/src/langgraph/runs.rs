@@ -36,7 +36,7 @@ use stepwise_store::{PageRequest, SessionFilter, StoreError};
 use stepwise_server::{AgentBody, ApiError, ApiJson, ApiResult, AppState, Caller};
 
 use super::assistants;
-use super::stream::{Modes, Streamed, error_body, respond};
+use super::stream::{CancelOnDrop, Modes, Streamed, error_body, respond};
 use super::threads::{self, thread_id};
 use crate::follower::{RunFollower, Start, Turn, find_turn, is_live};
 use crate::sessions::{latest_root_execution, turn_message};
@@ -68,6 +68,7 @@ pub(super) fn router<S: Store>() -> Router<AppState<S>> {
         .route("/runs", post(create::<S>))
         .route("/runs/batch", post(batch::<S>))
         .route("/runs/cancel", post(cancel_many::<S>))
+        .route("/runs/{run_id}/stream", get(join_stream_of_run::<S>))
         .route("/runs/stream", post(stream::<S>))
         .route("/runs/wait", post(wait::<S>))
 }
@@ -417,8 +418,15 @@ async fn wait_run<S: Store>(
     let started = start(state, caller, thread, &body, true).await?;
     let thread = thread_id(&started.session);
     let run = started.execution.id;
+    // `on_disconnect: "cancel"`: a client that leaves before the run ends drops this
+    // request, and the run is cancelled.
+    let mut guard = (body.on_disconnect.as_deref() == Some("cancel"))
+        .then(|| CancelOnDrop::new(state, &caller.tenant, run));
     if let Some((mut follower, _slot)) = started.follower {
         while follower.next().await.is_some() {}
+    }
+    if let Some(guard) = &mut guard {
+        guard.disarm();
     }
     let values = outcome(state, caller, run).await?;
     Ok(with_location(Json(values).into_response(), &thread, run))
@@ -733,11 +741,20 @@ async fn join<S: Store>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path((thread, run)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
     let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
     if is_live(&execution) {
+        // `cancel_on_disconnect`: a client that leaves before the run ends drops this
+        // request, and the run is cancelled.
+        let (_, _, cancel_on_disconnect) = join_query(raw.as_deref());
         let (mut follower, _slot) = follow(&state, &caller, &session, &execution).await?;
+        let mut guard =
+            cancel_on_disconnect.then(|| CancelOnDrop::new(&state, &caller.tenant, execution.id));
         while follower.next().await.is_some() {}
+        if let Some(guard) = &mut guard {
+            guard.disarm();
+        }
     }
     Ok(Json(outcome(&state, &caller, execution.id).await?))
 }
@@ -813,7 +830,39 @@ async fn join_stream<S: Store>(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let (session, execution) = load_run(&state, &caller, &thread, &run).await?;
-    let (modes, subgraphs, cancel_on_disconnect) = join_query(raw.as_deref());
+    stream_again(state, caller, session, execution, raw.as_deref(), &headers).await
+}
+
+/// `GET /runs/{run_id}/stream`: a run's stream joined by its id alone (the SDK's
+/// `joinStream(null, runId)`); another user's run, or one of no thread, is 404.
+async fn join_stream_of_run<S: Store>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(run): Path<String>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let id = run.parse::<Id>().map_err(|_| ApiError::not_found("run"))?;
+    let session_id = state
+        .store()
+        .get_execution(&caller.tenant, id)
+        .await?
+        .and_then(|e| e.session_id)
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    let (session, execution) = load_run(&state, &caller, &session_id.to_string(), &run).await?;
+    stream_again(state, caller, session, execution, raw.as_deref(), &headers).await
+}
+
+/// A run's stream again: from its start, or after `Last-Event-ID`.
+async fn stream_again<S: Store>(
+    state: AppState<S>,
+    caller: Caller,
+    session: Session,
+    execution: Execution,
+    raw: Option<&str>,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    let (modes, subgraphs, cancel_on_disconnect) = join_query(raw);
     // A join that names no mode streams the run's own (`values` when it named none either).
     let modes = if modes.is_empty() {
         Modes::new(execution.input.pointer("/langgraph/stream_mode"), subgraphs)

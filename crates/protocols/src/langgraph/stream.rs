@@ -132,22 +132,59 @@ struct RunStream<S: Store> {
     /// The step whose tokens are streaming (their message's id).
     step: u32,
     /// Cancels the run when the client leaves before it ends (`on_disconnect: cancel`).
-    cancel_on_drop: bool,
+    cancel_on_drop: Option<CancelOnDrop<S>>,
     ended: bool,
 }
 
 impl<S: Store> Drop for RunStream<S> {
     fn drop(&mut self) {
-        if self.cancel_on_drop && !self.ended {
-            let engine = self.state.engine.clone();
-            let tenant = self.tenant.clone();
-            let id = self.execution_id;
-            tokio::spawn(async move {
-                if let Err(e) = engine.cancel(&tenant, id).await {
-                    tracing::debug!(execution = %id, error = %e, "a left stream's run was not cancelled");
-                }
-            });
+        if self.ended
+            && let Some(guard) = &mut self.cancel_on_drop
+        {
+            guard.disarm();
         }
+    }
+}
+
+/// Cancels a run when dropped while armed: the request that waits for it (a stream, a
+/// join, a wait) was dropped because its client left (`on_disconnect: "cancel"`,
+/// `cancel_on_disconnect`).
+pub(crate) struct CancelOnDrop<S: Store> {
+    state: AppState<S>,
+    tenant: Tenant,
+    execution_id: Id,
+    armed: bool,
+}
+
+impl<S: Store> CancelOnDrop<S> {
+    pub(crate) fn new(state: &AppState<S>, tenant: &Tenant, execution_id: Id) -> Self {
+        CancelOnDrop {
+            state: state.clone(),
+            tenant: tenant.clone(),
+            execution_id,
+            armed: true,
+        }
+    }
+
+    /// The run ended (or the client stayed): nothing to cancel.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<S: Store> Drop for CancelOnDrop<S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let engine = self.state.engine.clone();
+        let tenant = self.tenant.clone();
+        let id = self.execution_id;
+        tokio::spawn(async move {
+            if let Err(e) = engine.cancel(&tenant, id).await {
+                tracing::debug!(execution = %id, error = %e, "a left client's run was not cancelled");
+            }
+        });
     }
 }
 
@@ -526,6 +563,8 @@ pub(crate) fn respond<S: Store>(streamed: Streamed<S>) -> Response {
         Some((f, s)) => (Some(f), Some(s)),
         None => (None, None),
     };
+    let cancel_on_drop =
+        cancel_on_disconnect.then(|| CancelOnDrop::new(&state, &tenant, execution.id));
     let run = RunStream {
         state,
         tenant,
@@ -537,7 +576,7 @@ pub(crate) fn respond<S: Store>(streamed: Streamed<S>) -> Response {
         counted: 0,
         live: Live::default(),
         step: 0,
-        cancel_on_drop: cancel_on_disconnect,
+        cancel_on_drop,
         ended: false,
     };
     let rest = futures_util::stream::unfold(run, |mut run| async move {

@@ -479,6 +479,8 @@ async fn remove<S: Store>(
 #[serde(default)]
 struct SearchBody {
     metadata: Option<Map<String, Value>>,
+    /// Threads whose state holds each of these keys with exactly this value.
+    values: Option<Map<String, Value>>,
     ids: Option<Vec<String>>,
     status: Option<String>,
     limit: Option<u32>,
@@ -542,6 +544,11 @@ async fn found<S: Store>(
                 .status
                 .as_deref()
                 .is_some_and(|want| thread["status"] != want)
+                || body
+                    .values
+                    .iter()
+                    .flatten()
+                    .any(|(k, v)| thread["values"].get(k) != Some(v))
             {
                 continue;
             }
@@ -598,8 +605,12 @@ struct HistoryBody {
     before: Option<Value>,
 }
 
-/// The checkpoint id a `before` config names (`{configurable: {checkpoint_id}}`).
+/// The checkpoint id a `before` config names (`{configurable: {checkpoint_id}}`,
+/// `{checkpoint_id}`, or the id itself).
 fn checkpoint_id_of(config: &Value) -> Option<&str> {
+    if let Some(id) = config.as_str() {
+        return Some(id);
+    }
     config
         .get("configurable")
         .unwrap_or(config)
