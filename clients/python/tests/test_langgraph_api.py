@@ -377,6 +377,14 @@ def test_an_interrupt_pauses_the_thread_and_a_resume_command_finishes_it(lg: Any
     assert history[0]["next"] == [] and history[-1]["next"] == ["review"]
 
 
+def test_a_resume_command_with_an_update_applies_both(lg: Any, served: Any) -> None:
+    tid = lg.threads.create()["thread_id"]
+    assert "__interrupt__" in lg.runs.wait(tid, "approve", input=human("p4"))
+    update = {"messages": [{"role": "user", "content": "extra"}]}
+    done = lg.runs.wait(tid, "approve", command={"resume": "u", "update": update})
+    assert texts(done) == ["p4", "Draft for: p4", "extra", "Reviewed: u"]
+
+
 def test_new_input_on_an_interrupted_thread_starts_a_new_run_from_it(lg: Any, served: Any) -> None:
     tid = lg.threads.create()["thread_id"]
     first = lg.runs.create(tid, "approve", input=human("the plan"))

@@ -177,6 +177,23 @@ fn turn_text(input: Option<&Value>, command: Option<&Value>) -> String {
     }
 }
 
+/// What a `command` answers a paused run with: its `resume` value, or, when it also has an
+/// `update` or a `goto`, the whole command under [`COMMAND_KEY`] (the worker resumes the graph
+/// with all of it, as LangGraph does).
+fn resume_answer(command: &Value) -> Option<Value> {
+    let more = ["update", "goto"]
+        .iter()
+        .any(|key| command.get(key).is_some_and(|v| !v.is_null()));
+    if more {
+        Some(json!({ COMMAND_KEY: command }))
+    } else {
+        command.get("resume").cloned()
+    }
+}
+
+/// The key of a whole LangGraph command in a resume answer (`stepwise.worker` reads it).
+const COMMAND_KEY: &str = "__langgraph_command__";
+
 /// The run as LangGraph answers it (`Run`).
 fn run_body(execution: &Execution, thread: &str) -> Value {
     let lg = execution.input.get("langgraph");
@@ -281,7 +298,7 @@ async fn start<S: Store>(
         agent_type: graph,
         config: Value::Null,
     });
-    input.answer = body.command.as_ref().and_then(|c| c.get("resume")).cloned();
+    input.answer = body.command.as_ref().and_then(resume_answer);
     input.extra_input = Some(("langgraph", lg));
 
     // New input on a thread paused in an `interrupt()` starts a new run from that input, as

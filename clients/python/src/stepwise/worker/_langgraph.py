@@ -472,8 +472,20 @@ def _goto_of(value: Any) -> Any:
     return value
 
 
+#: The key under which the server hands a whole LangGraph API command (``{resume?, update?,
+#: goto?}``) as a paused run's answer, when it has more than a resume value.
+_COMMAND_KEY = "__langgraph_command__"
+
+
 def _resume_of(answer: Any, pending: list[Any]) -> Command:
-    """The user's answer as the `Command` that resumes the pending interrupts."""
+    """The user's answer as the `Command` that resumes the pending interrupts (with the
+    command's ``update`` and ``goto`` when the answer is a whole command)."""
+    if isinstance(answer, Mapping) and set(answer) == {_COMMAND_KEY} and isinstance(answer[_COMMAND_KEY], Mapping):
+        spec = dict(answer[_COMMAND_KEY])
+        command = _command_of({k: v for k, v in spec.items() if k != "resume"})
+        if "resume" not in spec:
+            return command
+        return dataclasses.replace(command, resume=_resume_of(spec["resume"], pending).resume)
     ids = {getattr(p, "id", None) for p in pending} - {None}
     if isinstance(answer, Mapping) and answer and ids and set(answer) <= ids:
         return Command(resume=dict(answer))  # already by interrupt id
