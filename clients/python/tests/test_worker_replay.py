@@ -25,6 +25,7 @@ from _worker_support import (  # noqa: F401 - start_worker is a fixture
     short_lease_server,
     start_worker,
     steps_of,
+    wait_for,
 )
 
 
@@ -302,3 +303,31 @@ def test_a_killed_worker_s_calls_are_not_run_again_by_the_worker_that_takes_over
         messages = [m["content"] for m in client.list_messages(session["id"])]
         assert "Worker lost: resuming from step 3, attempt 2" in messages
         assert second.stop() == 0
+
+
+def test_a_worker_frozen_past_its_lease_runs_no_call_after_it_wakes(rserver, start_worker, tmp_path):
+    """Frozen before a call, woken after another worker took the run over and finished it:
+    the call is not run a second time (its lease is renewed first, and found taken)."""
+    (tmp_path / "hold-book").touch()
+    with Stepwise(rserver.url) as client:
+        frozen = start_worker(rserver, "worker_apps.durable:worker", name="a")
+        session = client.create_session(name=f"freeze-{uuid.uuid4().hex[:10]}")
+        execution = client.post_message(session["id"], "Oslo", agent="travel")["execution"]
+        wait_for(lambda: len(steps_of(client, execution["id"])) == 4, "the steps before book")
+        frozen.signal(signal.SIGSTOP)  # past its lease: it cannot renew it
+
+        (tmp_path / "gate-book-2").touch()
+        other = start_worker(rserver, "worker_apps.durable:worker", name="b")
+        done = client.wait(execution["id"], timeout=PATIENCE)
+        assert done["status"] == "completed", done
+        assert done["output"]["attempt"] == 2
+        assert other.stop() == 0
+
+        (tmp_path / "gate-book-1").touch()
+        frozen.signal(signal.SIGCONT)  # it wakes at its book call, holding a lease no longer current
+        wait_for(lambda: "lease lost (taken over)" in frozen.log(), "the woken worker to find its lease gone")
+        lines = (tmp_path / "calls.log").read_text().split()
+        tools = Counter(tool for eid, tool in zip(lines[::2], lines[1::2]) if eid == execution["id"])
+        assert tools == {t: 1 for t in ("search", "weather", "price", "book", "confirm", "notify")}, tools
+        assert [s["step_number"] for s in steps_of(client, execution["id"])] == [1, 2, 3, 4, 5, 6, 7]
+        assert frozen.stop() == 0

@@ -3,6 +3,8 @@
 Files in ``$WORKER_DIR`` drive and record it:
   calls.log          "<execution> <tool>" for every time a tool really runs (across processes)
   crash-in-<tool>    the worker SIGKILLs itself when that tool starts (the file is removed first)
+  hold-book          while it exists, each attempt waits before its `book` call until
+                     ``gate-book-<attempt>`` exists (a test freezes the worker there)
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +69,9 @@ def travel(run: Run) -> dict[str, Any]:
     prices = run.call("price", price, options, 2)
     cheapest = min(prices, key=lambda option: prices[option])
     run.step(kind="planning", model_output=f"{cheapest} is the cheapest of {len(options)}; forecast {forecast}")
+    if (DIR / "hold-book").exists():
+        while not (DIR / f"gate-book-{run.attempt}").exists():
+            time.sleep(0.02)
     booking = run.call("book", book, cheapest, nights=2)
     confirmation = run.call("confirm", confirm, booking)
     run.call("notify", notify, confirmation)

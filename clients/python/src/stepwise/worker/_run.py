@@ -195,6 +195,10 @@ class Run:
         # when the server takes it): written first by any other write.
         self._held: dict[str, Any] | None = None
         self._complete_takes_steps = claim.get("complete_takes_steps") is True
+        # When the lease was last renewed (the claim, a heartbeat or a write answered), on
+        # this process's monotonic clock; and how to renew it now (the worker's heartbeat).
+        self._renewed_at = time.monotonic()
+        self._renew: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -265,7 +269,10 @@ class Run:
         path = f"/v1/executions/{seg(self.execution_id, 'execution_id')}{suffix}"
 
         def send() -> Any:
-            return self._api.call(method, path, body, lease=self.lease)
+            sent = time.monotonic()
+            answer = self._api.call(method, path, body, lease=self.lease)
+            self._lease_renewed(sent)  # (every write with the lease renews it)
+            return answer
 
         def on_retry(error: StepwiseError, attempt: int) -> None:
             if attempt == 0:
@@ -280,6 +287,22 @@ class Run:
                 self._cancel("lease_lost", dead=True)
                 raise _LeaseLost("lease_lost") from error
             raise
+
+    def _lease_renewed(self, at: float) -> None:
+        """The lease was renewed by a request sent at `at` (monotonic)."""
+        self._renewed_at = max(self._renewed_at, at)
+
+    def _confirm_lease(self) -> None:
+        """Before a tool runs: when the lease may have run out since it was last renewed (the
+        process was frozen or starved for two heartbeats), renews it first, so that a lease
+        another worker took over meanwhile stops the run here (`check` raises) instead of
+        running the tool a second time beside that worker."""
+        renew = self._renew
+        if renew is None or self._dead:
+            return
+        if time.monotonic() - self._renewed_at < self.lease_s * 2 / 3:
+            return
+        renew()
 
     def _write_held(self) -> None:
         """Writes the step `step(last=True)` held back, as any step is written (before
@@ -447,6 +470,7 @@ class Run:
             replayed = self._replay_call(name, arguments, saved)
             if replayed is not _NOT_A_CALL:
                 return cast(T, replayed)
+        self._confirm_lease()
         self.check()
         try:
             result = fn(*args, **kwargs)
@@ -476,6 +500,7 @@ class Run:
             replayed = self._replay_call(name, arguments, saved)
             if replayed is not _NOT_A_CALL:
                 return cast(T, replayed)
+        await asyncio.to_thread(self._confirm_lease)
         self.check()
         try:
             if inspect.iscoroutinefunction(fn):

@@ -741,6 +741,7 @@ class Worker:
         )
         interval = self.heartbeat_interval_s or run.heartbeat_interval_s
         active = _Active(run, spec, next_beat=time.monotonic() + interval)
+        run._renew = lambda: self._beat(active)
         thread = threading.Thread(
             target=self._execute, args=(active,), name=f"stepwise-run-{eid[:13]}", daemon=True
         )
@@ -931,6 +932,7 @@ class Worker:
         if active.beat_failures:
             logger.info("heartbeat of execution %s works again", run.execution_id)
             active.beat_failures = 0
+        run._lease_renewed(started)
         active.next_beat = started + interval
         if isinstance(answer, dict):
             run.lease_expires_at = answer.get("lease_expires_at", run.lease_expires_at)
