@@ -21,7 +21,7 @@ impl<S: Store> Engine<S> {
             return Err(already(&execution));
         }
         if execution.status == ExecutionStatus::Running {
-            let local = self.running_map().get(&id).cloned();
+            let local = self.running_map().get(&id).map(|ctl| ctl.cancel.clone());
             if let Some(token) = local {
                 token.cancel();
                 return Ok(execution);

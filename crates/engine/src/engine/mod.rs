@@ -193,7 +193,7 @@ struct Inner<S: Store> {
     /// Runs of this node, and how many of them are waiting for their agent's decision.
     runs: AtomicUsize,
     thinking: AtomicUsize,
-    running: Mutex<HashMap<Id, CancellationToken>>,
+    running: Mutex<HashMap<Id, RunControl>>,
     /// The lease tokens of the leased external executions this node opened, to renew them
     /// on their recorders' writes that come without the `Stepwise-Lease` header (clients
     /// from before recorder leases); at most [`MAX_REMEMBERED_RECORDERS`].
@@ -319,7 +319,7 @@ impl<S: Store> Engine<S> {
         self.inner.intake.waited()
     }
 
-    fn running_map(&self) -> std::sync::MutexGuard<'_, HashMap<Id, CancellationToken>> {
+    fn running_map(&self) -> std::sync::MutexGuard<'_, HashMap<Id, RunControl>> {
         self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 

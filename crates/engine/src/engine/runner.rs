@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use stepwise_core::{Id, new_id};
-use stepwise_store::{Claim, Store};
+use stepwise_store::{Claim, Store, Tenant};
 use tokio_util::sync::CancellationToken;
 
 use super::{EXTERNAL_AGENT, Engine, RunControl, RunEnd};
@@ -117,6 +117,26 @@ impl<S: Store> Engine<S> {
         tracing::debug!("workers stopped");
     }
 
+    /// A take-over of an execution this node still runs (the process was frozen past the
+    /// lease, say, and the earlier run's heartbeat has not told it yet): the earlier run
+    /// stops as one that lost its lease, and what it queued is saved, before this run reads
+    /// the steps, so no step runs twice and none is announced twice.
+    async fn stop_earlier_run_here(&self, tenant: &Tenant, id: Id) {
+        let Some(earlier) = self.running_map().get(&id).cloned() else {
+            return;
+        };
+        tracing::warn!(execution = %id, tenant = tenant.as_str(), "this node still ran the execution it takes over; stopping that run first");
+        earlier.lost.store(true, Ordering::SeqCst);
+        earlier.cancel.cancel();
+        let started = std::time::Instant::now();
+        while self.running_map().contains_key(&id) && started.elapsed() < EARLIER_RUN_WAIT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Err(e) = self.inner.store.flush().await {
+            tracing::warn!(execution = %id, error = %e, "could not wait for the earlier run's saves");
+        }
+    }
+
     /// Runs one claimed execution: a built-in agent's step loop under a heartbeat.
     pub(super) async fn run_claim(&self, worker: &str, claim: Claim) {
         let Claim {
@@ -129,8 +149,9 @@ impl<S: Store> Engine<S> {
             tracing::warn!(execution = %id, attempt = execution.attempts, agent = %execution.agent_type, worker, "taking the execution over: its previous lease expired");
         }
         tracing::info!(execution = %id, attempts = execution.attempts, agent = %execution.agent_type, "running execution");
+        self.stop_earlier_run_here(&tenant, id).await;
         let ctl = RunControl::new(worker, 0);
-        self.running_map().insert(id, ctl.cancel.clone());
+        self.running_map().insert(id, ctl.clone());
         let _run = self.working();
         let heartbeat_done = CancellationToken::new();
         let heartbeat_task = tokio::spawn(heartbeat(
@@ -226,6 +247,9 @@ async fn heartbeat<S: Store>(
         }
     }
 }
+
+/// How long a take-over waits for this node's earlier run of the execution to stop.
+const EARLIER_RUN_WAIT: Duration = Duration::from_secs(30);
 
 /// `base` plus a random part of it (so nodes started together do not poll together).
 fn jittered(base: Duration) -> Duration {

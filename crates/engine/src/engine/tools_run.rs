@@ -233,8 +233,7 @@ impl<S: Store> Engine<S> {
             worker: ctl.worker.clone(),
             depth: ctl.depth + 1,
         };
-        self.running_map()
-            .insert(child.id, child_ctl.cancel.clone());
+        self.running_map().insert(child.id, child_ctl.clone());
         let end = self
             .drive(
                 tenant.clone(),
