@@ -279,6 +279,7 @@ def test_a_background_run_is_joined_later_and_listed(lg: Any, served: Any) -> No
     listed = lg.runs.list(thread["thread_id"])
     assert [r["run_id"] for r in listed] == [run["run_id"]]
     assert listed[0]["status"] == "success" and listed[0]["metadata"] == {"origin": "test"}
+    assert listed[0]["kwargs"]["input"] == human("later")
     # Joined with no mode named (the SDK then sends an empty `stream_mode`): the run's own.
     streamed = lg.runs.create(thread["thread_id"], "chat", input=human("again"), stream_mode=["values", "updates"])
     events = [p.event for p in lg.runs.join_stream(thread["thread_id"], streamed["run_id"])]

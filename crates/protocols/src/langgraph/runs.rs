@@ -222,8 +222,30 @@ fn run_body(execution: &Execution, thread: &str) -> Value {
         "status": status,
         "metadata": metadata,
         "multitask_strategy": field("multitask_strategy"),
-        "kwargs": {},
+        "kwargs": run_kwargs(lg),
     })
+}
+
+/// A run's `kwargs` as LangGraph's server answers them: what the run was created with
+/// (`input`, `command`, `config`, `context`, `stream_mode`, the breakpoints, the fork point).
+fn run_kwargs(lg: Option<&Value>) -> Value {
+    const KEPT: [&str; 8] = [
+        "input",
+        "command",
+        "config",
+        "context",
+        "stream_mode",
+        "interrupt_before",
+        "interrupt_after",
+        "checkpoint_id",
+    ];
+    let mut kwargs = serde_json::Map::new();
+    for key in KEPT {
+        if let Some(value) = lg.and_then(|l| l.get(key)).filter(|v| !v.is_null()) {
+            kwargs.insert(key.to_string(), value.clone());
+        }
+    }
+    Value::Object(kwargs)
 }
 
 /// A run just started: its thread, its execution, and its follower when it is streamed.
