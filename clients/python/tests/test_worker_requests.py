@@ -15,7 +15,7 @@ import pytest
 
 from stepwise import Stepwise, StepwiseError
 from stepwise.testing import LocalServer
-from stepwise.worker import Run, Worker
+from stepwise.worker import Cancelled, Run, Worker
 from stepwise.worker._http import Api
 
 from _worker_support import PATIENCE, short_lease_server, steps_of
@@ -185,3 +185,29 @@ def test_the_worker_s_keep_alive_connections_answer_as_httpx_does(rserver):
         mocked.call("POST", "/v1/executions/x/steps", {}, lease="l1")
     assert (lost.value.status, lost.value.code, seen) == (409, "lease_lost", ["l1"])
     mocked.close()
+
+
+def test_a_write_refused_for_a_cancel_says_cancelled_and_one_for_another_lease_says_lease_lost(rserver):
+    api = Api(rserver.url, {})
+    try:
+        with Stepwise(rserver.url) as client:
+            agent = f"raw-{uuid.uuid4().hex[:8]}"
+            reasons = []
+            for cancel in (True, False):
+                execution = client.send_message("x", agent={"type": agent, "wait": True})["execution"]
+                claim = api.call("POST", "/v1/workers/claim", {"worker_id": "w-test", "agents": [{"type": agent}], "slots": 1, "wait_s": 5})
+                claimed = claim["items"][0]
+                assert claimed["execution"]["id"] == execution["id"]
+                if not cancel:
+                    claimed = {**claimed, "lease": "lease_not_this_one"}
+                run = Run(claimed, api=api)
+                if cancel:
+                    client.cancel_execution(execution["id"])
+                with pytest.raises(Cancelled):
+                    run.step(model_output="too late")
+                reasons.append(run.cancel_reason)
+                if not cancel:
+                    client.cancel_execution(execution["id"])
+            assert reasons == ["cancelled", "lease_lost"]
+    finally:
+        api.close()

@@ -284,8 +284,10 @@ class Run:
             return retrying(send, give_up_after=self._retry_for, should_stop=lambda: self._dead, on_retry=on_retry)
         except StepwiseError as error:
             if is_lease_lost(error) or error.code == "not_found":
-                self._cancel("lease_lost", dead=True)
-                raise _LeaseLost("lease_lost") from error
+                # (The server says which: a cancel, or another worker's lease.)
+                reason = "cancelled" if error.message.startswith("the execution was cancelled") else "lease_lost"
+                self._cancel(reason, dead=True)
+                raise _LeaseLost(reason) from error
             raise
 
     def _lease_renewed(self, at: float) -> None:
