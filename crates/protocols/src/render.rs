@@ -30,6 +30,10 @@ pub(crate) trait Protocol {
     fn step_started(n: u32) -> Vec<u8>;
     /// The frame that closes step `n`.
     fn step_finished(n: u32) -> Vec<u8>;
+    /// Whether a stored tool call's id goes out prefixed with its execution's id: for a
+    /// protocol whose client keeps tool calls by id over the whole thread (AG-UI), where the
+    /// agents' own ids (`call_1`, ...) repeat from one execution to the next.
+    const THREAD_WIDE_CALL_IDS: bool = false;
     /// A stored tool call's parts: its input, then its result when it has one (`None`: the
     /// `user_input` call of a pause).
     fn tool_call(
@@ -93,6 +97,8 @@ impl StepFrames {
             for (i, call) in step.tool_calls.iter().enumerate() {
                 let call_id = if call.id.is_empty() {
                     format!("{execution_id}-{n}-call{i}")
+                } else if P::THREAD_WIDE_CALL_IDS {
+                    format!("{execution_id}-{}", call.id)
                 } else {
                     call.id.clone()
                 };

@@ -199,6 +199,61 @@ async fn streamed_tokens_are_not_sent_again_with_their_stored_step() {
     server.stop().await;
 }
 
+/// `useChat`'s `addToolOutput` on the pause's `user_input` call: the transport sends the chat
+/// ending with the assistant's message, whose tool part holds the output. That output answers
+/// the pause; the earlier user message is not posted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_output_for_the_question_answers_the_pause() {
+    let server = TestServer::start().await;
+    let parts = frames(chat(&server, "tool-answer", "ask me").await).await;
+    let asked = parts
+        .iter()
+        .find(|p| p["type"] == "tool-input-available" && p["toolName"] == "user_input")
+        .expect("the question's tool call")
+        .clone();
+    let answered = server
+        .client
+        .post(server.url("/v1/ai-sdk/chat"))
+        .json(&json!({"id": "tool-answer", "messages": [
+            {"id": "u", "role": "user", "parts": [{"type": "text", "text": "ask me"}]},
+            {"id": "a", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "tool-user_input", "toolCallId": asked["toolCallId"], "state": "output-available",
+                 "input": asked["input"], "output": "green"}]}
+        ], "trigger": "submit-message"}))
+        .send()
+        .await
+        .expect("post");
+    let parts = frames(answered).await;
+    assert_eq!(
+        texts(&parts, "text-delta", "delta")
+            .last()
+            .map(String::as_str),
+        Some("You said: green"),
+        "{parts:?}"
+    );
+    let (_, session) = server.get("/v1/sessions?name=tool-answer").await;
+    let session = session["items"][0]["id"].as_str().unwrap().to_string();
+    let users: Vec<String> = server
+        .messages(&session)
+        .await
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(users, ["ask me", "green"]);
+    server.stop().await;
+}
+
+/// The `toolCallId` of a run's (first) `TOOL_CALL_START`.
+fn call_id(events: &[Value]) -> Value {
+    events
+        .iter()
+        .find(|e| e["type"] == "TOOL_CALL_START")
+        .map(|e| e["toolCallId"].clone())
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_is_an_interrupt_and_the_next_input_resumes_it() {
     let server = TestServer::start().await;
@@ -211,6 +266,7 @@ async fn a_pause_is_an_interrupt_and_the_next_input_resumes_it() {
     .await;
     assert_eq!(events[0]["type"], "RUN_STARTED");
     assert_eq!(events[0]["runId"], "one");
+    let first_call = call_id(&events);
     let last = events.last().unwrap();
     assert_eq!(last["type"], "RUN_FINISHED");
     assert_eq!(last["outcome"]["type"], "interrupt");
@@ -244,8 +300,17 @@ async fn a_pause_is_an_interrupt_and_the_next_input_resumes_it() {
         "messages": [{"id": "m2", "role": "user", "content": "ask me"}]}))
     .await;
     let interrupt = events.last().unwrap()["outcome"]["interrupts"][0].clone();
+    // Each execution's tool calls have ids of their own in the thread (`@ag-ui/client` keeps
+    // them by id), and the interrupt names its call.
+    let second_call = call_id(&events);
+    assert_ne!(first_call, second_call);
+    assert_eq!(interrupt["toolCallId"], second_call);
+    // The whole thread sent again (as `HttpAgent` does), ending with the assistant's turn:
+    // no new message, only the cancel.
     let events = run(
-        json!({"threadId": "paused-thread", "runId": "four", "messages": [],
+        json!({"threadId": "paused-thread", "runId": "four", "messages": [
+            {"id": "m2", "role": "user", "content": "ask me"},
+            {"id": "a2", "role": "assistant", "content": "What should I use?"}],
         "resume": [{"interruptId": interrupt["id"], "status": "cancelled"}]}),
     )
     .await;
@@ -253,6 +318,14 @@ async fn a_pause_is_an_interrupt_and_the_next_input_resumes_it() {
     assert_eq!(events[1]["outcome"]["type"], "cancelled");
     let execution = server.execution(interrupt["id"].as_str().unwrap()).await;
     assert_eq!(execution["status"], "cancelled");
+    let session = execution["session_id"].as_str().unwrap().to_string();
+    let asked = server
+        .messages(&session)
+        .await
+        .iter()
+        .filter(|m| m["role"] == "user" && m["content"] == "ask me")
+        .count();
+    assert_eq!(asked, 2, "the cancel posted no turn of its own");
     server.stop().await;
 }
 

@@ -130,6 +130,13 @@ impl RunAgentInput {
     }
 
     /// The text of the last user message ("" when none).
+    /// Whether the input ends with a user message: a new turn. A client that sends the whole
+    /// thread (`HttpAgent`) ends it with the assistant's last turn when it only answers or
+    /// drops an interrupt.
+    pub(crate) fn ends_with_user_message(&self) -> bool {
+        self.messages.last().is_some_and(|m| m.role == "user")
+    }
+
     pub(crate) fn last_user_text(&self) -> String {
         self.messages
             .iter()
@@ -215,6 +222,9 @@ static STEP_EVENTS: StepCache<StepFrames> = StepCache::new(VecDeque::new());
 
 impl Protocol for AgUi {
     const NAME: &'static str = "ag-ui";
+    // `@ag-ui/client` keeps a thread's tool calls by id: a second `call_1` would rename the
+    // first and append to its arguments.
+    const THREAD_WIDE_CALL_IDS: bool = true;
 
     fn text_start(id: &str) -> Value {
         json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"})

@@ -72,8 +72,12 @@ pub async fn run<S: Store>(
     if let (Some(paused), Some(entry)) = (paused, entry) {
         if entry.status == ResumeStatus::Cancelled {
             // The interrupt is dropped: the paused execution is cancelled, and the thread
-            // goes on with an ordinary run when the input brings a message.
+            // goes on with an ordinary run when the input brings a new message (its last
+            // one is the user's; an earlier one was an earlier turn's).
             cancel = Some(paused.id);
+            if !input.ends_with_user_message() {
+                content.clear();
+            }
         } else if let Some(payload) = entry.payload.as_ref().filter(|p| !p.is_null()) {
             content = answer_text(payload);
         }

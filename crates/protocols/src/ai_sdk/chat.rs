@@ -1,8 +1,9 @@
 //! `POST /v1/ai-sdk/chat`: a chat turn from the AI SDK's `DefaultChatTransport`. The body's
 //! `id` is the session (its id, or the name of a session, created on the first turn); the
 //! last user message of `messages` is the turn, posted like `POST /v1/sessions/{id}/messages`
-//! (it answers a paused execution, or queues a new one); the answer is the turn as a UI
-//! message stream.
+//! (it answers a paused execution, or queues a new one), unless `messages` ends with the
+//! assistant's message holding an output for the pause's `user_input` tool call
+//! (`addToolOutput`): that output is the answer. The answer is the turn as a UI message stream.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -46,14 +47,36 @@ pub struct UiMessage {
     pub parts: Vec<UiPart>,
 }
 
-/// A part of a `UIMessage`: `{type: "text", text}` counts, other parts are skipped.
+/// A part of a `UIMessage`: `{type: "text", text}` counts, and the output the page gave the
+/// pause's `user_input` tool call (`addToolOutput`); other parts are skipped.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct UiPart {
-    /// `text`, or another part type (skipped).
+    /// `text`, `tool-user_input` (or `dynamic-tool`), or another part type (skipped).
     #[serde(rename = "type")]
     pub part_type: String,
     /// A text part's text.
     pub text: Option<Value>,
+    /// A `dynamic-tool` part's tool.
+    #[serde(rename = "toolName")]
+    pub tool_name: Option<String>,
+    /// A tool part's output (`state: "output-available"`).
+    pub output: Option<Value>,
+}
+
+/// The page's answer to the pause: the output it gave the `user_input` tool call
+/// (`addToolOutput`, then the transport sends the chat ending with that assistant message).
+fn tool_answer(messages: &[UiMessage]) -> Option<String> {
+    let last = messages.last().filter(|m| m.role == "assistant")?;
+    last.parts.iter().rev().find_map(|part| {
+        let asks = part.part_type == "tool-user_input"
+            || (part.part_type == "dynamic-tool"
+                && part.tool_name.as_deref() == Some("user_input"));
+        match part.output.as_ref().filter(|_| asks)? {
+            Value::Null => None,
+            Value::String(text) => Some(text.clone()),
+            other => Some(other.to_string()),
+        }
+    })
 }
 
 impl UiMessage {
@@ -82,13 +105,18 @@ pub async fn chat<S: Store>(
     caller: Caller,
     ApiJson(body): ApiJson<ChatBody>,
 ) -> ApiResult<Response> {
-    let content = body
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(UiMessage::text)
-        .ok_or_else(|| ApiError::invalid("messages", "messages has no message with role user"))?;
+    let content = match tool_answer(&body.messages) {
+        Some(answer) => answer,
+        None => body
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(UiMessage::text)
+            .ok_or_else(|| {
+                ApiError::invalid("messages", "messages has no message with role user")
+            })?,
+    };
     if content.trim().is_empty() {
         return Err(ApiError::invalid(
             "messages",
