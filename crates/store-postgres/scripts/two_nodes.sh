@@ -3,6 +3,7 @@
 #   1. 20 executions submitted through node A and node B alternately all complete, each with
 #      steps 1..N exactly once;
 #   2. an SSE stream on node A sees, live and in order, the events of an execution node B runs;
+#      an execution cancelled through the other node stops at its next step boundary;
 #   3. kill -9 of the node running an execution: the other node takes it over after the lease
 #      expires and finishes it, steps 1..N exactly once;
 #   4. a worker process waiting in a claim on node A gets the message posted to node B for its
@@ -87,6 +88,18 @@ kill $SSE 2>/dev/null || true
 grep -q "execution.completed" "$WORK/sse.txt" || fail "A's SSE stream did not see the execution complete"
 grep '^id:' "$WORK/sse.txt" | awk '{print $2}' | awk 'NR > 1 && $1 != prev + 1 {exit 1} {prev = $1}' || fail "A's SSE ids are not contiguous"
 echo "ok: SSE on A saw the steps B ran, in order, no gap or repeat ($(grep -c '^id:' "$WORK/sse.txt") events)"
+
+# 2b. Cancelled through the other node: the node running it stops at its next step boundary
+#     (the store refuses its next step), not at its next heartbeat.
+C=$(curl -s -X POST "$A/v1/messages" -H 'content-type: application/json' -d '{"content": "steps: 300", "session": {"title": "cancel"}}' | json 'd["execution"]["id"]')
+for _ in $(seq 1 200); do [ "$(sql "select step_count >= 3 from executions where id = '$C'")" = t ] && break; sleep 0.05; done
+RUNNER_PID=$(sql "select lease_owner from executions where id = '$C'" | cut -d- -f2)
+if [ "$RUNNER_PID" = "${PIDS[0]}" ]; then ELSEWHERE=$B; else ELSEWHERE=$A; fi
+curl -sf -X POST "$ELSEWHERE/v1/executions/$C/cancel" >/dev/null || fail "the cancel through the other node was refused"
+sleep 1.5
+LEAKED=$(sql "select count(*) from events where execution_id = '$C' and event_type = 'step.completed' and seq > (select max(seq) from events where execution_id = '$C' and event_type = 'execution.cancelled')")
+[ "$LEAKED" -le 3 ] || fail "the node running a cancelled execution told $LEAKED more steps after the cancel"
+echo "ok: cancelled through the other node, the running node stopped after $LEAKED more step(s)"
 
 # 3. kill -9 of the node running an execution.
 K=$(curl -s -X POST "$A/v1/messages" -H 'content-type: application/json' -d '{"content": "steps: 60", "session": {"title": "kill"}}' | json 'd["execution"]["id"]')

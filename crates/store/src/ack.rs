@@ -28,6 +28,22 @@ impl<T> Ack<T> {
     pub fn ready(result: Result<T>) -> Ack<T> {
         Ack(AckInner::Ready(result))
     }
+
+    /// The error of a write that has failed already, without waiting for one still queued
+    /// (`None` while it is, and once it succeeded). Awaiting the ack afterwards still gives
+    /// its result.
+    pub fn failed_already(&mut self) -> Option<&StoreError> {
+        if let AckInner::Pending(rx) = &mut self.0 {
+            match rx.try_recv() {
+                Ok(result) => self.0 = AckInner::Ready(result),
+                Err(_) => return None,
+            }
+        }
+        match &self.0 {
+            AckInner::Ready(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl<T: Send + 'static> IntoFuture for Ack<T> {
@@ -45,5 +61,26 @@ impl<T: Send + 'static> IntoFuture for Ack<T> {
                 }),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_write_is_seen_without_waiting_and_still_awaited() {
+        let (tx, mut ack) = Ack::<u32>::channel();
+        assert!(ack.failed_already().is_none(), "still queued");
+        let _ = tx.send(Err(StoreError::InvalidState("over".into())));
+        assert!(matches!(
+            ack.failed_already(),
+            Some(StoreError::InvalidState(_))
+        ));
+        assert!(matches!(ack.await, Err(StoreError::InvalidState(_))));
+        let (tx, mut ok) = Ack::<u32>::channel();
+        let _ = tx.send(Ok(7));
+        assert!(ok.failed_already().is_none());
+        assert_eq!(ok.await, Ok(7));
     }
 }

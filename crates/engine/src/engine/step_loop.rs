@@ -10,12 +10,23 @@ use serde_json::{Value, json};
 use stepwise_core::{
     Event, EventType, Execution, Id, StepBody, StepError, StepKind, Timestamp, TokenUsage,
 };
-use stepwise_store::{Store, Tenant, restore_memory};
+use stepwise_store::{Store, StoreError, Tenant, restore_memory};
 
 use super::finish::Outcome;
 use super::{Engine, Run, RunControl, RunEnd, cancelled_error, panic_message};
 use crate::BoxFuture;
 use crate::agent::{Agent, AgentContext, DeltaSink};
+
+/// Whether the store refused a step this run queued because the execution is no longer its
+/// to write (it is over, or another run saved that step): a run that lost it.
+fn saves_refused(run: &mut Run) -> bool {
+    run.step_acks.iter_mut().any(|ack| {
+        matches!(
+            ack.failed_already(),
+            Some(StoreError::InvalidState(_) | StoreError::Conflict(_))
+        )
+    })
+}
 
 impl<S: Store> Engine<S> {
     /// Runs an execution's step loop until it finishes, pauses, or is interrupted.
@@ -211,6 +222,14 @@ impl<S: Store> Engine<S> {
         ctl: &RunControl,
     ) -> Option<RunEnd> {
         if ctl.is_lost() {
+            return Some(RunEnd::Lost);
+        }
+        if saves_refused(run) {
+            // The store took no more of this run's steps: the execution was cancelled on
+            // another node, or taken over. Stop now, not at the next heartbeat, so no more of
+            // its events go out beside the next run of the session.
+            tracing::info!(execution = %run.ctx.execution.id, "a step of this run was refused (cancelled or taken over elsewhere); stopping this run");
+            ctl.lost.store(true, std::sync::atomic::Ordering::SeqCst);
             return Some(RunEnd::Lost);
         }
         if ctl.cancel.is_cancelled() {
