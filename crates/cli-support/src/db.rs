@@ -152,6 +152,15 @@ impl DatabaseUrl {
                 "unknown database scheme `{scheme}://`: use sqlite://PATH, postgres://... or files://DIR"
             );
         }
+        // A mistyped URL (`postgres:/db`, `postgresql:host`, `files:dir`) would otherwise be a
+        // new SQLite file of that name: a node on a database of its own.
+        if let Some((scheme, _)) = text.split_once(':')
+            && ["postgres", "postgresql", "files"].contains(&scheme.to_ascii_lowercase().as_str())
+        {
+            bail!(
+                "`{text}` is not a database URL: use {scheme}://... (two slashes), or ./{text} for a SQLite file of that name"
+            );
+        }
         Ok(DatabaseUrl::Sqlite(PathBuf::from(text)))
     }
 
@@ -398,6 +407,15 @@ mod tests {
             );
         }
         assert!(DatabaseUrl::parse("mysql://x").is_err());
+        for typo in [
+            "postgres:/bad",
+            "postgresql:host/db",
+            "Postgres:x",
+            "files:dir",
+        ] {
+            let error = DatabaseUrl::parse(typo).expect_err(typo).to_string();
+            assert!(error.contains("not a database URL"), "{typo}: {error}");
+        }
         assert!(DatabaseUrl::parse("sqlite://").is_err());
         assert!(DatabaseUrl::parse("  ").is_err());
     }

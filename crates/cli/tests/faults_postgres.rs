@@ -32,6 +32,41 @@ fn serve_gives_up_with_a_clear_message_when_nothing_listens() {
     }
 }
 
+/// A database that does not exist, or a user the server refuses, will not come by waiting:
+/// serve says so at once, in PostgreSQL's words, without trying for `--db-wait-secs`.
+#[test]
+fn serve_refused_by_postgresql_says_why_at_once() {
+    let Some(bin) = PgCluster::binaries() else {
+        return;
+    };
+    let cluster = PgCluster::init(&bin);
+    cluster.start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = cluster.url();
+    let (prefix, _) = base.rsplit_once('/').expect("a database in the URL");
+    let missing = format!("{prefix}/no_such_database");
+    let stranger = missing
+        .replacen("postgres@", "nobody_here@", 1)
+        .replace("/no_such_database", "/postgres");
+    for (url, why) in [(missing, "does not exist"), (stranger, "nobody_here")] {
+        match start_serve(
+            &["--database", &url, "--db-wait-secs", "20"],
+            &dir.path().join("serve.log"),
+            &[],
+        ) {
+            Started::Listening(_) => panic!("serve started on {url}"),
+            Started::Exited(status, log) => {
+                assert!(!status.success());
+                assert!(log.contains(why), "PostgreSQL's reason is told:\n{log}");
+                assert!(
+                    !log.contains("PostgreSQL is not reachable yet"),
+                    "a refusal is not tried again:\n{log}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn serve_started_before_its_database_comes_up_with_it() {
     let Some(bin) = PgCluster::binaries() else {

@@ -310,13 +310,33 @@ impl Strays {
     }
 }
 
+/// Why a connection was refused. A database that does not exist or a user or password the
+/// server refuses will not change by waiting: an error at once, with the server's own words
+/// (the driver alone says "db error"). Anything else may pass (PostgreSQL still starting,
+/// the network): `Unavailable`, tried again.
+fn connect_error(e: tokio_postgres::Error) -> StoreError {
+    let Some(db) = e.as_db_error() else {
+        return StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}"));
+    };
+    let code = db.code().code();
+    let message = format!(
+        "PostgreSQL refused the connection: {} ({code})",
+        db.message()
+    );
+    if code == "3D000" || code.starts_with("28") {
+        StoreError::invalid("database", message)
+    } else {
+        StoreError::Unavailable(message)
+    }
+}
+
 /// Runs the migrations on a direct connection holding a session advisory lock, so nodes
 /// that start together migrate one after the other.
 async fn migrate(config: &tokio_postgres::Config) -> Result<Vec<String>> {
     let (mut client, connection) = config
         .connect(tokio_postgres::NoTls)
         .await
-        .map_err(|e| StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))?;
+        .map_err(connect_error)?;
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %e, "the migration connection failed");
