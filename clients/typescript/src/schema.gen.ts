@@ -957,11 +957,18 @@ export type UiMessage = {
   role: string;
 };
 
-/** A part of a `UIMessage`: `{type: "text", text}` counts, other parts are skipped. */
+/**
+ * A part of a `UIMessage`: `{type: "text", text}` counts, and the output the page gave the
+ * pause's `user_input` tool call (`addToolOutput`); other parts are skipped.
+ */
 export type UiPart = {
+  /** A tool part's output (`state: "output-available"`). */
+  output?: unknown;
   /** A text part's text. */
   text?: unknown;
-  /** `text`, or another part type (skipped). */
+  /** A `dynamic-tool` part's tool. */
+  toolName?: string | null;
+  /** `text`, `tool-user_input` (or `dynamic-tool`), or another part type (skipped). */
   type: string;
 };
 
