@@ -558,6 +558,12 @@ def test_a_users_threads_are_its_own(tmp_path: Path) -> None:
         # the first checkpoint of it (404), which would put her graph's checkpoints in his
         # thread. Alice writes there (201).
         assert refused(lambda: bob.threads.create(thread_id=tid)) == [409]
+        # A run's stream by its id alone: the owner's (200), not another user's (404).
+        joined = f"{server.url}/langgraph/runs/{run['run_id']}/stream"
+        with httpx.stream("GET", joined, headers={"Authorization": f"Bearer {alice_key}"}, timeout=PATIENCE) as r:
+            assert r.status_code == 200
+        assert httpx.get(joined, headers={"Authorization": f"Bearer {bob_key}"}, timeout=PATIENCE).status_code == 404
+        assert refused(lambda: bob.threads.get_state(tid, checkpoint_id=str(uuid.uuid4()))) == [404]
         checkpoint = {
             "checkpoint_ns": "",
             "parent_checkpoint_id": None,
