@@ -30,6 +30,24 @@ async fn claim(server: &TestServer, agent: &str, slots: u32, wait_s: f64) -> Vec
     body["items"].as_array().unwrap().clone()
 }
 
+/// A claim for one execution of `agent` sent now, waiting up to `wait_s` (its answer later).
+fn waiting_claim(server: &TestServer, agent: &str, wait_s: f64) -> tokio::task::JoinHandle<Value> {
+    let client = server.client.clone();
+    let url = server.url("/v1/workers/claim");
+    let body = claim_body(agent, 1, wait_s);
+    tokio::spawn(async move {
+        client
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    })
+}
+
 /// Posts a message for `agent` to a new session: (session id, execution id). It says
 /// `agent.wait: true`, so it queues before any worker of the type has announced it.
 async fn message_for(server: &TestServer, agent: &str, content: &str) -> (String, String) {
@@ -221,21 +239,7 @@ async fn a_worker_claims_writes_with_its_lease_and_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_claim_is_woken_by_a_message() {
     let server = TestServer::start().await;
-    let waiting = {
-        let client = server.client.clone();
-        let url = server.url("/v1/workers/claim");
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&claim_body("planner", 1, 20.0))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let waiting = waiting_claim(&server, "planner", 20.0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, execution) = message_for(&server, "planner", "plan a trip").await;
     let answer = waiting.await.unwrap();
@@ -263,21 +267,7 @@ async fn an_interrupt_never_lets_a_waiting_claim_take_the_queued_execution() {
     assert_eq!(status, 202, "{queued}");
     let queued = text(&queued["execution"], "id");
     // A worker waits for work while the third message interrupts the other two.
-    let waiting = {
-        let client = server.client.clone();
-        let url = server.url("/v1/workers/claim");
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&claim_body("slowpoke", 1, 10.0))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let waiting = waiting_claim(&server, "slowpoke", 10.0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, last) = queue("three", "interrupt").await;
     assert_eq!(status, 202, "{last}");
